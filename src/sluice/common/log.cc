@@ -1,0 +1,137 @@
+#include "sluice/common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "sluice/common/strings.h"
+
+namespace sluice {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+
+std::string_view LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+  }
+  return "info";
+}
+
+}  // namespace
+
+void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
+
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
+
+bool ParseLogLevel(std::string_view text, LogLevel* level) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    if (text == LevelName(l)) {
+      *level = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+void AppendJsonEscaped(std::string& out, std::string_view s) {
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          absl::StrAppendFormat(&out, "\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+}
+
+Log::Log(LogLevel level, std::string_view msg) : enabled_(LogEnabled(level)) {
+  if (!enabled_) return;
+  // Log timestamps describe when the line was written; they never decide a window, so the host
+  // clock is the right one here.
+  absl::StrAppend(&line_, "{\"ts\":\"",
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
+                  "\",\"level\":\"", ToAbsl(LevelName(level)), "\",\"msg\":\"");
+  AppendJsonEscaped(line_, msg);
+  line_ += '"';
+}
+
+Log::~Log() {
+  if (!enabled_) return;
+  line_ += "}\n";
+  // One write(2) per line: lines from different threads never interleave.
+  const char* p = line_.data();
+  size_t left = line_.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n <= 0) break;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+Log& Log::Str(std::string_view key, std::string_view value) {
+  if (!enabled_) return *this;
+  line_ += ",\"";
+  AppendJsonEscaped(line_, key);
+  line_ += "\":\"";
+  AppendJsonEscaped(line_, value);
+  line_ += '"';
+  return *this;
+}
+
+Log& Log::Int(std::string_view key, int64_t value) {
+  if (!enabled_) return *this;
+  line_ += ",\"";
+  AppendJsonEscaped(line_, key);
+  absl::StrAppend(&line_, "\":", value);
+  return *this;
+}
+
+Log& Log::Double(std::string_view key, double value) {
+  if (!enabled_) return *this;
+  line_ += ",\"";
+  AppendJsonEscaped(line_, key);
+  absl::StrAppendFormat(&line_, "\":%.6g", value);
+  return *this;
+}
+
+Log& Log::Error(const absl::Status& status) { return Str("error", ToStd(status.message())); }
+
+Log& Log::Bool(std::string_view key, bool value) {
+  if (!enabled_) return *this;
+  line_ += ",\"";
+  AppendJsonEscaped(line_, key);
+  line_ += value ? "\":true" : "\":false";
+  return *this;
+}
+
+}  // namespace sluice

@@ -1,0 +1,41 @@
+#include "sluice/common/log.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+TEST(LogTest, EscapesEverythingJsonRequires) {
+  std::string out;
+  AppendJsonEscaped(out, "a\"b\\c\nd\x01\x7f");
+  EXPECT_EQ(out, "a\\\"b\\\\c\\nd\\u0001\\u007f");
+}
+
+TEST(LogTest, WritesOneJsonObjectPerLine) {
+  ::testing::internal::CaptureStderr();
+  { Log(LogLevel::kWarn, "disk \"full\"").Str("path", "/tmp/x").Int("n", -3).Bool("ok", false); }
+  std::string line = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(line.find("\"level\":\"warn\",\"msg\":\"disk \\\"full\\\"\",\"path\":\"/tmp/x\","
+                      "\"n\":-3,\"ok\":false}\n"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.substr(0, 7), "{\"ts\":\"");
+}
+
+TEST(LogTest, DropsLinesBelowTheLevel) {
+  SetLogLevel(LogLevel::kWarn);
+  ::testing::internal::CaptureStderr();
+  { Log(LogLevel::kInfo, "quiet"); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  SetLogLevel(LogLevel::kInfo);
+}
+
+TEST(LogTest, ParsesLevelNames) {
+  LogLevel level;
+  ASSERT_TRUE(ParseLogLevel("debug", &level));
+  EXPECT_EQ(level, LogLevel::kDebug);
+  EXPECT_FALSE(ParseLogLevel("verbose", &level));
+}
+
+}  // namespace
+}  // namespace sluice

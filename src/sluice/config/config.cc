@@ -1,0 +1,826 @@
+// Reads sluice.yaml into the structs of config.h and validates every field (DESIGN §2).
+//
+// A section is read in two steps: first its map is checked for unknown and repeated field names
+// (yaml-cpp 0.7 keeps a repeated key without a word, so every pair is looked at here), then each
+// field is read by a typed reader that leaves the default in place when the field is absent or
+// written without a value. Errors are built as "<key.path>: <what is wrong>"; ParseConfig prefixes
+// the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a password or
+// a Slack token): only names, numbers and other values that are safe to log.
+#include "sluice/config/config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "yaml-cpp/yaml.h"
+
+// Returns from the enclosing function if `expr` is not OK.
+#define SLUICE_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    if (absl::Status status_ = (expr); !status_.ok()) { \
+      return status_;                                   \
+    }                                                   \
+  } while (false)
+
+namespace sluice::config {
+namespace {
+
+constexpr int64_t kMaxQuota = 1'000'000'000'000'000;  // the limiter's arithmetic relies on it
+constexpr size_t kMaxAlertThresholds = 16;
+constexpr size_t kMaxNameLength = 64;
+constexpr size_t kMaxKeyPrefixLength = 32;
+constexpr size_t kMaxSubjectLength = 200;
+constexpr size_t kMaxApiKeyLength = 512;
+constexpr size_t kMaxEmailLength = 254;
+constexpr int64_t kMaxWindowCount = 1'000'000;
+constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
+
+// ---------------------------------------------------------------------------------------------
+// Plain validators.
+
+// Debian's abseil is built with its own absl::string_view (not an alias of std::string_view), which
+// absl's string functions take; config.h speaks std::string_view.
+absl::string_view FromStd(std::string_view text) { return {text.data(), text.size()}; }
+
+// User text for an error message: quoted, escaped, and cut after 80 bytes.
+std::string Quote(absl::string_view text) {
+  constexpr size_t kMaxShown = 80;
+  if (text.size() > kMaxShown) {
+    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMaxShown)), "...\"");
+  }
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+}
+
+bool AllOf(absl::string_view text, bool (*pred)(char)) {
+  return std::all_of(text.begin(), text.end(), pred);
+}
+
+bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
+bool IsVisibleAscii(char c) { return c > ' ' && c < 0x7f; }
+bool IsDigit(char c) { return absl::ascii_isdigit(c); }
+bool IsLowerHex(char c) { return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f'); }
+
+// [A-Za-z0-9_.-]{1,max_length}: plan, limit and key prefix names.
+bool IsValidName(absl::string_view name, size_t max_length) {
+  return !name.empty() && name.size() <= max_length && AllOf(name, IsNameChar);
+}
+
+size_t CountLeadingDigits(absl::string_view text) {
+  return static_cast<size_t>(std::find_if_not(text.begin(), text.end(), IsDigit) - text.begin());
+}
+
+bool IsIpv4(absl::string_view text) {
+  in_addr address;
+  return inet_pton(AF_INET, std::string(text).c_str(), &address) == 1;
+}
+
+bool IsIpv6(absl::string_view text) {
+  in6_addr address;
+  return inet_pton(AF_INET6, std::string(text).c_str(), &address) == 1;
+}
+
+// "ip:port" with an IPv4 address or a bracketed IPv6 one ("[::1]:8080"), port 1-65535. Host names
+// are refused: which of a name's addresses to bind would be a guess.
+bool IsValidListenAddress(absl::string_view text) {
+  absl::string_view port;
+  if (absl::ConsumePrefix(&text, "[")) {
+    const size_t close = text.find("]:");
+    if (close == absl::string_view::npos || !IsIpv6(text.substr(0, close))) return false;
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.find(':');
+    if (colon == absl::string_view::npos || !IsIpv4(text.substr(0, colon))) return false;
+    port = text.substr(colon + 1);
+  }
+  int value = 0;
+  return !port.empty() && port.size() <= 5 && AllOf(port, IsDigit) &&
+         absl::SimpleAtoi(port, &value) && value >= 1 && value <= 65535;
+}
+
+// An IPv4 or IPv6 address, optionally followed by "/prefix" (0-32 or 0-128).
+bool IsValidCidr(absl::string_view text) {
+  const size_t slash = text.find('/');
+  const absl::string_view address = text.substr(0, slash);
+  const bool v4 = IsIpv4(address);
+  if (!v4 && !IsIpv6(address)) return false;
+  if (slash == absl::string_view::npos) return true;
+  const absl::string_view prefix = text.substr(slash + 1);
+  int bits = 0;
+  return !prefix.empty() && prefix.size() <= 3 && AllOf(prefix, IsDigit) &&
+         absl::SimpleAtoi(prefix, &bits) && bits <= (v4 ? 32 : 128);
+}
+
+// An HTTP field name (RFC 9110 token).
+bool IsHttpToken(absl::string_view text) {
+  return !text.empty() && AllOf(text, [](char c) {
+    return absl::ascii_isalnum(c) ||
+           absl::string_view("!#$%&'*+-.^_`|~").find(c) != absl::string_view::npos;
+  });
+}
+
+// Exactly one '@' with text on both sides; no spaces or control characters.
+bool IsValidEmail(absl::string_view text) {
+  const size_t at = text.find('@');
+  return text.size() <= kMaxEmailLength && at != absl::string_view::npos && at > 0 &&
+         at + 1 < text.size() && text.find('@', at + 1) == absl::string_view::npos &&
+         std::all_of(text.begin(), text.end(),
+                     [](char c) { return static_cast<unsigned char>(c) > ' ' && c != 0x7f; });
+}
+
+// A URL with one of `schemes` ("http://") and something after it, in visible ASCII.
+bool IsUrl(absl::string_view text, std::initializer_list<absl::string_view> schemes) {
+  return std::any_of(schemes.begin(), schemes.end(),
+                     [text](absl::string_view scheme) {
+                       return absl::StartsWith(text, scheme) && text.size() > scheme.size();
+                     }) &&
+         AllOf(text, IsVisibleAscii);
+}
+
+// "whsec_" followed by standard base64 (Standard Webhooks).
+bool IsWebhookSecret(absl::string_view text) {
+  std::string decoded;
+  return absl::ConsumePrefix(&text, "whsec_") && !text.empty() &&
+         AllOf(text,
+               [](char c) { return absl::ascii_isalnum(c) || c == '+' || c == '/' || c == '='; }) &&
+         absl::Base64Unescape(text, &decoded) && !decoded.empty();
+}
+
+// An IANA zone name that abseil can load. Names abseil would read as paths or as its own
+// extensions ("/etc/...", "../", "localtime", "Fixed/UTC+01:00") are not IANA names.
+bool IsKnownTimeZone(absl::string_view name) {
+  const bool plausible =
+      !name.empty() && name.front() != '/' && name != "localtime" &&
+      !absl::StrContains(name, "..") && AllOf(name, [](char c) {
+        return absl::ascii_isalnum(c) || c == '/' || c == '_' || c == '+' || c == '-';
+      });
+  absl::TimeZone zone;
+  return plausible && absl::LoadTimeZone(std::string(name), &zone);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading YAML nodes.
+
+absl::Status Error(absl::string_view path, absl::string_view what) {
+  return absl::InvalidArgumentError(path.empty() ? std::string(what)
+                                                 : absl::StrCat(path, ": ", what));
+}
+
+// Never the scalar's text: it may be a secret written in the wrong place.
+absl::string_view KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    default:
+      return "nothing";
+  }
+}
+
+// One value of the document and the key path that names it in errors.
+struct Field {
+  YAML::Node node;
+  std::string path;
+
+  // Left out, or written without a value (`name:` or `name: ~`): both mean "use the default".
+  [[nodiscard]] bool absent() const { return !node.IsDefined() || node.IsNull(); }
+};
+
+// The fields of one YAML map, in file order.
+struct Fields {
+  std::string path;
+  std::vector<std::pair<std::string, YAML::Node>> items;
+
+  // The field `name` (absent() if the map does not have it).
+  [[nodiscard]] Field Get(absl::string_view name) const {
+    Field field{YAML::Node(), path.empty() ? std::string(name) : absl::StrCat(path, ".", name)};
+    for (const auto& [item_name, node] : items) {
+      if (item_name == name) field.node = node;
+    }
+    return field;
+  }
+};
+
+// Reads the map `field` into `fields`, refusing names outside `allowed` and repeated names. An
+// absent field reads as an empty map.
+absl::Status ReadFields(const Field& field, std::initializer_list<absl::string_view> allowed,
+                        Fields& fields) {
+  fields.path = field.path;
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node.IsMap()) {
+    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(field.node)));
+  }
+  for (const auto& pair : field.node) {
+    if (!pair.first.IsScalar()) return Error(field.path, "field names must be plain strings");
+    const std::string& name = pair.first.Scalar();
+    const std::string escaped = absl::CHexEscape(name);
+    const std::string path = field.path.empty() ? escaped : absl::StrCat(field.path, ".", escaped);
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      return Error(
+          path,
+          absl::StrCat("unknown field (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
+    }
+    for (const auto& item : fields.items) {
+      if (item.first == name) return Error(path, "duplicate field");
+    }
+    fields.items.emplace_back(name, pair.second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Require(const Field& field) {
+  return field.absent() ? Error(field.path, "missing required field") : absl::OkStatus();
+}
+
+absl::Status ReadString(const Field& field, std::string& out) {
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node.IsScalar()) {
+    return Error(field.path, absl::StrCat("expected a string, got ", KindOf(field.node)));
+  }
+  out = field.node.Scalar();
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt64(const Field& field, int64_t min, int64_t max, int64_t& out) {
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node.IsScalar()) {
+    return Error(field.path, absl::StrCat("expected an integer, got ", KindOf(field.node)));
+  }
+  const std::string& text = field.node.Scalar();
+  absl::string_view digits = text;
+  absl::ConsumePrefix(&digits, "-");
+  if (digits.empty() || !AllOf(digits, IsDigit)) {
+    return Error(field.path, absl::StrCat("expected an integer, got ", Quote(text)));
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
+    return Error(field.path, absl::StrCat("must be between ", min, " and ", max, ", got ", text));
+  }
+  out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt(const Field& field, int min, int max, int& out) {
+  int64_t value = out;
+  SLUICE_RETURN_IF_ERROR(ReadInt64(field, min, max, value));
+  out = static_cast<int>(value);
+  return absl::OkStatus();
+}
+
+absl::Status ReadDuration(const Field& field, absl::Duration& out) {
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node.IsScalar()) {
+    return Error(field.path, absl::StrCat("expected a duration, got ", KindOf(field.node)));
+  }
+  absl::StatusOr<absl::Duration> duration = ParseDuration(field.node.Scalar());
+  if (!duration.ok()) return Error(field.path, duration.status().message());
+  out = *duration;
+  return absl::OkStatus();
+}
+
+// Reads a string that must be one of `choices`; `what` names it in the error ("store type").
+template <typename E>
+absl::Status ReadEnum(const Field& field, absl::string_view what,
+                      std::initializer_list<std::pair<absl::string_view, E>> choices, E& out) {
+  std::string text;
+  if (field.absent()) return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(ReadString(field, text));
+  std::string wanted;
+  size_t index = 0;
+  for (const auto& [name, value] : choices) {
+    if (name == text) {
+      out = value;
+      return absl::OkStatus();
+    }
+    absl::StrAppend(&wanted, index == 0 ? "" : (index + 1 == choices.size() ? " or " : ", "), name);
+    ++index;
+  }
+  return Error(field.path,
+               absl::StrCat("unknown ", what, " ", Quote(text), " (want ", wanted, ")"));
+}
+
+// Calls each(item, index) for every element of the list `field`; items are named "path[index]".
+template <typename Fn>
+absl::Status ForEachItem(const Field& field, Fn&& each) {
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node.IsSequence()) {
+    return Error(field.path, absl::StrCat("expected a list, got ", KindOf(field.node)));
+  }
+  size_t index = 0;
+  for (const YAML::Node& node : field.node) {
+    SLUICE_RETURN_IF_ERROR(each(Field{node, absl::StrCat(field.path, "[", index, "]")}, index));
+    ++index;
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections.
+
+absl::Status ReadListenAddress(const Field& field, std::string& out) {
+  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
+  if (IsValidListenAddress(out)) return absl::OkStatus();
+  return Error(field.path, absl::StrCat("bad address ", Quote(out),
+                                        " (want ip:port, e.g. 127.0.0.1:8080 or [::1]:8080, "
+                                        "port 1-65535)"));
+}
+
+absl::Status ParseServer(const Field& field, ServerConfig& server) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(field,
+                 {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
+                  "deny_status", "anonymous_plan", "trusted_proxies"},
+                 f));
+  SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
+  SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
+  if (server.admin_listen == server.listen) {
+    return Error(f.Get("admin_listen").path, "must differ from server.listen");
+  }
+  const Field token = f.Get("admin_token");
+  SLUICE_RETURN_IF_ERROR(ReadString(token, server.admin_token));
+  if (!AllOf(server.admin_token, IsVisibleAscii)) {
+    return Error(token.path, "must be printable ASCII without spaces");
+  }
+  SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("threads"), 0, 1024, server.threads));
+  const Field header = f.Get("api_key_header");
+  SLUICE_RETURN_IF_ERROR(ReadString(header, server.api_key_header));
+  if (!IsHttpToken(server.api_key_header)) {
+    return Error(header.path, absl::StrCat("bad header name ", Quote(server.api_key_header),
+                                           " (want an HTTP token: letters, digits and "
+                                           "!#$%&'*+-.^_`|~)"));
+  }
+  SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("deny_status"), 400, 499, server.deny_status));
+  // Checked against the plans once they are read (ParseRoot).
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("anonymous_plan"), server.anonymous_plan));
+  return ForEachItem(f.Get("trusted_proxies"), [&](const Field& item, size_t) {
+    std::string cidr;
+    SLUICE_RETURN_IF_ERROR(ReadString(item, cidr));
+    if (!IsValidCidr(cidr)) {
+      return Error(item.path, absl::StrCat("bad CIDR ", Quote(cidr),
+                                           " (want an IPv4 or IPv6 address or CIDR, e.g. "
+                                           "10.0.0.0/8 or fd00::/8)"));
+    }
+    server.trusted_proxies.push_back(std::move(cidr));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParseStore(const Field& field, StoreConfig& store) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"type", "memory", "redis"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(f.Get("type"), "store type",
+                                  {{"memory", StoreType::kMemory}, {"redis", StoreType::kRedis}},
+                                  store.type));
+
+  Fields memory;
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(f.Get("memory"), {"snapshot_path", "snapshot_interval"}, memory));
+  SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("snapshot_path"), store.memory.snapshot_path));
+  SLUICE_RETURN_IF_ERROR(
+      ReadDuration(memory.Get("snapshot_interval"), store.memory.snapshot_interval));
+
+  Fields redis;
+  SLUICE_RETURN_IF_ERROR(ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix"}, redis));
+  const Field url = redis.Get("url");
+  SLUICE_RETURN_IF_ERROR(ReadString(url, store.redis.url));
+  if (absl::StartsWith(store.redis.url, "rediss://")) {
+    return Error(url.path, "TLS (rediss://) is not supported yet");
+  }
+  if (!IsUrl(store.redis.url, {"redis://"})) {
+    return Error(url.path, "must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  }
+  SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
+  const Field prefix = redis.Get("key_prefix");
+  SLUICE_RETURN_IF_ERROR(ReadString(prefix, store.redis.key_prefix));
+  if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
+    return Error(prefix.path, absl::StrCat("bad key prefix ", Quote(store.redis.key_prefix),
+                                           " (want 1-32 characters of A-Z a-z 0-9 _ . -)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
+  const auto read_percentage = [&](const Field& item, size_t) {
+    int percent = 0;
+    if (item.absent()) return Error(item.path, "expected an integer, got nothing");
+    SLUICE_RETURN_IF_ERROR(ReadInt(item, 1, 100, percent));
+    if (std::find(alert_at.begin(), alert_at.end(), percent) != alert_at.end()) {
+      return Error(item.path, absl::StrCat("duplicate percentage ", percent));
+    }
+    alert_at.push_back(percent);
+    return absl::OkStatus();
+  };
+  SLUICE_RETURN_IF_ERROR(ForEachItem(field, read_percentage));
+  if (alert_at.size() > kMaxAlertThresholds) {
+    return Error(field.path, absl::StrCat("at most ", kMaxAlertThresholds, " percentages, got ",
+                                          alert_at.size()));
+  }
+  std::sort(alert_at.begin(), alert_at.end());
+  return absl::OkStatus();
+}
+
+absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"name", "quota", "window", "alert_at"}, f));
+  const Field name = f.Get("name");
+  SLUICE_RETURN_IF_ERROR(Require(name));
+  SLUICE_RETURN_IF_ERROR(ReadString(name, limit.name));
+  if (!IsValidName(limit.name, kMaxNameLength)) {
+    return Error(name.path,
+                 absl::StrCat("bad limit name ", Quote(limit.name), " (want ", kNameRule, ")"));
+  }
+  const Field quota = f.Get("quota");
+  SLUICE_RETURN_IF_ERROR(Require(quota));
+  SLUICE_RETURN_IF_ERROR(ReadInt64(quota, 1, kMaxQuota, limit.quota));
+  const Field window = f.Get("window");
+  std::string window_text;
+  SLUICE_RETURN_IF_ERROR(Require(window));
+  SLUICE_RETURN_IF_ERROR(ReadString(window, window_text));
+  absl::StatusOr<WindowSpec> spec = ParseWindow(window_text);
+  if (!spec.ok()) return Error(window.path, spec.status().message());
+  limit.window = *std::move(spec);
+  return ParseAlertAt(f.Get("alert_at"), limit.alert_at);
+}
+
+absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"timezone", "limits"}, f));
+  const Field timezone = f.Get("timezone");
+  SLUICE_RETURN_IF_ERROR(ReadString(timezone, plan.timezone));
+  if (!IsKnownTimeZone(plan.timezone)) {
+    return Error(timezone.path, absl::StrCat("unknown time zone ", Quote(plan.timezone)));
+  }
+  const Field limits = f.Get("limits");
+  const auto read_limit = [&](const Field& item, size_t index) {
+    LimitConfig limit;
+    SLUICE_RETURN_IF_ERROR(ParseLimit(item, limit));
+    for (size_t i = 0; i < index; ++i) {
+      if (plan.limits[i].name == limit.name) {
+        return Error(absl::StrCat(item.path, ".name"),
+                     absl::StrCat("duplicate limit name ", Quote(limit.name)));
+      }
+    }
+    plan.limits.push_back(std::move(limit));
+    return absl::OkStatus();
+  };
+  SLUICE_RETURN_IF_ERROR(ForEachItem(limits, read_limit));
+  if (plan.limits.empty()) return Error(limits.path, "at least one limit is required");
+  return absl::OkStatus();
+}
+
+absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
+  if (!field.absent() && !field.node.IsMap()) {
+    return Error(field.path,
+                 absl::StrCat("expected a map of plan names, got ", KindOf(field.node)));
+  }
+  if (!field.absent()) {
+    for (const auto& pair : field.node) {
+      if (!pair.first.IsScalar()) return Error(field.path, "plan names must be plain strings");
+      PlanConfig plan;
+      plan.name = pair.first.Scalar();
+      const std::string path = absl::StrCat(field.path, ".", absl::CHexEscape(plan.name));
+      if (!IsValidName(plan.name, kMaxNameLength)) {
+        return Error(path,
+                     absl::StrCat("bad plan name ", Quote(plan.name), " (want ", kNameRule, ")"));
+      }
+      for (const PlanConfig& other : plans) {
+        if (other.name == plan.name) {
+          return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
+        }
+      }
+      SLUICE_RETURN_IF_ERROR(ParsePlan(Field{pair.second, path}, plan));
+      plans.push_back(std::move(plan));
+    }
+  }
+  if (plans.empty()) return Error(field.path, "at least one plan is required");
+  return absl::OkStatus();
+}
+
+absl::Status ParseKeys(const Field& field, const Config& config, std::vector<KeyConfig>& keys) {
+  // Where each key (or hash) was first seen, to name the earlier entry without quoting the key.
+  std::unordered_map<std::string, size_t> seen_keys;
+  std::unordered_map<std::string, size_t> seen_hashes;
+  return ForEachItem(field, [&](const Field& item, size_t index) {
+    Fields f;
+    SLUICE_RETURN_IF_ERROR(
+        ReadFields(item, {"key", "key_sha256", "subject", "plan", "email", "webhook"}, f));
+    KeyConfig key;
+    const Field plain = f.Get("key");
+    const Field hashed = f.Get("key_sha256");
+    if (plain.absent() == hashed.absent()) {
+      return Error(item.path, "set exactly one of key and key_sha256");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadString(plain, key.key));
+    SLUICE_RETURN_IF_ERROR(ReadString(hashed, key.key_sha256));
+    if (!plain.absent()) {
+      if (key.key.empty() || key.key.size() > kMaxApiKeyLength || !AllOf(key.key, IsVisibleAscii)) {
+        return Error(plain.path, "must be 1-512 printable ASCII characters without spaces");
+      }
+      const auto [it, inserted] = seen_keys.emplace(key.key, index);
+      if (!inserted) {
+        return Error(plain.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
+      }
+    } else {
+      if (key.key_sha256.size() != 64 || !AllOf(key.key_sha256, IsLowerHex)) {
+        return Error(hashed.path, "must be 64 lowercase hex characters (a SHA-256 digest)");
+      }
+      const auto [it, inserted] = seen_hashes.emplace(key.key_sha256, index);
+      if (!inserted) {
+        return Error(hashed.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
+      }
+    }
+    const Field subject = f.Get("subject");
+    SLUICE_RETURN_IF_ERROR(Require(subject));
+    SLUICE_RETURN_IF_ERROR(ReadString(subject, key.subject));
+    if (!IsValidSubject(key.subject)) {
+      return Error(subject.path,
+                   absl::StrCat("bad subject ", Quote(key.subject),
+                                " (want 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -)"));
+    }
+    const Field plan = f.Get("plan");
+    SLUICE_RETURN_IF_ERROR(Require(plan));
+    SLUICE_RETURN_IF_ERROR(ReadString(plan, key.plan));
+    if (config.FindPlan(key.plan) == nullptr) {
+      return Error(plan.path, absl::StrCat("unknown plan ", Quote(key.plan)));
+    }
+    const Field email = f.Get("email");
+    SLUICE_RETURN_IF_ERROR(ReadString(email, key.email));
+    if (!key.email.empty() && !IsValidEmail(key.email)) {
+      return Error(email.path, absl::StrCat("bad email address ", Quote(key.email),
+                                            " (want exactly one @ with text on both sides)"));
+    }
+    const Field webhook = f.Get("webhook");
+    SLUICE_RETURN_IF_ERROR(ReadString(webhook, key.webhook));
+    if (!key.webhook.empty() && !IsUrl(key.webhook, {"http://", "https://"})) {
+      return Error(webhook.path, "must be an http:// or https:// URL");
+    }
+    keys.push_back(std::move(key));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReadEmail(const Field& field, std::string& out) {
+  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
+  if (IsValidEmail(out)) return absl::OkStatus();
+  return Error(field.path, absl::StrCat("bad email address ", Quote(out),
+                                        " (want exactly one @ with text on both sides)"));
+}
+
+absl::Status ReadHttpUrl(const Field& field, std::string& out) {
+  SLUICE_RETURN_IF_ERROR(Require(field));
+  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
+  if (IsUrl(out, {"http://", "https://"})) return absl::OkStatus();
+  return Error(field.path, "must be an http:// or https:// URL");
+}
+
+std::vector<absl::string_view> FieldsOfSink(SinkConfig::Type type) {
+  switch (type) {
+    case SinkConfig::Type::kWebhook:
+      return {"type", "url", "secret"};
+    case SinkConfig::Type::kSlack:
+      return {"type", "url"};
+    case SinkConfig::Type::kEmail:
+      return {"type", "smtp_url", "from", "to"};
+  }
+  return {};
+}
+
+absl::Status ParseSink(const Field& field, SinkConfig& sink) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"type", "url", "secret", "smtp_url", "from", "to"}, f));
+  const Field type = f.Get("type");
+  SLUICE_RETURN_IF_ERROR(Require(type));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(type, "sink type",
+                                  {{"webhook", SinkConfig::Type::kWebhook},
+                                   {"slack", SinkConfig::Type::kSlack},
+                                   {"email", SinkConfig::Type::kEmail}},
+                                  sink.type));
+  // A field of another sink type is most likely a mistake (a secret on a Slack sink is ignored).
+  const std::vector<absl::string_view> used = FieldsOfSink(sink.type);
+  for (const auto& item : f.items) {
+    if (std::find(used.begin(), used.end(), item.first) == used.end()) {
+      return Error(f.Get(item.first).path,
+                   absl::StrCat("not used by sinks of type ", type.node.Scalar(),
+                                " (expected one of: ", absl::StrJoin(used, ", "), ")"));
+    }
+  }
+  switch (sink.type) {
+    case SinkConfig::Type::kWebhook: {
+      SLUICE_RETURN_IF_ERROR(ReadHttpUrl(f.Get("url"), sink.url));
+      const Field secret = f.Get("secret");
+      SLUICE_RETURN_IF_ERROR(ReadString(secret, sink.secret));
+      if (!sink.secret.empty() && !IsWebhookSecret(sink.secret)) {
+        return Error(secret.path, "must be \"whsec_\" followed by base64 (Standard Webhooks)");
+      }
+      return absl::OkStatus();
+    }
+    case SinkConfig::Type::kSlack:
+      return ReadHttpUrl(f.Get("url"), sink.url);
+    case SinkConfig::Type::kEmail: {
+      const Field smtp_url = f.Get("smtp_url");
+      SLUICE_RETURN_IF_ERROR(Require(smtp_url));
+      SLUICE_RETURN_IF_ERROR(ReadString(smtp_url, sink.smtp_url));
+      if (!IsUrl(sink.smtp_url, {"smtp://", "smtps://"})) {
+        return Error(smtp_url.path, "must be an smtp:// or smtps:// URL");
+      }
+      SLUICE_RETURN_IF_ERROR(Require(f.Get("from")));
+      SLUICE_RETURN_IF_ERROR(ReadEmail(f.Get("from"), sink.from));
+      return ForEachItem(f.Get("to"), [&](const Field& item, size_t) {
+        SLUICE_RETURN_IF_ERROR(ReadEmail(item, sink.to.emplace_back()));
+        return absl::OkStatus();
+      });
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry"}, f));
+  SLUICE_RETURN_IF_ERROR(ForEachItem(f.Get("sinks"), [&](const Field& item, size_t) {
+    return ParseSink(item, alerts.sinks.emplace_back());
+  }));
+  Fields retry;
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(f.Get("retry"), {"max_attempts", "first_delay", "max_delay"}, retry));
+  SLUICE_RETURN_IF_ERROR(ReadInt(retry.Get("max_attempts"), 1, 100, alerts.retry.max_attempts));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(retry.Get("first_delay"), alerts.retry.first_delay));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(retry.Get("max_delay"), alerts.retry.max_delay));
+  if (alerts.retry.max_delay < alerts.retry.first_delay) {
+    return Error(retry.Get("max_delay").path,
+                 absl::StrCat("must be at least first_delay (",
+                              absl::FormatDuration(alerts.retry.first_delay), "), got ",
+                              absl::FormatDuration(alerts.retry.max_delay)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRoot(const YAML::Node& root, Config& config) {
+  const Field document{root, ""};
+  if (!document.absent() && !root.IsMap()) {
+    return Error("", absl::StrCat("expected a map at the top level, got ", KindOf(root)));
+  }
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(document, {"server", "store", "on_store_error", "plans", "keys", "alerts"}, f));
+  SLUICE_RETURN_IF_ERROR(ParseServer(f.Get("server"), config.server));
+  SLUICE_RETURN_IF_ERROR(ParseStore(f.Get("store"), config.store));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(f.Get("on_store_error"), "store error policy",
+                                  {{"allow", OnStoreError::kAllow}, {"deny", OnStoreError::kDeny}},
+                                  config.on_store_error));
+  SLUICE_RETURN_IF_ERROR(ParsePlans(f.Get("plans"), config.plans));
+  SLUICE_RETURN_IF_ERROR(ParseKeys(f.Get("keys"), config, config.keys));
+  SLUICE_RETURN_IF_ERROR(ParseAlerts(f.Get("alerts"), config.alerts));
+  const std::string& anonymous = config.server.anonymous_plan;
+  if (!anonymous.empty() && config.FindPlan(anonymous) == nullptr) {
+    return Error("server.anonymous_plan", absl::StrCat("unknown plan ", Quote(anonymous)));
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeYamlError(const YAML::Exception& e) {
+  if (e.mark.is_null()) return e.msg;
+  return absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
+}
+
+}  // namespace
+
+const PlanConfig* Config::FindPlan(std::string_view name) const {
+  for (const PlanConfig& plan : plans) {
+    if (plan.name == name) return &plan;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view source) {
+  Config config;
+  config.path = std::string(source);
+  absl::Status status;
+  // No exception leaves this module (DESIGN §3): yaml-cpp's become errors here.
+  try {
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    // A stray "---" at the end of the file adds an empty document; it holds nothing to lose.
+    while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
+    if (documents.size() > 1) {
+      status = Error("", absl::StrCat("expected one YAML document, found ", documents.size()));
+    } else {
+      status = ParseRoot(documents.empty() ? YAML::Node() : documents.front(), config);
+    }
+  } catch (const YAML::Exception& e) {
+    status = Error("", DescribeYamlError(e));
+  } catch (const std::exception& e) {
+    status = Error("", e.what());
+  } catch (...) {
+    status = Error("", "unexpected error while reading the configuration");
+  }
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(FromStd(source), ": ", status.message()));
+  }
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  const std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) {
+    const int error = errno;
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot open: ", std::generic_category().message(error)));
+  }
+  std::string text;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
+  if (std::ferror(file.get()) != 0) {
+    const int error = errno;
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read: ", std::generic_category().message(error)));
+  }
+  return ParseConfig(text, path);
+}
+
+absl::StatusOr<absl::Duration> ParseDuration(std::string_view std_text) {
+  const absl::string_view text = FromStd(std_text);
+  const auto bad = [text](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("bad duration ", Quote(text), " (", why, ")"));
+  };
+  const size_t digits = CountLeadingDigits(text);
+  const absl::string_view unit = text.substr(digits);
+  absl::Duration per_unit = absl::ZeroDuration();
+  if (unit == "ms") per_unit = absl::Milliseconds(1);
+  if (unit == "s") per_unit = absl::Seconds(1);
+  if (unit == "m") per_unit = absl::Minutes(1);
+  if (unit == "h") per_unit = absl::Hours(1);
+  if (digits == 0 || per_unit == absl::ZeroDuration()) {
+    return bad("want a whole number and a unit: ms, s, m or h, e.g. 20ms, 5m");
+  }
+  int64_t count = 0;
+  if (!absl::SimpleAtoi(text.substr(0, digits), &count)) return bad("too large");
+  if (count == 0) return bad("must be greater than zero");
+  const absl::Duration duration = count * per_unit;  // saturates to infinity on overflow
+  if (duration == absl::InfiniteDuration()) return bad("too large");
+  return duration;
+}
+
+absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
+  const absl::string_view text = FromStd(std_text);
+  if (text == "day") return WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"};
+  if (text == "month") return WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"};
+  const size_t digits = CountLeadingDigits(text);
+  int64_t count = 0;
+  if (digits > 0 && digits + 1 == text.size() && absl::SimpleAtoi(text.substr(0, digits), &count) &&
+      count >= 1 && count <= kMaxWindowCount) {
+    absl::Duration unit = absl::ZeroDuration();
+    if (text.back() == 's') unit = absl::Seconds(1);
+    if (text.back() == 'm') unit = absl::Minutes(1);
+    if (text.back() == 'h') unit = absl::Hours(1);
+    if (unit != absl::ZeroDuration()) {
+      return WindowSpec{
+          .kind = WindowSpec::Kind::kFixed, .length = count * unit, .text = std::string(text)};
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
+}
+
+bool IsValidSubject(std::string_view subject) {
+  return !subject.empty() && subject.size() <= kMaxSubjectLength &&
+         AllOf(FromStd(subject), [](char c) {
+           return absl::ascii_isalnum(c) ||
+                  absl::string_view("._:@/+=-").find(c) != absl::string_view::npos;
+         });
+}
+
+}  // namespace sluice::config
+
+#undef SLUICE_RETURN_IF_ERROR

@@ -1,0 +1,143 @@
+// sluice.yaml as plain structs, and the loader that fills and validates them (DESIGN §2).
+//
+// Every value here has passed validation: a Config that ParseConfig or LoadConfigFile returned is
+// complete and consistent (names unique, references resolved, time zones known, numbers in range).
+// yaml-cpp is used only inside this module and its exceptions never leave it.
+#ifndef SLUICE_CONFIG_CONFIG_H_
+#define SLUICE_CONFIG_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace sluice::config {
+
+// Process exit code for a configuration error (sysexits.h EX_CONFIG).
+inline constexpr int kExitConfigError = 78;
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:8080";  // ip:port (no host names); IPv6 as [::1]:8080
+  std::string admin_listen = "127.0.0.1:9090";
+  std::string admin_token;  // "" here and in SLUICE_ADMIN_TOKEN: admin refuses all
+  int threads = 0;          // 0: one per core
+  std::string api_key_header = "X-API-Key";
+  int deny_status = 429;                     // any 4xx; 403 for nginx auth_request
+  std::string anonymous_plan;                // "" : requests without a key get 401
+  std::vector<std::string> trusted_proxies;  // CIDRs, validated (IPv4 or IPv6)
+};
+
+enum class StoreType { kMemory, kRedis };
+
+struct MemoryStoreConfig {
+  std::string snapshot_path;  // "": nothing persisted
+  absl::Duration snapshot_interval = absl::Seconds(1);
+};
+
+struct RedisStoreConfig {
+  std::string url = "redis://127.0.0.1:6379/0";
+  absl::Duration timeout = absl::Milliseconds(20);
+  std::string key_prefix = "sl";
+};
+
+struct StoreConfig {
+  StoreType type = StoreType::kMemory;
+  MemoryStoreConfig memory;
+  RedisStoreConfig redis;
+};
+
+// What a decision answers when the store cannot be reached in time.
+enum class OnStoreError { kAllow, kDeny };
+
+// A limit's window as written: a fixed duration aligned to the Unix epoch, or a calendar period in
+// the plan's time zone.
+struct WindowSpec {
+  enum class Kind { kFixed, kDay, kMonth };
+  Kind kind = Kind::kFixed;
+  absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
+  std::string text;                              // as written: "1m", "day", "month"
+
+  friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
+};
+
+struct LimitConfig {
+  std::string name;   // unique within its plan; [A-Za-z0-9_.-]{1,64}
+  int64_t quota = 0;  // >= 1
+  WindowSpec window;
+  std::vector<int> alert_at;  // percentages 1..100, strictly increasing after validation
+};
+
+struct PlanConfig {
+  std::string name;                 // [A-Za-z0-9_.-]{1,64}
+  std::string timezone = "UTC";     // IANA name known to abseil's time zone database
+  std::vector<LimitConfig> limits;  // at least one
+};
+
+struct KeyConfig {
+  std::string key;         // plaintext key, or
+  std::string key_sha256;  // lowercase hex SHA-256 of the key (exactly one of the two)
+  std::string subject;     // a valid subject (DESIGN §1)
+  std::string plan;        // names a plan
+  std::string email;       // optional: where this subject's alerts go
+  std::string webhook;     // optional: this subject's own webhook URL
+};
+
+struct SinkConfig {
+  enum class Type { kWebhook, kSlack, kEmail };
+  Type type = Type::kWebhook;
+  std::string url;              // webhook, slack
+  std::string secret;           // webhook: Standard Webhooks secret ("whsec_" + base64)
+  std::string smtp_url;         // email
+  std::string from;             // email
+  std::vector<std::string> to;  // email: fixed recipients in addition to the subject's email
+};
+
+struct RetryConfig {
+  int max_attempts = 10;
+  absl::Duration first_delay = absl::Seconds(5);
+  absl::Duration max_delay = absl::Hours(1);
+};
+
+struct AlertsConfig {
+  std::vector<SinkConfig> sinks;
+  RetryConfig retry;
+};
+
+struct Config {
+  std::string path;  // `source` given to ParseConfig: the file path for LoadConfigFile
+  ServerConfig server;
+  StoreConfig store;
+  OnStoreError on_store_error = OnStoreError::kAllow;
+  std::vector<PlanConfig> plans;  // in file order
+  std::vector<KeyConfig> keys;
+  AlertsConfig alerts;
+
+  // The plan named `name`, or nullptr.
+  [[nodiscard]] const PlanConfig* FindPlan(std::string_view name) const;
+};
+
+// Parses and validates YAML text. `source` names it in errors (normally the file path) and becomes
+// Config::path. A field written without a value (`threads:` or `threads: ~`) counts as absent.
+// Errors are InvalidArgument with the message "<source>: <key.path>: <what is wrong>", e.g.
+// "sluice.yaml: plans.free.limits[1].window: bad window \"5x\" (want Ns, Nm, Nh, day or month)".
+[[nodiscard]] absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view source);
+
+// Reads `path` and parses it as ParseConfig does; Config::path is `path`. A missing or unreadable
+// file is also InvalidArgument, naming it: "<path>: cannot open: No such file or directory".
+[[nodiscard]] absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
+[[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
+
+// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day" or "month".
+[[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
+
+// True if `subject` is 1-200 bytes of [A-Za-z0-9._:@/+=-] (DESIGN §1).
+[[nodiscard]] bool IsValidSubject(std::string_view subject);
+
+}  // namespace sluice::config
+
+#endif  // SLUICE_CONFIG_CONFIG_H_

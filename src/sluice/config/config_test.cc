@@ -1,0 +1,706 @@
+#include "sluice/config/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace sluice::config {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+// The smallest valid configuration: one plan with one limit.
+constexpr char kPlans[] = R"(
+plans:
+  free:
+    limits:
+      - { name: per_minute, quota: 60, window: 1m }
+)";
+
+// SHA-256 of "demo-hashed-key".
+constexpr char kHash[] = "01bc727c90fb6f9cf915487e84abeb3ba1339efc6ba94f928583977a76bab05e";
+
+// Every field set, none to its default.
+constexpr char kFull[] = R"(
+server:
+  listen: "0.0.0.0:8081"
+  admin_listen: "[::1]:9091"
+  admin_token: admin-token-1
+  threads: 4
+  api_key_header: X-Key
+  deny_status: 403
+  anonymous_plan: anon
+  trusted_proxies: [10.0.0.0/8, "fd00::/8", 192.168.1.1]
+store:
+  type: redis
+  memory: { snapshot_path: /var/lib/sluice/state.snap, snapshot_interval: 30s }
+  redis: { url: "redis://10.0.0.5:6380/2", timeout: 50ms, key_prefix: myapp }
+on_store_error: deny
+plans:
+  pro:
+    timezone: Europe/Berlin
+    limits:
+      - { name: per_second, quota: 50, window: 10s }
+      - { name: monthly, quota: 2000000, window: month, alert_at: [100, 50, 80] }
+  anon:
+    limits:
+      - { name: hourly, quota: 100, window: 2h }
+      - { name: daily, quota: 500, window: day }
+keys:
+  - { key: k-one, subject: "user:1", plan: pro, email: a@example.com, webhook: "https://e.com/h" }
+  - key_sha256: 01bc727c90fb6f9cf915487e84abeb3ba1339efc6ba94f928583977a76bab05e
+    subject: user-2
+    plan: anon
+alerts:
+  sinks:
+    - { type: webhook, url: "http://127.0.0.1:9999/hooks", secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw }
+    - { type: slack, url: "https://hooks.slack.com/services/T/B/X" }
+    - type: email
+      smtp_url: "smtps://mail.example.com:465"
+      from: alerts@example.com
+      to: [ops@example.com, b@example.com]
+  retry: { max_attempts: 3, first_delay: 500ms, max_delay: 10m }
+)";
+
+// kPlans followed by `sections`.
+std::string WithPlan(const std::string& sections) { return absl::StrCat(kPlans, sections); }
+
+// A configuration whose only limit is `limit` (a flow map's contents).
+std::string WithLimit(const std::string& limit) {
+  return absl::StrCat("plans:\n  free:\n    limits:\n      - { ", limit, " }\n");
+}
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  // Parses `yaml` named "test.yaml" in errors.
+  static absl::StatusOr<Config> Parse(std::string_view yaml) {
+    return ParseConfig(yaml, "test.yaml");
+  }
+  // The error message for `yaml`, or "OK" when it is valid.
+  static std::string ErrorOf(std::string_view yaml) {
+    absl::StatusOr<Config> config = Parse(yaml);
+    return config.ok() ? "OK" : std::string(config.status().message());
+  }
+};
+
+// ------------------------------------------------------------------------------------------
+// Valid files.
+
+TEST_F(ConfigTest, FullConfigParsesEveryField) {
+  absl::StatusOr<Config> config = Parse(kFull);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->path, "test.yaml");
+
+  const ServerConfig& server = config->server;
+  EXPECT_EQ(server.listen, "0.0.0.0:8081");
+  EXPECT_EQ(server.admin_listen, "[::1]:9091");
+  EXPECT_EQ(server.admin_token, "admin-token-1");
+  EXPECT_EQ(server.threads, 4);
+  EXPECT_EQ(server.api_key_header, "X-Key");
+  EXPECT_EQ(server.deny_status, 403);
+  EXPECT_EQ(server.anonymous_plan, "anon");
+  EXPECT_THAT(server.trusted_proxies, ElementsAre("10.0.0.0/8", "fd00::/8", "192.168.1.1"));
+
+  const StoreConfig& store = config->store;
+  EXPECT_EQ(store.type, StoreType::kRedis);
+  EXPECT_EQ(store.memory.snapshot_path, "/var/lib/sluice/state.snap");
+  EXPECT_EQ(store.memory.snapshot_interval, absl::Seconds(30));
+  EXPECT_EQ(store.redis.url, "redis://10.0.0.5:6380/2");
+  EXPECT_EQ(store.redis.timeout, absl::Milliseconds(50));
+  EXPECT_EQ(store.redis.key_prefix, "myapp");
+  EXPECT_EQ(config->on_store_error, OnStoreError::kDeny);
+
+  ASSERT_EQ(config->plans.size(), 2u);
+  const PlanConfig& pro = config->plans[0];
+  EXPECT_EQ(pro.name, "pro");
+  EXPECT_EQ(pro.timezone, "Europe/Berlin");
+  ASSERT_EQ(pro.limits.size(), 2u);
+  EXPECT_EQ(pro.limits[0].name, "per_second");
+  EXPECT_EQ(pro.limits[0].quota, 50);
+  EXPECT_EQ(
+      pro.limits[0].window,
+      (WindowSpec{.kind = WindowSpec::Kind::kFixed, .length = absl::Seconds(10), .text = "10s"}));
+  EXPECT_THAT(pro.limits[0].alert_at, IsEmpty());
+  EXPECT_EQ(pro.limits[1].name, "monthly");
+  EXPECT_EQ(pro.limits[1].quota, 2000000);
+  EXPECT_EQ(pro.limits[1].window.kind, WindowSpec::Kind::kMonth);
+  EXPECT_THAT(pro.limits[1].alert_at, ElementsAre(50, 80, 100));
+  const PlanConfig& anon = config->plans[1];
+  EXPECT_EQ(anon.name, "anon");
+  EXPECT_EQ(anon.timezone, "UTC");
+  ASSERT_EQ(anon.limits.size(), 2u);
+  EXPECT_EQ(anon.limits[0].window.length, absl::Hours(2));
+  EXPECT_EQ(anon.limits[1].window.kind, WindowSpec::Kind::kDay);
+  EXPECT_EQ(anon.limits[1].quota, 500);
+
+  ASSERT_EQ(config->keys.size(), 2u);
+  EXPECT_EQ(config->keys[0].key, "k-one");
+  EXPECT_EQ(config->keys[0].key_sha256, "");
+  EXPECT_EQ(config->keys[0].subject, "user:1");
+  EXPECT_EQ(config->keys[0].plan, "pro");
+  EXPECT_EQ(config->keys[0].email, "a@example.com");
+  EXPECT_EQ(config->keys[0].webhook, "https://e.com/h");
+  EXPECT_EQ(config->keys[1].key, "");
+  EXPECT_EQ(config->keys[1].key_sha256, kHash);
+  EXPECT_EQ(config->keys[1].subject, "user-2");
+  EXPECT_EQ(config->keys[1].plan, "anon");
+  EXPECT_EQ(config->keys[1].email, "");
+  EXPECT_EQ(config->keys[1].webhook, "");
+
+  const AlertsConfig& alerts = config->alerts;
+  ASSERT_EQ(alerts.sinks.size(), 3u);
+  EXPECT_EQ(alerts.sinks[0].type, SinkConfig::Type::kWebhook);
+  EXPECT_EQ(alerts.sinks[0].url, "http://127.0.0.1:9999/hooks");
+  EXPECT_EQ(alerts.sinks[0].secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+  EXPECT_EQ(alerts.sinks[1].type, SinkConfig::Type::kSlack);
+  EXPECT_EQ(alerts.sinks[1].url, "https://hooks.slack.com/services/T/B/X");
+  EXPECT_EQ(alerts.sinks[2].type, SinkConfig::Type::kEmail);
+  EXPECT_EQ(alerts.sinks[2].smtp_url, "smtps://mail.example.com:465");
+  EXPECT_EQ(alerts.sinks[2].from, "alerts@example.com");
+  EXPECT_THAT(alerts.sinks[2].to, ElementsAre("ops@example.com", "b@example.com"));
+  EXPECT_EQ(alerts.retry.max_attempts, 3);
+  EXPECT_EQ(alerts.retry.first_delay, absl::Milliseconds(500));
+  EXPECT_EQ(alerts.retry.max_delay, absl::Minutes(10));
+}
+
+TEST_F(ConfigTest, OmittedSectionsTakeTheirDefaults) {
+  absl::StatusOr<Config> config = Parse(kPlans);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.listen, "127.0.0.1:8080");
+  EXPECT_EQ(config->server.admin_listen, "127.0.0.1:9090");
+  EXPECT_EQ(config->server.admin_token, "");
+  EXPECT_EQ(config->server.threads, 0);
+  EXPECT_EQ(config->server.api_key_header, "X-API-Key");
+  EXPECT_EQ(config->server.deny_status, 429);
+  EXPECT_EQ(config->server.anonymous_plan, "");
+  EXPECT_THAT(config->server.trusted_proxies, IsEmpty());
+  EXPECT_EQ(config->store.type, StoreType::kMemory);
+  EXPECT_EQ(config->store.memory.snapshot_path, "");
+  EXPECT_EQ(config->store.memory.snapshot_interval, absl::Seconds(1));
+  EXPECT_EQ(config->store.redis.url, "redis://127.0.0.1:6379/0");
+  EXPECT_EQ(config->store.redis.timeout, absl::Milliseconds(20));
+  EXPECT_EQ(config->store.redis.key_prefix, "sl");
+  EXPECT_EQ(config->on_store_error, OnStoreError::kAllow);
+  ASSERT_EQ(config->plans.size(), 1u);
+  EXPECT_EQ(config->plans[0].timezone, "UTC");
+  EXPECT_THAT(config->plans[0].limits[0].alert_at, IsEmpty());
+  EXPECT_THAT(config->keys, IsEmpty());
+  EXPECT_THAT(config->alerts.sinks, IsEmpty());
+  EXPECT_EQ(config->alerts.retry.max_attempts, 10);
+  EXPECT_EQ(config->alerts.retry.first_delay, absl::Seconds(5));
+  EXPECT_EQ(config->alerts.retry.max_delay, absl::Hours(1));
+}
+
+TEST_F(ConfigTest, FieldWrittenWithoutValueTakesItsDefault) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("server:\n  threads:\n  deny_status: ~\nstore:\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.threads, 0);
+  EXPECT_EQ(config->server.deny_status, 429);
+}
+
+TEST_F(ConfigTest, AlertPercentagesAreSortedAscending) {
+  absl::StatusOr<Config> config =
+      Parse(WithLimit("name: daily, quota: 10, window: day, alert_at: [100, 50, 80]"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->plans[0].limits[0].alert_at, ElementsAre(50, 80, 100));
+}
+
+TEST_F(ConfigTest, FindPlanReturnsThePlanOrNull) {
+  absl::StatusOr<Config> config = Parse(kFull);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_NE(config->FindPlan("anon"), nullptr);
+  EXPECT_EQ(config->FindPlan("anon")->name, "anon");
+  EXPECT_EQ(config->FindPlan("gold"), nullptr);
+}
+
+TEST_F(ConfigTest, ExampleFileIsValidAndHasItsThreePlans) {
+  absl::StatusOr<Config> config =
+      LoadConfigFile(absl::StrCat(SLUICE_SOURCE_DIR, "/examples/sluice.yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->path, absl::StrCat(SLUICE_SOURCE_DIR, "/examples/sluice.yaml"));
+  EXPECT_NE(config->FindPlan("free"), nullptr);
+  EXPECT_NE(config->FindPlan("pro"), nullptr);
+  EXPECT_NE(config->FindPlan("anonymous"), nullptr);
+  EXPECT_EQ(config->server.anonymous_plan, "anonymous");
+  EXPECT_EQ(config->keys.size(), 3u);
+  EXPECT_EQ(config->keys[2].key_sha256, kHash);
+}
+
+// ------------------------------------------------------------------------------------------
+// Files and YAML syntax.
+
+TEST_F(ConfigTest, MissingFileIsAnErrorNamingIt) {
+  absl::StatusOr<Config> config = LoadConfigFile("/nonexistent/sluice.yaml");
+  EXPECT_EQ(config.status(),
+            absl::InvalidArgumentError(
+                "/nonexistent/sluice.yaml: cannot open: No such file or directory"));
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorGivesLineAndColumn) {
+  EXPECT_EQ(ErrorOf("plans:\n  free: [a, b\n"),
+            "test.yaml: line 3, column 1: end of sequence flow not found");
+}
+
+TEST_F(ConfigTest, ErrorsAreInvalidArgument) {
+  EXPECT_EQ(Parse("plans: {}").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ConfigTest, TopLevelMustBeAMap) {
+  EXPECT_EQ(ErrorOf("- a\n- b\n"), "test.yaml: expected a map at the top level, got a list");
+}
+
+TEST_F(ConfigTest, SecondDocumentIsRejected) {
+  EXPECT_EQ(ErrorOf(absl::StrCat(kPlans, "---\n", kPlans)),
+            "test.yaml: expected one YAML document, found 2");
+}
+
+// ------------------------------------------------------------------------------------------
+// Structure: unknown, repeated and mistyped fields.
+
+TEST_F(ConfigTest, UnknownFieldNamesItsPathAndTheExpectedFields) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, qouta: 5, window: day")),
+            "test.yaml: plans.free.limits[0].qouta: unknown field (expected one of: name, quota, "
+            "window, alert_at)");
+}
+
+TEST_F(ConfigTest, UnknownTopLevelFieldIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("serv: {}\n")),
+            "test.yaml: serv: unknown field (expected one of: server, store, on_store_error, "
+            "plans, keys, alerts)");
+}
+
+TEST_F(ConfigTest, RepeatedFieldIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  threads: 1\n  threads: 2\n")),
+            "test.yaml: server.threads: duplicate field");
+}
+
+TEST_F(ConfigTest, MapWhereStringExpectedIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {listen: {host: a}}\n")),
+            "test.yaml: server.listen: expected a string, got a map");
+}
+
+TEST_F(ConfigTest, ScalarWhereListExpectedIsRejectedWithoutQuotingIt) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys: my-secret-key\n")),
+            "test.yaml: keys: expected a list, got a scalar");
+}
+
+// ------------------------------------------------------------------------------------------
+// Plans and limits.
+
+TEST_F(ConfigTest, NoPlansIsRejected) {
+  EXPECT_EQ(ErrorOf("server: {threads: 1}\n"), "test.yaml: plans: at least one plan is required");
+  EXPECT_EQ(ErrorOf(""), "test.yaml: plans: at least one plan is required");
+  EXPECT_EQ(ErrorOf("plans: {}\n"), "test.yaml: plans: at least one plan is required");
+}
+
+TEST_F(ConfigTest, DuplicatePlanNameIsRejected) {
+  EXPECT_EQ(
+      ErrorOf(absl::StrCat(kPlans, "  free:\n    limits: [{name: a, quota: 1, window: 1s}]\n")),
+      "test.yaml: plans.free: duplicate plan name \"free\"");
+}
+
+TEST_F(ConfigTest, BadPlanNameIsRejected) {
+  EXPECT_EQ(ErrorOf("plans:\n  my plan:\n    limits: [{name: a, quota: 1, window: 1s}]\n"),
+            "test.yaml: plans.my plan: bad plan name \"my plan\" (want 1-64 characters of A-Z "
+            "a-z 0-9 _ . -)");
+}
+
+TEST_F(ConfigTest, PlanWithoutLimitsIsRejected) {
+  EXPECT_EQ(ErrorOf("plans:\n  free:\n    limits: []\n"),
+            "test.yaml: plans.free.limits: at least one limit is required");
+  EXPECT_EQ(ErrorOf("plans:\n  free:\n    timezone: UTC\n"),
+            "test.yaml: plans.free.limits: at least one limit is required");
+}
+
+TEST_F(ConfigTest, DuplicateLimitNameIsRejected) {
+  EXPECT_EQ(ErrorOf("plans:\n  free:\n    limits:\n"
+                    "      - {name: daily, quota: 1, window: day}\n"
+                    "      - {name: daily, quota: 2, window: month}\n"),
+            "test.yaml: plans.free.limits[1].name: duplicate limit name \"daily\"");
+}
+
+TEST_F(ConfigTest, BadLimitNameIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: \"per minute\", quota: 1, window: 1m")),
+            "test.yaml: plans.free.limits[0].name: bad limit name \"per minute\" (want 1-64 "
+            "characters of A-Z a-z 0-9 _ . -)");
+}
+
+TEST_F(ConfigTest, MissingQuotaIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, window: day")),
+            "test.yaml: plans.free.limits[0].quota: missing required field");
+}
+
+TEST_F(ConfigTest, QuotaZeroIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 0, window: day")),
+            "test.yaml: plans.free.limits[0].quota: must be between 1 and 1000000000000000, got 0");
+}
+
+TEST_F(ConfigTest, QuotaAboveOneQuadrillionIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1000000000000001, window: day")),
+            "test.yaml: plans.free.limits[0].quota: must be between 1 and 1000000000000000, got "
+            "1000000000000001");
+}
+
+TEST_F(ConfigTest, NonIntegerQuotaIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: abc, window: day")),
+            "test.yaml: plans.free.limits[0].quota: expected an integer, got \"abc\"");
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1.5, window: day")),
+            "test.yaml: plans.free.limits[0].quota: expected an integer, got \"1.5\"");
+}
+
+TEST_F(ConfigTest, BadWindowIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1, window: 5x")),
+            "test.yaml: plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day or "
+            "month)");
+}
+
+TEST_F(ConfigTest, UnknownTimeZoneIsRejected) {
+  EXPECT_EQ(ErrorOf("plans:\n  free:\n    timezone: Mars/Base\n"
+                    "    limits: [{name: a, quota: 1, window: day}]\n"),
+            "test.yaml: plans.free.timezone: unknown time zone \"Mars/Base\"");
+}
+
+TEST_F(ConfigTest, TimeZoneThatIsAPathIsRejected) {
+  EXPECT_EQ(ErrorOf("plans:\n  free:\n    timezone: /etc/localtime\n"
+                    "    limits: [{name: a, quota: 1, window: day}]\n"),
+            "test.yaml: plans.free.timezone: unknown time zone \"/etc/localtime\"");
+}
+
+TEST_F(ConfigTest, AlertAtZeroIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1, window: day, alert_at: [0]")),
+            "test.yaml: plans.free.limits[0].alert_at[0]: must be between 1 and 100, got 0");
+}
+
+TEST_F(ConfigTest, AlertAtAbove100IsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1, window: day, alert_at: [80, 101]")),
+            "test.yaml: plans.free.limits[0].alert_at[1]: must be between 1 and 100, got 101");
+}
+
+TEST_F(ConfigTest, DuplicateAlertAtIsRejected) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1, window: day, alert_at: [80, 90, 80]")),
+            "test.yaml: plans.free.limits[0].alert_at[2]: duplicate percentage 80");
+}
+
+TEST_F(ConfigTest, MoreThan16AlertPercentagesAreRejected) {
+  EXPECT_EQ(
+      ErrorOf(WithLimit("name: d, quota: 1, window: day, "
+                        "alert_at: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]")),
+      "test.yaml: plans.free.limits[0].alert_at: at most 16 percentages, got 17");
+}
+
+// ------------------------------------------------------------------------------------------
+// Durations and windows.
+
+TEST(ParseDurationTest, AcceptsAnIntegerAndAUnit) {
+  EXPECT_EQ(*ParseDuration("20ms"), absl::Milliseconds(20));
+  EXPECT_EQ(*ParseDuration("1s"), absl::Seconds(1));
+  EXPECT_EQ(*ParseDuration("5m"), absl::Minutes(5));
+  EXPECT_EQ(*ParseDuration("1h"), absl::Hours(1));
+}
+
+TEST(ParseDurationTest, RejectsMissingUnitsAndGarbage) {
+  for (const char* text : {"", "5", "s", "-5s", "1.5s", "5 s", " 5s", "5d", "5sec", "1h30m"}) {
+    EXPECT_EQ(ParseDuration(text).status(),
+              absl::InvalidArgumentError(absl::StrCat(
+                  "bad duration \"", text,
+                  "\" (want a whole number and a unit: ms, s, m or h, e.g. 20ms, 5m)")))
+        << text;
+  }
+}
+
+TEST(ParseDurationTest, RejectsZero) {
+  EXPECT_EQ(ParseDuration("0s").status(),
+            absl::InvalidArgumentError("bad duration \"0s\" (must be greater than zero)"));
+}
+
+TEST(ParseDurationTest, RejectsOverflow) {
+  EXPECT_EQ(ParseDuration("99999999999999999999h").status(),
+            absl::InvalidArgumentError("bad duration \"99999999999999999999h\" (too large)"));
+  EXPECT_EQ(ParseDuration("9000000000000000h").status(),
+            absl::InvalidArgumentError("bad duration \"9000000000000000h\" (too large)"));
+}
+
+TEST_F(ConfigTest, BadDurationInConfigNamesItsPath) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: {snapshot_interval: 5x}\n")),
+            "test.yaml: store.memory.snapshot_interval: bad duration \"5x\" (want a whole number "
+            "and a unit: ms, s, m or h, e.g. 20ms, 5m)");
+}
+
+TEST_F(ConfigTest, ZeroDurationInConfigIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {timeout: 0ms}\n")),
+            "test.yaml: store.redis.timeout: bad duration \"0ms\" (must be greater than zero)");
+}
+
+TEST(ParseWindowTest, FixedWindowsKeepTheirTextAndLength) {
+  EXPECT_EQ(
+      *ParseWindow("1s"),
+      (WindowSpec{.kind = WindowSpec::Kind::kFixed, .length = absl::Seconds(1), .text = "1s"}));
+  EXPECT_EQ(
+      *ParseWindow("5m"),
+      (WindowSpec{.kind = WindowSpec::Kind::kFixed, .length = absl::Minutes(5), .text = "5m"}));
+  EXPECT_EQ(
+      *ParseWindow("24h"),
+      (WindowSpec{.kind = WindowSpec::Kind::kFixed, .length = absl::Hours(24), .text = "24h"}));
+}
+
+TEST(ParseWindowTest, DayAndMonthAreCalendarPeriods) {
+  EXPECT_EQ(*ParseWindow("day"), (WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"}));
+  EXPECT_EQ(*ParseWindow("month"), (WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"}));
+}
+
+TEST(ParseWindowTest, RejectsAnythingElse) {
+  for (const char* text : {"", "0m", "5x", "1d", "Day", "1ms", "m", "-1m", "1.5h", "1 m"}) {
+    EXPECT_EQ(ParseWindow(text).status(),
+              absl::InvalidArgumentError(
+                  absl::StrCat("bad window \"", text, "\" (want Ns, Nm, Nh, day or month)")))
+        << text;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Keys.
+
+TEST_F(ConfigTest, KeyWithUnknownPlanIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: gold}\n")),
+            "test.yaml: keys[0].plan: unknown plan \"gold\"");
+}
+
+TEST_F(ConfigTest, DuplicateKeyNamesTheEarlierEntryButNotTheKey) {
+  const std::string error =
+      ErrorOf(WithPlan("keys:\n"
+                       "  - {key: sekrit-key-123, subject: u1, plan: free}\n"
+                       "  - {key: sekrit-key-123, subject: u2, plan: free}\n"));
+  EXPECT_EQ(error, "test.yaml: keys[1].key: duplicate key (same as keys[0])");
+  EXPECT_THAT(error, Not(HasSubstr("sekrit")));
+}
+
+TEST_F(ConfigTest, DuplicateKeySha256IsRejected) {
+  EXPECT_EQ(
+      ErrorOf(WithPlan(absl::StrCat("keys:\n  - {key: other, subject: u0, plan: free}\n",
+                                    "  - {key_sha256: ", kHash, ", subject: u1, plan: free}\n",
+                                    "  - {key_sha256: ", kHash, ", subject: u2, plan: free}\n"))),
+      "test.yaml: keys[2].key_sha256: duplicate key (same as keys[1])");
+}
+
+TEST_F(ConfigTest, KeyNeedsExactlyOneOfKeyAndKeySha256) {
+  EXPECT_EQ(ErrorOf(WithPlan(absl::StrCat("keys:\n  - {key: k1, key_sha256: ", kHash,
+                                          ", subject: u1, plan: free}\n"))),
+            "test.yaml: keys[0]: set exactly one of key and key_sha256");
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {subject: u1, plan: free}\n")),
+            "test.yaml: keys[0]: set exactly one of key and key_sha256");
+}
+
+TEST_F(ConfigTest, KeyWithSpacesIsRejectedWithoutQuotingIt) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: \"my key\", subject: u1, plan: free}\n")),
+            "test.yaml: keys[0].key: must be 1-512 printable ASCII characters without spaces");
+}
+
+TEST_F(ConfigTest, BadKeySha256IsRejected) {
+  EXPECT_EQ(
+      ErrorOf(WithPlan("keys:\n  - {key_sha256: ABCDEF, subject: u1, plan: free}\n")),
+      "test.yaml: keys[0].key_sha256: must be 64 lowercase hex characters (a SHA-256 digest)");
+}
+
+TEST_F(ConfigTest, BadSubjectIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: \"user 1\", plan: free}\n")),
+            "test.yaml: keys[0].subject: bad subject \"user 1\" (want 1-200 bytes of A-Z a-z 0-9 . "
+            "_ : @ / + = -)");
+}
+
+TEST_F(ConfigTest, KeyWithoutSubjectIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, plan: free}\n")),
+            "test.yaml: keys[0].subject: missing required field");
+}
+
+TEST_F(ConfigTest, BadKeyEmailIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, email: a@b@c}\n")),
+            "test.yaml: keys[0].email: bad email address \"a@b@c\" (want exactly one @ with text "
+            "on both sides)");
+}
+
+TEST_F(ConfigTest, KeyWebhookMustBeHttp) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, webhook: "
+                             "\"ftp://x\"}\n")),
+            "test.yaml: keys[0].webhook: must be an http:// or https:// URL");
+}
+
+TEST(IsValidSubjectTest, AcceptsTheSubjectAlphabetUpTo200Bytes) {
+  EXPECT_TRUE(IsValidSubject("user-42"));
+  EXPECT_TRUE(IsValidSubject("ip:2001:db8::1/128"));
+  EXPECT_TRUE(IsValidSubject("a.b_c:d@e/f+g=h-i"));
+  EXPECT_TRUE(IsValidSubject(std::string(200, 'a')));
+}
+
+TEST(IsValidSubjectTest, RejectsEmptyTooLongAndOtherCharacters) {
+  EXPECT_FALSE(IsValidSubject(""));
+  EXPECT_FALSE(IsValidSubject(std::string(201, 'a')));
+  EXPECT_FALSE(IsValidSubject("user 1"));
+  EXPECT_FALSE(IsValidSubject("user\n1"));
+  EXPECT_FALSE(IsValidSubject(std::string_view("user\0", 5)));
+  EXPECT_FALSE(IsValidSubject("usér"));
+  EXPECT_FALSE(IsValidSubject("a,b"));
+}
+
+// ------------------------------------------------------------------------------------------
+// Server.
+
+TEST_F(ConfigTest, AnonymousPlanMustNameAPlan) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {anonymous_plan: anon}\n")),
+            "test.yaml: server.anonymous_plan: unknown plan \"anon\"");
+}
+
+TEST_F(ConfigTest, BadTrustedProxyCidrIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]}\n")),
+            "test.yaml: server.trusted_proxies[1]: bad CIDR \"10.0.0.0/33\" (want an IPv4 or IPv6 "
+            "address or CIDR, e.g. 10.0.0.0/8 or fd00::/8)");
+}
+
+TEST_F(ConfigTest, TrustedProxiesAcceptAddressesAndCidrsOfBothFamilies) {
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  trusted_proxies: [127.0.0.1, 0.0.0.0/0, \"::1\", "
+                             "\"2001:db8::/32\", \"::/0\"]\n")),
+            "OK");
+  for (const char* bad : {"10.0.0/8", "::1/129", "10.0.0.0/", "host.example", "10.0.0.0/x"}) {
+    EXPECT_THAT(ErrorOf(WithPlan(absl::StrCat("server: {trusted_proxies: [\"", bad, "\"]}\n"))),
+                HasSubstr("bad CIDR"))
+        << bad;
+  }
+}
+
+TEST_F(ConfigTest, BadListenAddressIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {listen: \"127.0.0.1:70000\"}\n")),
+            "test.yaml: server.listen: bad address \"127.0.0.1:70000\" (want ip:port, e.g. "
+            "127.0.0.1:8080 or [::1]:8080, port 1-65535)");
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:0", ":8080", "::1:8080", "[::1]8080",
+                          "localhost:8080", "[127.0.0.1]:80", "1.2.3.4:80x"}) {
+    EXPECT_THAT(ErrorOf(WithPlan(absl::StrCat("server: {listen: \"", bad, "\"}\n"))),
+                HasSubstr("bad address"))
+        << bad;
+  }
+}
+
+TEST_F(ConfigTest, ListenAcceptsIpv6InBrackets) {
+  absl::StatusOr<Config> config = Parse(WithPlan("server: {listen: \"[::]:8080\"}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.listen, "[::]:8080");
+}
+
+TEST_F(ConfigTest, AdminListenMustDifferFromListen) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {admin_listen: \"127.0.0.1:8080\"}\n")),
+            "test.yaml: server.admin_listen: must differ from server.listen");
+}
+
+TEST_F(ConfigTest, DenyStatusMustBe4xx) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {deny_status: 500}\n")),
+            "test.yaml: server.deny_status: must be between 400 and 499, got 500");
+}
+
+TEST_F(ConfigTest, ThreadsAbove1024AreRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {threads: 1025}\n")),
+            "test.yaml: server.threads: must be between 0 and 1024, got 1025");
+}
+
+TEST_F(ConfigTest, ApiKeyHeaderMustBeAnHttpToken) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {api_key_header: \"X API Key\"}\n")),
+            "test.yaml: server.api_key_header: bad header name \"X API Key\" (want an HTTP token: "
+            "letters, digits and !#$%&'*+-.^_`|~)");
+}
+
+TEST_F(ConfigTest, AdminTokenWithSpacesIsRejectedWithoutQuotingIt) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {admin_token: \"my token\"}\n")),
+            "test.yaml: server.admin_token: must be printable ASCII without spaces");
+}
+
+// ------------------------------------------------------------------------------------------
+// Store.
+
+TEST_F(ConfigTest, UnknownStoreTypeIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("store: {type: mysql}\n")),
+            "test.yaml: store.type: unknown store type \"mysql\" (want memory or redis)");
+}
+
+TEST_F(ConfigTest, RedissUrlIsNotSupportedYet) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"rediss://127.0.0.1:6379\"}\n")),
+            "test.yaml: store.redis.url: TLS (rediss://) is not supported yet");
+}
+
+TEST_F(ConfigTest, RedisUrlMustUseRedisScheme) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"http://127.0.0.1:6379\"}\n")),
+            "test.yaml: store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+}
+
+TEST_F(ConfigTest, BadRedisKeyPrefixIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {key_prefix: \"a:b\"}\n")),
+            "test.yaml: store.redis.key_prefix: bad key prefix \"a:b\" (want 1-32 characters of "
+            "A-Z a-z 0-9 _ . -)");
+}
+
+TEST_F(ConfigTest, UnknownStoreErrorPolicyIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("on_store_error: maybe\n")),
+            "test.yaml: on_store_error: unknown store error policy \"maybe\" (want allow or deny)");
+}
+
+// ------------------------------------------------------------------------------------------
+// Alerts.
+
+TEST_F(ConfigTest, UnknownSinkTypeIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n"
+                             "    - {type: slack, url: \"https://hooks.slack.com/x\"}\n"
+                             "    - {type: webhook, url: \"http://127.0.0.1/h\"}\n"
+                             "    - {type: sms}\n")),
+            "test.yaml: alerts.sinks[2].type: unknown sink type \"sms\" (want webhook, slack or "
+            "email)");
+}
+
+TEST_F(ConfigTest, WebhookSecretMustStartWithWhsec) {
+  const std::string error = ErrorOf(
+      WithPlan("alerts:\n  sinks:\n    - {type: webhook, url: \"http://h/\", secret: s3cr3t}\n"));
+  EXPECT_EQ(error,
+            "test.yaml: alerts.sinks[0].secret: must be \"whsec_\" followed by base64 (Standard "
+            "Webhooks)");
+  EXPECT_THAT(error, Not(HasSubstr("s3cr3t")));
+}
+
+TEST_F(ConfigTest, WebhookSinkNeedsAnHttpUrl) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n    - {type: webhook}\n")),
+            "test.yaml: alerts.sinks[0].url: missing required field");
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n    - {type: webhook, url: \"h:/x\"}\n")),
+            "test.yaml: alerts.sinks[0].url: must be an http:// or https:// URL");
+}
+
+TEST_F(ConfigTest, EmailSinkNeedsSmtpUrlAndFrom) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n    - {type: email, smtp_url: \"http://x\"}\n")),
+            "test.yaml: alerts.sinks[0].smtp_url: must be an smtp:// or smtps:// URL");
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n    - {type: email, smtp_url: \"smtp://x\"}\n")),
+            "test.yaml: alerts.sinks[0].from: missing required field");
+}
+
+TEST_F(ConfigTest, FieldOfAnotherSinkTypeIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  sinks:\n"
+                             "    - {type: slack, url: \"https://x\", secret: whsec_AAAA}\n")),
+            "test.yaml: alerts.sinks[0].secret: not used by sinks of type slack (expected one "
+            "of: type, url)");
+}
+
+TEST_F(ConfigTest, RetryMaxDelayBelowFirstDelayIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {first_delay: 10s, max_delay: 5s}\n")),
+            "test.yaml: alerts.retry.max_delay: must be at least first_delay (10s), got 5s");
+}
+
+TEST_F(ConfigTest, RetryMaxAttemptsOutOfRangeIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {max_attempts: 0}\n")),
+            "test.yaml: alerts.retry.max_attempts: must be between 1 and 100, got 0");
+}
+
+}  // namespace
+}  // namespace sluice::config

@@ -1,0 +1,110 @@
+#include "sluice/limiter/alert_event.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::MatchesRegex;
+
+// user-42 reached 80% of the free plan's daily limit on 2026-11-30 (UTC).
+AlertEvent Event() {
+  return {.subject = "user-42",
+          .plan = "free",
+          .limit = "daily",
+          .threshold = 80,
+          .used = 4000,
+          .quota = 5000,
+          .window_start = absl::FromUnixSeconds(1'795'996'800),
+          .window_end = absl::FromUnixSeconds(1'796'083'200),
+          .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
+}
+
+TEST(AlertEventIdTest, IsQaFollowedBy32LowercaseHexDigits) {
+  EXPECT_THAT(Event().Id(), MatchesRegex("qa_[0-9a-f]{32}"));
+}
+
+// A regression guard: ids are written down by receivers to de-duplicate, so this value must never
+// change, in any build or on any machine.
+TEST(AlertEventIdTest, NeverChanges) {
+  EXPECT_EQ(Event().Id(), "qa_126dc031e3ad138722aad2c34558f63a");
+}
+
+TEST(AlertEventIdTest, SameAlertBuiltTwiceGetsTheSameId) { EXPECT_EQ(Event().Id(), Event().Id()); }
+
+TEST(AlertEventIdTest, IgnoresCountsWindowEndAndFiringTime) {
+  AlertEvent later = Event();
+  later.used = 4003;
+  later.quota = 6000;
+  later.window_end += absl::Hours(1);
+  later.occurred_at += absl::Minutes(5);
+  EXPECT_EQ(later.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, DiffersWhenSubjectDiffers) {
+  AlertEvent other = Event();
+  other.subject = "user-43";
+  EXPECT_NE(other.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, DiffersWhenPlanDiffers) {
+  AlertEvent other = Event();
+  other.plan = "pro";
+  EXPECT_NE(other.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, DiffersWhenLimitDiffers) {
+  AlertEvent other = Event();
+  other.limit = "monthly";
+  EXPECT_NE(other.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, DiffersWhenWindowStartDiffers) {
+  AlertEvent next_window = Event();
+  next_window.window_start += absl::Hours(24);
+  EXPECT_NE(next_window.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, DiffersWhenThresholdDiffers) {
+  AlertEvent other = Event();
+  other.threshold = 100;
+  EXPECT_NE(other.Id(), Event().Id());
+}
+
+TEST(AlertEventIdTest, PartsCannotBeConfusedByMovingBytesBetweenThem) {
+  AlertEvent a = Event();
+  a.subject = "ab";
+  a.plan = "c";
+  AlertEvent b = Event();
+  b.subject = "a";
+  b.plan = "bc";
+  EXPECT_NE(a.Id(), b.Id());
+}
+
+TEST(AlertEventIdTest, PartsCannotBeConfusedWhenOneIsEmpty) {
+  AlertEvent a = Event();
+  a.plan = "free";
+  a.limit = "";
+  AlertEvent b = Event();
+  b.plan = "";
+  b.limit = "free";
+  EXPECT_NE(a.Id(), b.Id());
+}
+
+TEST(AlertEventIdTest, SeparatorBytesInsideAPartCannotForgeABoundary) {
+  AlertEvent a = Event();
+  a.subject = std::string("a\0b", 3);
+  a.plan = "c";
+  AlertEvent b = Event();
+  b.subject = "a";
+  b.plan = std::string("b\0c", 3);
+  EXPECT_NE(a.Id(), b.Id());
+}
+
+}  // namespace
+}  // namespace sluice

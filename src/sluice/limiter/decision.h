@@ -1,0 +1,40 @@
+// The answer to "may this subject spend `cost` under this plan now?" (DESIGN §1).
+#ifndef SLUICE_LIMITER_DECISION_H_
+#define SLUICE_LIMITER_DECISION_H_
+
+#include <cstdint>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/time/time.h"
+#include "sluice/limiter/plan.h"
+
+namespace sluice {
+
+struct LimitDecision {
+  const Limit* limit = nullptr;  // owned by the Limiter's PlanSet
+  int64_t used = 0;              // after this request
+  int64_t remaining = 0;         // max(quota - used, 0)
+  int64_t reset_after = 0;       // seconds until the window ends, rounded up
+  absl::Time window_start;
+  absl::Time window_end;
+  bool violated = false;  // this limit denied the request
+};
+
+// Valid while the Limiter that produced it lives (it points into the Limiter's plans).
+struct Decision {
+  const Plan* plan = nullptr;
+  bool allowed = false;
+  // True when the store failed and the answer follows on_store_error; `limits` then carries quotas
+  // and windows but used = 0 and remaining = quota, since the counters are unknown.
+  bool degraded = false;
+  int64_t retry_after = 0;  // denial: seconds until every violated limit has reset; else 0
+  absl::InlinedVector<LimitDecision, 4> limits;  // plan order
+
+  // The limit closest to exhaustion (least remaining, ties broken by soonest reset), for the
+  // X-RateLimit-* headers. REQUIRES: !limits.empty().
+  [[nodiscard]] const LimitDecision& Tightest() const;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_DECISION_H_

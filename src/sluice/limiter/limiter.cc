@@ -1,0 +1,149 @@
+#include "sluice/limiter/limiter.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+
+namespace sluice {
+namespace {
+
+using Windows = absl::InlinedVector<WindowBounds, 4>;
+
+Windows WindowsFor(const Plan& plan, absl::Time now) {
+  Windows windows;
+  windows.reserve(plan.limits.size());
+  for (const Limit& limit : plan.limits) {
+    windows.push_back(limit.window_cache->Get(limit.window, plan.tz, now));
+  }
+  return windows;
+}
+
+// Fills every per-limit field that does not depend on the counters.
+Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time now) {
+  Decision d;
+  d.plan = &plan;
+  d.limits.resize(plan.limits.size());
+  for (size_t i = 0; i < plan.limits.size(); ++i) {
+    LimitDecision& l = d.limits[i];
+    l.limit = &plan.limits[i];
+    l.window_start = windows[i].start;
+    l.window_end = windows[i].end;
+    l.reset_after = SecondsUntil(windows[i].end, now);
+    l.remaining = l.limit->quota;
+  }
+  return d;
+}
+
+// Applies the store's counters: per-limit used/remaining/violated and the overall retry_after.
+// A limit is violated when it alone would refuse the request: used + cost > quota (for a denial the
+// store reports the unchanged counters, so this is the rule the store applied).
+void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
+  d.allowed = result.allowed;
+  for (size_t i = 0; i < d.limits.size(); ++i) {
+    LimitDecision& l = d.limits[i];
+    l.used = result.used[i];
+    l.remaining = std::max<int64_t>(l.limit->quota - l.used, 0);
+    if (!result.allowed && l.used + cost > l.limit->quota) {
+      l.violated = true;
+      d.retry_after = std::max(d.retry_after, l.reset_after);
+    }
+  }
+}
+
+absl::Status ValidateSubject(std::string_view subject) {
+  if (config::IsValidSubject(subject)) return absl::OkStatus();
+  return absl::InvalidArgumentError("subject: must be 1-200 bytes of letters, digits and ._:@/+=-");
+}
+
+}  // namespace
+
+Limiter::Limiter(PlanSet plans, Store* store, const Clock* clock, LimiterOptions options)
+    : plans_(std::move(plans)), store_(store), clock_(clock), options_(options) {}
+
+void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
+  if (absl::Status s = ValidateSubject(req.subject); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  if (req.cost < 0 || req.cost > kMaxCost) {
+    std::move(done)(
+        absl::InvalidArgumentError(absl::StrCat("cost: must be an integer from 0 to ", kMaxCost)));
+    return;
+  }
+  const Plan* plan = plans_.Find(req.plan);
+  if (plan == nullptr) {
+    std::move(done)(
+        absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(req.plan), "\"")));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  Windows windows = WindowsFor(*plan, now);
+  StoreRequest store_req{
+      .subject = req.subject, .plan = plan, .cost = req.cost, .now = now, .windows = windows};
+  Decision skeleton = SkeletonDecision(*plan, windows, now);
+  const int64_t cost = req.cost;
+  const config::OnStoreError policy = options_.on_store_error;
+  store_->Decide(store_req, [skeleton = std::move(skeleton), cost, policy,
+                             done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
+    if (!result.ok()) {
+      skeleton.degraded = true;
+      skeleton.allowed = policy == config::OnStoreError::kAllow;
+      std::move(done)(std::move(skeleton));
+      return;
+    }
+    ApplyCounters(*result, cost, skeleton);
+    std::move(done)(std::move(skeleton));
+  });
+}
+
+void Limiter::Usage(std::string_view subject, std::string_view plan_name,
+                    UsageCallback done) const {
+  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const Plan* plan = plans_.Find(plan_name);
+  if (plan == nullptr) {
+    std::move(done)(
+        absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(plan_name), "\"")));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  Windows windows = WindowsFor(*plan, now);
+  store_->Usage({.subject = subject, .plan = plan, .cost = 0, .now = now, .windows = windows},
+                std::move(done));
+}
+
+void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::string_view limit,
+                    StatusCallback done) const {
+  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const Plan* plan = plans_.Find(plan_name);
+  if (plan == nullptr) {
+    std::move(done)(
+        absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(plan_name), "\"")));
+    return;
+  }
+  std::optional<size_t> index;
+  if (!limit.empty()) {
+    int i = plan->FindLimit(limit);
+    if (i < 0) {
+      std::move(done)(absl::NotFoundError(absl::StrCat("limit: plan \"", ToAbsl(plan_name),
+                                                       "\" has no limit \"", ToAbsl(limit), "\"")));
+      return;
+    }
+    index = static_cast<size_t>(i);
+  }
+  const absl::Time now = clock_->Now();
+  Windows windows = WindowsFor(*plan, now);
+  store_->Reset({.subject = subject, .plan = plan, .cost = 0, .now = now, .windows = windows},
+                index, std::move(done));
+}
+
+}  // namespace sluice

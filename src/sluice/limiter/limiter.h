@@ -1,0 +1,63 @@
+// The Limiter turns (subject, plan, cost) into a Decision: it validates the request, computes every
+// window from its Clock, asks the Store, and applies on_store_error when the store fails.
+#ifndef SLUICE_LIMITER_LIMITER_H_
+#define SLUICE_LIMITER_LIMITER_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "sluice/common/clock.h"
+#include "sluice/config/config.h"
+#include "sluice/limiter/decision.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/limiter/store.h"
+
+namespace sluice {
+
+inline constexpr int64_t kMaxCost = 1'000'000;
+
+struct DecisionRequest {
+  std::string_view subject;
+  std::string_view plan;
+  int64_t cost = 1;
+};
+
+using DecisionCallback = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
+
+struct LimiterOptions {
+  config::OnStoreError on_store_error = config::OnStoreError::kAllow;
+};
+
+// Thread-safe and immutable; a reload builds a new Limiter. `store` and `clock` must outlive it.
+class Limiter {
+ public:
+  Limiter(PlanSet plans, Store* store, const Clock* clock, LimiterOptions options);
+
+  // Decides `req`. `done` receives InvalidArgument for a bad subject or cost and NotFound for an
+  // unknown plan (both name the field); every other outcome, including a failed store, is a
+  // Decision. `done` runs exactly once, as Store::Decide's callback does. `req` is read only during
+  // the call.
+  void Decide(const DecisionRequest& req, DecisionCallback done) const;
+
+  // Current usage of `subject` under `plan` without consuming anything.
+  void Usage(std::string_view subject, std::string_view plan, UsageCallback done) const;
+
+  // Resets one limit (by name) or, with an empty `limit`, every limit of `plan` for `subject`.
+  void Reset(std::string_view subject, std::string_view plan, std::string_view limit,
+             StatusCallback done) const;
+
+  [[nodiscard]] const PlanSet& plans() const { return plans_; }
+  [[nodiscard]] const Clock& clock() const { return *clock_; }
+
+ private:
+  PlanSet plans_;
+  Store* store_;
+  const Clock* clock_;
+  LimiterOptions options_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_LIMITER_H_

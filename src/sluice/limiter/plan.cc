@@ -1,0 +1,52 @@
+#include "sluice/limiter/plan.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/stable_hash.h"
+#include "sluice/common/strings.h"
+
+namespace sluice {
+
+int Plan::FindLimit(std::string_view limit_name) const {
+  for (size_t i = 0; i < limits.size(); ++i) {
+    if (limits[i].name == limit_name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
+  PlanSet set;
+  for (const config::PlanConfig& pc : config.plans) {
+    auto plan = std::make_unique<Plan>();
+    plan->name = pc.name;
+    plan->tag = StableHash64(pc.name);
+    if (!absl::LoadTimeZone(pc.timezone, &plan->tz)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plans.", pc.name, ".timezone: unknown time zone \"", pc.timezone, "\""));
+    }
+    for (const config::LimitConfig& lc : pc.limits) {
+      Limit limit{.name = lc.name,
+                  .quota = lc.quota,
+                  .window = lc.window,
+                  .thresholds = {},
+                  .tag = static_cast<uint32_t>(StableHash64(lc.name)),
+                  .window_cache = std::make_shared<WindowCache>()};
+      for (int percent : lc.alert_at) {
+        // ceil(quota * percent / 100) without overflow: quota <= 1e15, percent <= 100.
+        int64_t count = (lc.quota * percent + 99) / 100;
+        limit.thresholds.push_back({.percent = percent, .count = count});
+      }
+      plan->limits.push_back(std::move(limit));
+    }
+    set.plans_.emplace(pc.name, std::move(plan));
+  }
+  return set;
+}
+
+const Plan* PlanSet::Find(std::string_view name) const {
+  auto it = plans_.find(ToAbsl(name));
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace sluice

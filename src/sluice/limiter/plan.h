@@ -1,0 +1,65 @@
+// The limits sluice enforces, built once from a validated Config and immutable afterwards.
+#ifndef SLUICE_LIMITER_PLAN_H_
+#define SLUICE_LIMITER_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sluice/config/config.h"
+#include "sluice/limiter/window.h"
+
+namespace sluice {
+
+// An alert threshold of a limit: fires when `used >= count` (count = ceil(quota * percent / 100)).
+struct Threshold {
+  int percent = 0;
+  int64_t count = 0;
+};
+
+struct Limit {
+  std::string name;
+  int64_t quota = 0;
+  config::WindowSpec window;
+  std::vector<Threshold> thresholds;  // ascending by percent; at most kMaxThresholds
+  uint32_t tag = 0;  // stable hash of the name: identifies the limit in saved state
+  // Memo of the current window (shared by copies of this Limit; see WindowCache).
+  std::shared_ptr<WindowCache> window_cache = std::make_shared<WindowCache>();
+};
+
+inline constexpr size_t kMaxThresholds = 16;
+
+struct Plan {
+  std::string name;
+  absl::TimeZone tz;
+  std::vector<Limit> limits;  // at least one
+  uint64_t tag = 0;           // stable hash of the name: identifies the plan in saved state
+
+  // Index of the limit named `name` in `limits`, or -1.
+  [[nodiscard]] int FindLimit(std::string_view name) const;
+};
+
+// Every plan of a configuration. Plan pointers stay valid for the PlanSet's lifetime.
+class PlanSet {
+ public:
+  // REQUIRES: `config` came from config::ParseConfig (already validated); a time zone that cannot
+  // be loaded is still reported as an error rather than assumed.
+  [[nodiscard]] static absl::StatusOr<PlanSet> FromConfig(const config::Config& config);
+
+  // The plan named `name`, or nullptr.
+  [[nodiscard]] const Plan* Find(std::string_view name) const;
+  [[nodiscard]] size_t size() const { return plans_.size(); }
+
+ private:
+  // Shared so that copies of a PlanSet (cheap) hand out the same Plan pointers.
+  absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_PLAN_H_

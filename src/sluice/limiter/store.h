@@ -1,0 +1,78 @@
+// The Store interface: where counters live. Every store implements DESIGN §1 identically:
+//
+//  - a request is admitted iff, for every limit of the plan, used + cost <= quota; if admitted,
+//    every counter grows by cost in the same atomic step; a denied request changes no counter;
+//  - cost 0 is a peek: it is answered like any request but changes nothing and fires no alert;
+//  - threshold p of a limit fires at most once per subject, limit and window: at the first admitted
+//    request after which used >= ceil(quota * p / 100), and a threshold of 100 also at the first
+//    request that this limit denies; the event is recorded in the store's outbox in the same
+//    atomic step;
+//  - a counter whose window id differs from the request's counts as 0 (its window has ended);
+//  - every piece of state expires after the end of its window (plus a grace period).
+//
+// Window ids and bounds are computed by the caller (the Limiter, from one Clock) and passed in, so
+// stores never read a clock for decisions.
+#ifndef SLUICE_LIMITER_STORE_H_
+#define SLUICE_LIMITER_STORE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/limiter/window.h"
+
+namespace sluice {
+
+struct StoreRequest {
+  std::string_view subject;  // valid per DESIGN §1
+  const Plan* plan = nullptr;
+  int64_t cost = 1;                        // 0..1,000,000
+  absl::Time now;                          // for alert timestamps and expiry
+  absl::Span<const WindowBounds> windows;  // one per plan->limits, same order
+};
+
+struct StoreResult {
+  bool allowed = false;
+  // Per limit, in plan order: the counter after this request (after the increment if admitted,
+  // the unchanged value if denied).
+  absl::InlinedVector<int64_t, 4> used;
+};
+
+struct LimitUsage {
+  int64_t used = 0;
+  std::vector<int> fired;  // percents of the thresholds already fired in this window, ascending
+};
+
+using DecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreResult>) &&>;
+using UsageCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<LimitUsage>>) &&>;
+using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
+
+// Thread-safe. Callbacks run exactly once, either before the call returns (in-process stores) or
+// later on the thread that made the call (stores that do I/O). A store reads the request and what
+// it points to only during the call, so callers need not keep it alive for the callback.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Counts (or peeks, for cost 0) one request atomically.
+  virtual void Decide(const StoreRequest& req, DecideCallback done) = 0;
+
+  // The current counters and fired thresholds of req.subject under req.plan; consumes nothing.
+  virtual void Usage(const StoreRequest& req, UsageCallback done) = 0;
+
+  // Clears the counters and alert flags of one limit (by index), or of every limit of the plan.
+  virtual void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
+                     StatusCallback done) = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_STORE_H_

@@ -1,0 +1,350 @@
+#include "sluice/limiter/store_conformance.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/time/civil_time.h"
+
+namespace sluice {
+namespace {
+
+using config::LimitConfig;
+using config::PlanConfig;
+using config::WindowSpec;
+
+WindowSpec Fixed(absl::Duration d, std::string text) {
+  return {.kind = WindowSpec::Kind::kFixed, .length = d, .text = std::move(text)};
+}
+WindowSpec Day() { return {.kind = WindowSpec::Kind::kDay, .text = "day"}; }
+
+LimitConfig MakeLimit(std::string name, int64_t quota, WindowSpec w,
+                      std::vector<int> alert_at = {}) {
+  return {.name = std::move(name), .quota = quota, .window = std::move(w), .alert_at = alert_at};
+}
+
+// 2026-11-30T12:00:00Z: 12 hours into a UTC day, on a minute boundary.
+const absl::Time kStart = absl::FromUnixSeconds(1796040000);
+
+}  // namespace
+
+void StoreConformanceTest::SetUp() {
+  harness_ = GetParam().make();
+  clock_ = std::make_unique<FakeClock>(kStart);
+  // The default plan "p": 10 per minute with alerts at 80 and 100.
+  UsePlans({PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {MakeLimit("per_minute", 10, Fixed(absl::Minutes(1), "1m"), {80, 100})}}});
+}
+
+void StoreConformanceTest::UsePlans(std::vector<PlanConfig> plans) {
+  config::Config cfg;
+  cfg.plans = std::move(plans);
+  absl::StatusOr<PlanSet> set = PlanSet::FromConfig(cfg);
+  ASSERT_TRUE(set.ok()) << set.status();
+  limiter_ = std::make_unique<Limiter>(std::move(*set), &harness_->store(), clock_.get(),
+                                       LimiterOptions{});
+}
+
+Decision StoreConformanceTest::Check(const std::string& subject, int64_t cost,
+                                     const std::string& plan) {
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_->Decide({.subject = subject, .plan = plan, .cost = cost},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
+  return out.has_value() && out->ok() ? **out : Decision{};
+}
+
+std::vector<LimitUsage> StoreConformanceTest::UsageOf(const std::string& subject,
+                                                      const std::string& plan) {
+  std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
+  limiter_->Usage(subject, plan,
+                  [&](absl::StatusOr<std::vector<LimitUsage>> u) { out = std::move(u); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok());
+  return out.has_value() && out->ok() ? **out : std::vector<LimitUsage>{};
+}
+
+void StoreConformanceTest::ResetUsage(const std::string& subject, const std::string& limit,
+                                      const std::string& plan) {
+  std::optional<absl::Status> out;
+  limiter_->Reset(subject, plan, limit, [&](absl::Status s) { out = std::move(s); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok());
+}
+
+namespace {
+
+// Two limits with different windows, for all-or-nothing and retry_after.
+std::vector<PlanConfig> TwoLimitPlan(int64_t minute_quota, int64_t hour_quota) {
+  return {
+      PlanConfig{.name = "p",
+                 .timezone = "UTC",
+                 .limits = {MakeLimit("per_minute", minute_quota, Fixed(absl::Minutes(1), "1m")),
+                            MakeLimit("per_hour", hour_quota, Fixed(absl::Hours(1), "1h"))}}};
+}
+
+TEST_P(StoreConformanceTest, AdmitsUpToTheQuotaThenDenies) {
+  for (int i = 1; i <= 10; ++i) {
+    Decision d = Check("alice");
+    ASSERT_TRUE(d.allowed) << "request " << i;
+    EXPECT_EQ(d.limits[0].used, i);
+  }
+  Decision d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_FALSE(d.degraded);
+  EXPECT_EQ(d.limits[0].used, 10);
+  EXPECT_EQ(d.limits[0].remaining, 0);
+}
+
+TEST_P(StoreConformanceTest, CostIsAddedWhole) {
+  Decision d = Check("alice", 7);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 7);
+  EXPECT_EQ(d.limits[0].remaining, 3);
+  EXPECT_TRUE(Check("alice", 3).allowed);
+}
+
+TEST_P(StoreConformanceTest, DeniedRequestConsumesNothing) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  Decision denied = Check("alice", 3);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.limits[0].used, 8);
+  Decision fits = Check("alice", 2);
+  EXPECT_TRUE(fits.allowed);
+  EXPECT_EQ(fits.limits[0].used, 10);
+}
+
+TEST_P(StoreConformanceTest, HammeringWhileBlockedDoesNotGrowUsage) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  for (int i = 0; i < 50; ++i) ASSERT_FALSE(Check("alice").allowed);
+  EXPECT_EQ(UsageOf("alice")[0].used, 10);
+}
+
+TEST_P(StoreConformanceTest, AdmissionIsAllOrNothingAcrossLimits) {
+  UsePlans(TwoLimitPlan(/*minute_quota=*/5, /*hour_quota=*/3));
+  ASSERT_TRUE(Check("alice", 3).allowed);
+  Decision d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  // The minute limit had room, but the hour limit refused, so neither counter moved.
+  EXPECT_EQ(d.limits[0].used, 3);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_EQ(d.limits[1].used, 3);
+  EXPECT_TRUE(d.limits[1].violated);
+  std::vector<LimitUsage> u = UsageOf("alice");
+  EXPECT_EQ(u[0].used, 3);
+  EXPECT_EQ(u[1].used, 3);
+}
+
+TEST_P(StoreConformanceTest, CostZeroPeeksWithoutConsuming) {
+  ASSERT_TRUE(Check("alice", 4).allowed);
+  Decision peek = Check("alice", 0);
+  EXPECT_TRUE(peek.allowed);
+  EXPECT_EQ(peek.limits[0].used, 4);
+  EXPECT_EQ(UsageOf("alice")[0].used, 4);
+}
+
+TEST_P(StoreConformanceTest, CostZeroOnAnExhaustedLimitIsAllowedAndFiresNothing) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  (void)harness_->TakeEvents();
+  Decision peek = Check("alice", 0);
+  EXPECT_TRUE(peek.allowed);  // 10 + 0 <= 10
+  EXPECT_EQ(peek.limits[0].remaining, 0);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, ReportsQuotaRemainingAndResetPerLimit) {
+  clock_->Advance(absl::Seconds(18));  // 42 s left in the minute
+  Decision d = Check("alice", 2);
+  ASSERT_EQ(d.limits.size(), 1u);
+  EXPECT_EQ(d.limits[0].limit->name, "per_minute");
+  EXPECT_EQ(d.limits[0].limit->quota, 10);
+  EXPECT_EQ(d.limits[0].used, 2);
+  EXPECT_EQ(d.limits[0].remaining, 8);
+  EXPECT_EQ(d.limits[0].reset_after, 42);
+  EXPECT_EQ(d.limits[0].window_start, kStart);
+  EXPECT_EQ(d.limits[0].window_end, kStart + absl::Minutes(1));
+  EXPECT_EQ(d.retry_after, 0);
+}
+
+TEST_P(StoreConformanceTest, RetryAfterIsWhenEveryViolatedLimitHasReset) {
+  UsePlans(TwoLimitPlan(/*minute_quota=*/2, /*hour_quota=*/2));
+  clock_->Advance(absl::Seconds(30));
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  Decision d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[0].violated);
+  EXPECT_TRUE(d.limits[1].violated);
+  // Minute resets in 30 s, hour in 59 min 30 s: the request can succeed only after both.
+  EXPECT_EQ(d.retry_after, 3570);
+}
+
+TEST_P(StoreConformanceTest, RetryAfterIgnoresLimitsThatDidNotDeny) {
+  UsePlans(TwoLimitPlan(/*minute_quota=*/2, /*hour_quota=*/100));
+  clock_->Advance(absl::Seconds(30));
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  Decision d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_EQ(d.retry_after, 30);
+}
+
+TEST_P(StoreConformanceTest, CounterStartsFromZeroInTheNextWindow) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  ASSERT_FALSE(Check("alice").allowed);
+  clock_->Advance(absl::Minutes(1));
+  Decision d = Check("alice");
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 1);
+}
+
+TEST_P(StoreConformanceTest, SubjectsAreCountedSeparately) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  Decision bob = Check("bob");
+  EXPECT_TRUE(bob.allowed);
+  EXPECT_EQ(bob.limits[0].used, 1);
+}
+
+TEST_P(StoreConformanceTest, PlansAreCountedSeparatelyForOneSubject) {
+  UsePlans({PlanConfig{.name = "p", .limits = {MakeLimit("m", 2, Fixed(absl::Minutes(1), "1m"))}},
+            PlanConfig{.name = "q", .limits = {MakeLimit("m", 2, Fixed(absl::Minutes(1), "1m"))}}});
+  ASSERT_TRUE(Check("alice", 2, "p").allowed);
+  EXPECT_FALSE(Check("alice", 1, "p").allowed);
+  EXPECT_TRUE(Check("alice", 1, "q").allowed);
+}
+
+TEST_P(StoreConformanceTest, DailyWindowResetsAtMidnightInThePlansZone) {
+  // Ho Chi Minh City is UTC+7: local midnight is 17:00 UTC, five hours after kStart.
+  UsePlans({PlanConfig{
+      .name = "p", .timezone = "Asia/Ho_Chi_Minh", .limits = {MakeLimit("daily", 3, Day())}}});
+  ASSERT_TRUE(Check("alice", 3).allowed);
+  Decision denied = Check("alice");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.retry_after, 5 * 3600);
+  clock_->Advance(absl::Hours(5) - absl::Seconds(1));
+  EXPECT_FALSE(Check("alice").allowed);
+  clock_->Advance(absl::Seconds(1));
+  EXPECT_TRUE(Check("alice").allowed);
+}
+
+TEST_P(StoreConformanceTest, ThresholdFiresOnceAtTheFirstRequestThatReachesIt) {
+  for (int i = 1; i <= 7; ++i) ASSERT_TRUE(Check("alice").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice").allowed);  // used 8 = 80% of 10
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[0].used, 8);
+  ASSERT_TRUE(Check("alice").allowed);  // 9: nothing new
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice").allowed);  // 10 = 100%
+  events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 10);
+  ASSERT_FALSE(Check("alice").allowed);  // 100% already fired: a denial adds nothing
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AlertEventCarriesTheDecisionsFacts) {
+  clock_->Advance(absl::Seconds(5));
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  const AlertEvent& e = events[0];
+  EXPECT_EQ(e.subject, "alice");
+  EXPECT_EQ(e.plan, "p");
+  EXPECT_EQ(e.limit, "per_minute");
+  EXPECT_EQ(e.threshold, 80);
+  EXPECT_EQ(e.used, 8);
+  EXPECT_EQ(e.quota, 10);
+  EXPECT_EQ(e.window_start, kStart);
+  EXPECT_EQ(e.window_end, kStart + absl::Minutes(1));
+  EXPECT_EQ(e.occurred_at, kStart + absl::Seconds(5));
+}
+
+TEST_P(StoreConformanceTest, OneRequestCanCrossSeveralThresholds) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[1].threshold, 100);
+}
+
+TEST_P(StoreConformanceTest, HundredPercentFiresAtTheFirstDenialOfThatLimit) {
+  ASSERT_TRUE(Check("alice", 5).allowed);
+  Decision d = Check("alice", 6);  // 5 + 6 > 10
+  EXPECT_FALSE(d.allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 5);
+  ASSERT_FALSE(Check("alice", 6).allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice", 5).allowed);  // reaching 100% later does not fire it again
+  events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 80);
+}
+
+TEST_P(StoreConformanceTest, DenialByAnotherLimitFiresNothingHere) {
+  UsePlans({PlanConfig{.name = "p",
+                       .limits = {MakeLimit("a", 100, Fixed(absl::Minutes(1), "1m"), {100}),
+                                  MakeLimit("b", 1, Fixed(absl::Minutes(1), "1m"))}}});
+  ASSERT_TRUE(Check("alice").allowed);
+  ASSERT_FALSE(Check("alice").allowed);  // b denies; a is at 1/100
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, ThresholdCountIsRoundedUp) {
+  UsePlans({PlanConfig{.name = "p",
+                       .limits = {MakeLimit("m", 7, Fixed(absl::Minutes(1), "1m"), {50})}}});
+  ASSERT_TRUE(Check("alice", 3).allowed);  // 3 < ceil(3.5)
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice").allowed);
+  ASSERT_EQ(harness_->TakeEvents().size(), 1u);
+}
+
+TEST_P(StoreConformanceTest, ThresholdsReArmInTheNextWindow) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  ASSERT_EQ(harness_->TakeEvents().size(), 1u);
+  clock_->Advance(absl::Minutes(1));
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].window_start, kStart + absl::Minutes(1));
+  EXPECT_NE(events[0].Id(), AlertEvent{}.Id());
+}
+
+TEST_P(StoreConformanceTest, UsageShowsCountersAndFiredThresholdsWithoutConsuming) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  std::vector<LimitUsage> u = UsageOf("alice");
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].used, 8);
+  EXPECT_EQ(u[0].fired, std::vector<int>{80});
+  EXPECT_EQ(UsageOf("alice")[0].used, 8);
+  EXPECT_EQ(UsageOf("nobody")[0].used, 0);
+}
+
+TEST_P(StoreConformanceTest, ResetClearsCountersAndRearmsAlerts) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  ASSERT_EQ(harness_->TakeEvents().size(), 1u);
+  ResetUsage("alice");
+  EXPECT_EQ(UsageOf("alice")[0].used, 0);
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  EXPECT_EQ(harness_->TakeEvents().size(), 1u);
+}
+
+TEST_P(StoreConformanceTest, ResetOfOneLimitKeepsTheOthers) {
+  UsePlans(TwoLimitPlan(10, 10));
+  ASSERT_TRUE(Check("alice", 4).allowed);
+  ResetUsage("alice", "per_minute");
+  std::vector<LimitUsage> u = UsageOf("alice");
+  EXPECT_EQ(u[0].used, 0);
+  EXPECT_EQ(u[1].used, 4);
+}
+
+}  // namespace
+}  // namespace sluice

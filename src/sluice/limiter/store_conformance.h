@@ -1,0 +1,66 @@
+// DESIGN §1 as a parametrised GoogleTest suite that every Store implementation must pass, so the
+// stores cannot drift apart. A store's test binary links this file and instantiates the suite:
+//
+//   INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,
+//                            ::testing::Values(StoreHarnessFactory{"memory", MakeMemoryHarness}),
+//                            StoreHarnessName);
+#ifndef SLUICE_LIMITER_STORE_CONFORMANCE_H_
+#define SLUICE_LIMITER_STORE_CONFORMANCE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sluice/common/clock.h"
+#include "sluice/config/config.h"
+#include "sluice/limiter/alert_event.h"
+#include "sluice/limiter/limiter.h"
+#include "sluice/limiter/store.h"
+
+namespace sluice {
+
+// What the suite needs from a store beyond the Store interface.
+class StoreHarness {
+ public:
+  virtual ~StoreHarness() = default;
+  [[nodiscard]] virtual Store& store() = 0;
+  // Drives the store's I/O until `ready()` holds; fails the test if it does not within seconds.
+  virtual void RunUntil(const std::function<bool()>& ready) = 0;
+  // The alert events recorded since the last call, oldest first.
+  [[nodiscard]] virtual std::vector<AlertEvent> TakeEvents() = 0;
+};
+
+struct StoreHarnessFactory {
+  std::string name;
+  std::function<std::unique_ptr<StoreHarness>()> make;
+};
+
+inline std::string StoreHarnessName(const ::testing::TestParamInfo<StoreHarnessFactory>& info) {
+  return info.param.name;
+}
+
+// The fixture: a fake clock at 2026-11-30T12:00:00Z and a limiter over the store under test.
+class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory> {
+ protected:
+  void SetUp() override;
+
+  // Installs `plans` (replacing the default ones) with a fresh Limiter.
+  void UsePlans(std::vector<config::PlanConfig> plans);
+  // One decision; fails the test on an error status.
+  Decision Check(const std::string& subject, int64_t cost = 1, const std::string& plan = "p");
+  // Counters of subject under plan, without consuming.
+  std::vector<LimitUsage> UsageOf(const std::string& subject, const std::string& plan = "p");
+  void ResetUsage(const std::string& subject, const std::string& limit = "",
+                  const std::string& plan = "p");
+
+  std::unique_ptr<StoreHarness> harness_;
+  std::unique_ptr<FakeClock> clock_;
+  std::unique_ptr<Limiter> limiter_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_STORE_CONFORMANCE_H_

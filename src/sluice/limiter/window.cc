@@ -1,0 +1,99 @@
+#include "sluice/limiter/window.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/time/civil_time.h"
+
+namespace sluice {
+namespace {
+
+// Integer division rounding toward -infinity (C++ `/` truncates toward zero). REQUIRES: d > 0.
+int64_t FloorDiv(int64_t n, int64_t d) {
+  int64_t q = n / d;
+  if (n % d != 0 && n < 0) --q;
+  return q;
+}
+
+// The first instant whose local civil time is at or after `c`. Usually local `c` itself; when DST
+// skips `c` (a midnight that never happens, as in America/Santiago on 2022-09-11), it is the
+// transition that skips it; when `c` happens twice (a repeated midnight), the first occurrence, so
+// that the window covers the whole local day.
+absl::Time FirstInstantOf(absl::CivilSecond c, const absl::TimeZone& tz) {
+  const absl::TimeZone::TimeInfo info = tz.At(c);
+  return info.kind == absl::TimeZone::TimeInfo::SKIPPED ? info.trans : info.pre;
+}
+
+WindowBounds FixedWindowAt(absl::Duration length, absl::Time t) {
+  const int64_t length_s = absl::ToInt64Seconds(length);
+  // ToUnixSeconds floors, so an instant 0.5 s before the epoch is second -1, window -1 for L = 1.
+  const int64_t id = FloorDiv(absl::ToUnixSeconds(t), length_s);
+  const absl::Time start = absl::FromUnixSeconds(id * length_s);
+  return {.id = id, .start = start, .end = start + absl::Seconds(length_s)};
+}
+
+WindowBounds DayWindowAt(const absl::TimeZone& tz, absl::Time t) {
+  const absl::CivilDay day = absl::ToCivilDay(t, tz);
+  return {.id = day - absl::CivilDay(1970, 1, 1),
+          .start = FirstInstantOf(absl::CivilSecond(day), tz),
+          .end = FirstInstantOf(absl::CivilSecond(day + 1), tz)};
+}
+
+WindowBounds MonthWindowAt(const absl::TimeZone& tz, absl::Time t) {
+  const absl::CivilMonth month = absl::ToCivilMonth(t, tz);
+  return {.id = (month.year() - 1970) * 12 + (month.month() - 1),
+          .start = FirstInstantOf(absl::CivilSecond(month), tz),
+          .end = FirstInstantOf(absl::CivilSecond(month + 1), tz)};
+}
+
+}  // namespace
+
+WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, absl::Time t) {
+  switch (spec.kind) {
+    case config::WindowSpec::Kind::kDay:
+      return DayWindowAt(tz, t);
+    case config::WindowSpec::Kind::kMonth:
+      return MonthWindowAt(tz, t);
+    case config::WindowSpec::Kind::kFixed:
+      break;
+  }
+  return FixedWindowAt(spec.length, t);
+}
+
+int64_t SecondsUntil(absl::Time end, absl::Time now) {
+  if (end <= now) return 0;
+  const absl::Duration left = end - now;
+  if (left == absl::InfiniteDuration()) return std::numeric_limits<int64_t>::max();
+  // Truncation is toward zero and `left` is positive, so add one for any fractional remainder.
+  int64_t seconds = absl::ToInt64Seconds(left);
+  if (left > absl::Seconds(seconds)) ++seconds;
+  return seconds;
+}
+
+WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZone& tz,
+                              absl::Time t) {
+  const int64_t t_ns = absl::ToUnixNanos(t);
+  const uint64_t before = seq_.load(std::memory_order_acquire);
+  if ((before & 1) == 0) {
+    const int64_t id = id_.load(std::memory_order_relaxed);
+    const int64_t start = start_ns_.load(std::memory_order_relaxed);
+    const int64_t end = end_ns_.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq_.load(std::memory_order_relaxed) == before && start <= t_ns && t_ns < end) {
+      return {.id = id, .start = absl::FromUnixNanos(start), .end = absl::FromUnixNanos(end)};
+    }
+  }
+  const WindowBounds w = WindowAt(spec, tz, t);
+  // Publish it unless another thread is already writing (then this one simply does not cache).
+  uint64_t expected = before;
+  if ((before & 1) == 0 &&
+      seq_.compare_exchange_strong(expected, before + 1, std::memory_order_acquire)) {
+    id_.store(w.id, std::memory_order_relaxed);
+    start_ns_.store(absl::ToUnixNanos(w.start), std::memory_order_relaxed);
+    end_ns_.store(absl::ToUnixNanos(w.end), std::memory_order_relaxed);
+    seq_.store(before + 2, std::memory_order_release);
+  }
+  return w;
+}
+
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// Window math: which window an instant falls in, and when that window starts and ends.
+//
+// Fixed windows ("Ns", "Nm", "Nh") are aligned to the Unix epoch: window id = floor(unix / N).
+// Calendar windows ("day", "month") start at local midnight in the plan's time zone; a DST day is
+// 23 or 25 hours long, a month is a real month. Ids are days or months since 1970-01 (local
+// calendar), so they increase by one from each window to the next.
+#ifndef SLUICE_LIMITER_WINDOW_H_
+#define SLUICE_LIMITER_WINDOW_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "sluice/config/config.h"
+
+namespace sluice {
+
+struct WindowBounds {
+  int64_t id = 0;    // distinct and increasing for consecutive windows of one spec and zone
+  absl::Time start;  // inclusive
+  absl::Time end;    // exclusive; always > start
+
+  friend bool operator==(const WindowBounds&, const WindowBounds&) = default;
+};
+
+// The window of `spec` that contains `t`, in time zone `tz` (ignored for fixed windows).
+// REQUIRES: spec passed config validation (fixed length is a whole number of seconds >= 1).
+[[nodiscard]] WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz,
+                                    absl::Time t);
+
+// Whole seconds from `now` until `end`, rounded up; 0 if `end` is not after `now`.
+[[nodiscard]] int64_t SecondsUntil(absl::Time end, absl::Time now);
+
+// Remembers the last window computed for one (spec, zone): nearly every decision falls in the same
+// window as the one before, so the calendar arithmetic runs once per window rather than once per
+// decision. Thread-safe and lock-free (a sequence lock: readers retry or compute when a writer is
+// mid-update). The caller must always pass the same spec and zone to one cache.
+class WindowCache {
+ public:
+  [[nodiscard]] WindowBounds Get(const config::WindowSpec& spec, const absl::TimeZone& tz,
+                                 absl::Time t);
+
+ private:
+  std::atomic<uint64_t> seq_{0};  // odd while being written
+  std::atomic<int64_t> id_{0};
+  std::atomic<int64_t> start_ns_{0};  // Unix nanoseconds
+  std::atomic<int64_t> end_ns_{0};
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_WINDOW_H_

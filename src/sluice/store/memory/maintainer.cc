@@ -1,0 +1,82 @@
+#include "sluice/store/memory/maintainer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "sluice/store/memory/snapshot.h"
+
+namespace sluice {
+
+MemoryStoreMaintainer::MemoryStoreMaintainer(MemoryStore* store, const Clock* clock,
+                                             Options options)
+    : store_(store), clock_(clock), options_(std::move(options)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+MemoryStoreMaintainer::~MemoryStoreMaintainer() { (void)Stop(); }
+
+absl::Status MemoryStoreMaintainer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return final_status_;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::Status s = options_.snapshot_path.empty() ? absl::OkStatus() : SaveNow();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  final_status_ = s;
+  return s;
+}
+
+absl::Status MemoryStoreMaintainer::SaveNow() {
+  absl::Status s = SaveSnapshot(*store_, options_.snapshot_path);
+  absl::MutexLock lock(&mu_);
+  if (s.ok()) {
+    ++saves_;
+  } else {
+    ++failed_saves_;
+  }
+  return s;
+}
+
+void MemoryStoreMaintainer::Run() {
+  // Waiting uses real time (this is a timer, not a window decision); what is swept is decided by
+  // the injected clock.
+  const bool snapshots = !options_.snapshot_path.empty();
+  const absl::Duration tick = snapshots
+                                  ? std::min(options_.snapshot_interval, options_.sweep_interval)
+                                  : options_.sweep_interval;
+  absl::Time next_sweep = absl::Now() + options_.sweep_interval;
+  absl::Time next_save = absl::Now() + options_.snapshot_interval;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), tick)) return;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= next_sweep) {
+      store_->Sweep(clock_->Now());
+      next_sweep = now + options_.sweep_interval;
+    }
+    if (snapshots && now >= next_save) {
+      absl::Status s = SaveNow();
+      if (!s.ok() && options_.on_error) options_.on_error(s);
+      next_save = now + options_.snapshot_interval;
+    }
+  }
+}
+
+uint64_t MemoryStoreMaintainer::saves() const {
+  absl::MutexLock lock(&mu_);
+  return saves_;
+}
+
+uint64_t MemoryStoreMaintainer::failed_saves() const {
+  absl::MutexLock lock(&mu_);
+  return failed_saves_;
+}
+
+}  // namespace sluice

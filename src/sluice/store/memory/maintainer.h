@@ -1,0 +1,58 @@
+// Background upkeep of a MemoryStore: sweeps ended windows and, with a snapshot path, saves a
+// snapshot every interval and once more on Stop(). Runs on its own thread, never on a request path.
+#ifndef SLUICE_STORE_MEMORY_MAINTAINER_H_
+#define SLUICE_STORE_MEMORY_MAINTAINER_H_
+
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "sluice/common/clock.h"
+#include "sluice/store/memory/memory_store.h"
+
+namespace sluice {
+
+class MemoryStoreMaintainer {
+ public:
+  struct Options {
+    std::string snapshot_path;  // "": no snapshots
+    absl::Duration snapshot_interval = absl::Seconds(1);
+    absl::Duration sweep_interval = absl::Seconds(10);
+    // Told about every failed save (the store keeps serving; the next interval tries again).
+    std::function<void(const absl::Status&)> on_error;
+  };
+
+  // `store` and `clock` must outlive this object. Starts the thread.
+  MemoryStoreMaintainer(MemoryStore* store, const Clock* clock, Options options);
+  // Stops the thread (saving a last snapshot if configured).
+  ~MemoryStoreMaintainer();
+
+  // Stops the thread and saves a final snapshot; returns that save's status. Idempotent.
+  absl::Status Stop();
+
+  [[nodiscard]] uint64_t saves() const;
+  [[nodiscard]] uint64_t failed_saves() const;
+
+ private:
+  void Run();
+  absl::Status SaveNow();
+
+  MemoryStore* store_;
+  const Clock* clock_;
+  Options options_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
+  uint64_t saves_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failed_saves_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_STORE_MEMORY_MAINTAINER_H_

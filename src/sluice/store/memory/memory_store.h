@@ -1,0 +1,89 @@
+// The embedded store: DESIGN §1 in-process, with no I/O.
+//
+// State is split into shards by a hash of (plan, subject); each shard is a flat hash map behind its
+// own mutex, so concurrent decisions on different subjects rarely meet and no request takes a
+// global lock. All limits of one subject under one plan live in one entry, which is what makes a
+// decision atomic: it is computed and applied under that entry's shard lock. Alert events are
+// pushed to the outbox under the same lock, so an event is recorded before its decision is
+// answered.
+//
+// Ended windows are reset lazily (a counter whose window id is not the request's counts as 0), and
+// Sweep() drops entries whose every window has ended, so memory is bounded by active subjects.
+#ifndef SLUICE_STORE_MEMORY_MEMORY_STORE_H_
+#define SLUICE_STORE_MEMORY_MEMORY_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "sluice/limiter/store.h"
+#include "sluice/store/memory/outbox.h"
+
+namespace sluice {
+
+class MemoryStore final : public Store {
+ public:
+  struct Options {
+    size_t shards = 64;  // rounded up to a power of two
+    size_t outbox_capacity = 100'000;
+    absl::Duration grace = absl::Seconds(60);  // kept this long after a window ends
+  };
+
+  // One limit's counter inside an entry. 16 bytes: window ids are stored modulo 2^32, which only
+  // matters for windows 2^32 windows apart (136 years of 1 s windows).
+  struct Counter {
+    int64_t used = 0;
+    uint32_t window = 0;  // low 32 bits of the window id the counter belongs to
+    uint16_t tag = 0;     // low 16 bits of Limit::tag: finds the counter again after a reload
+    uint16_t fired = 0;   // bit i: threshold i of the limit fired in this window
+  };
+
+  // A subject's saved state, for snapshots.
+  struct SubjectState {
+    uint64_t plan_tag = 0;
+    std::string subject;
+    int64_t expires = 0;  // Unix seconds after which the entry may be swept
+    absl::InlinedVector<Counter, 2> counters;
+  };
+
+  MemoryStore() : MemoryStore(Options{}) {}
+  explicit MemoryStore(Options options);
+  ~MemoryStore() override;
+
+  void Decide(const StoreRequest& req, DecideCallback done) override;
+  void Usage(const StoreRequest& req, UsageCallback done) override;
+  void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
+             StatusCallback done) override;
+
+  // Drops every entry whose windows all ended (plus grace) at or before `now`. Returns how many.
+  size_t Sweep(absl::Time now);
+
+  [[nodiscard]] size_t subject_count() const;
+  [[nodiscard]] Outbox& outbox() { return outbox_; }
+  [[nodiscard]] const Outbox& outbox() const { return outbox_; }
+
+  // Calls `fn` for every entry, one shard at a time under that shard's lock (`fn` must not call
+  // back into the store). Each shard is a consistent cut.
+  void ForEach(const std::function<void(const SubjectState&)>& fn) const;
+  // Replaces all entries with `states` (used when loading a snapshot before serving).
+  void Restore(std::vector<SubjectState> states);
+
+ private:
+  struct Shard;
+  [[nodiscard]] Shard& ShardFor(uint64_t plan_tag, std::string_view subject) const;
+
+  std::unique_ptr<Shard[]> shards_;
+  size_t shard_bits_;
+  Options options_;
+  Outbox outbox_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_STORE_MEMORY_MEMORY_STORE_H_

@@ -1,0 +1,184 @@
+#include "sluice/store/memory/memory_store.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sluice/limiter/limiter.h"
+#include "sluice/limiter/store_conformance.h"
+
+namespace sluice {
+namespace {
+
+class MemoryHarness final : public StoreHarness {
+ public:
+  explicit MemoryHarness(MemoryStore::Options options = {}) : store_(options) {}
+  Store& store() override { return store_; }
+  // The memory store answers before Decide returns: there is nothing to drive.
+  void RunUntil(const std::function<bool()>& ready) override { ASSERT_TRUE(ready()); }
+  std::vector<AlertEvent> TakeEvents() override {
+    std::vector<AlertEvent> out;
+    for (Outbox::Entry& e : store_.outbox().Read(0, SIZE_MAX)) {
+      store_.outbox().Ack(e.seq);
+      out.push_back(std::move(e.event));
+    }
+    return out;
+  }
+  MemoryStore& memory() { return store_; }
+
+ private:
+  MemoryStore store_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,
+                         ::testing::Values(StoreHarnessFactory{
+                             "memory", [] { return std::make_unique<MemoryHarness>(); }}),
+                         StoreHarnessName);
+
+// Memory-store specifics: sweeping, a full outbox, reloads, and concurrency.
+class MemoryStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { UseLimits({{"per_minute", 10, "1m", {80, 100}}}); }
+
+  struct L {
+    std::string name;
+    int64_t quota;
+    std::string window;
+    std::vector<int> alert_at;
+  };
+  void UseLimits(const std::vector<L>& limits) {
+    config::Config cfg;
+    config::PlanConfig plan{.name = "p"};
+    for (const L& l : limits) {
+      plan.limits.push_back({.name = l.name,
+                             .quota = l.quota,
+                             .window = *config::ParseWindow(l.window),
+                             .alert_at = l.alert_at});
+    }
+    cfg.plans.push_back(plan);
+    limiter_ =
+        std::make_unique<Limiter>(*PlanSet::FromConfig(cfg), &store_, &clock_, LimiterOptions{});
+  }
+  Decision Check(const std::string& subject, int64_t cost = 1) {
+    Decision out;
+    limiter_->Decide({.subject = subject, .plan = "p", .cost = cost},
+                     [&](absl::StatusOr<Decision> d) { out = *d; });
+    return out;
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1796040000)};
+  MemoryStore store_{MemoryStore::Options{.shards = 8, .outbox_capacity = 4}};
+  std::unique_ptr<Limiter> limiter_;
+};
+
+TEST_F(MemoryStoreTest, DeniedRequestOfANewSubjectCreatesNoEntry) {
+  UseLimits({{"per_minute", 10, "1m", {80}}});
+  EXPECT_FALSE(Check("alice", 11).allowed);
+  EXPECT_EQ(store_.subject_count(), 0u);
+}
+
+TEST_F(MemoryStoreTest, FirstDenialKeepsOnlyTheHundredPercentFlag) {
+  EXPECT_FALSE(Check("alice", 11).allowed);
+  EXPECT_EQ(store_.subject_count(), 1u);
+  EXPECT_EQ(store_.outbox().size(), 1u);
+  EXPECT_TRUE(Check("alice", 1).allowed);
+  EXPECT_EQ(Check("alice", 0).limits[0].used, 1);
+}
+
+TEST_F(MemoryStoreTest, PeekCreatesNoEntry) {
+  EXPECT_TRUE(Check("alice", 0).allowed);
+  EXPECT_EQ(store_.subject_count(), 0u);
+}
+
+TEST_F(MemoryStoreTest, SweepDropsSubjectsWhoseWindowsEndedAndKeepsActiveOnes) {
+  ASSERT_TRUE(Check("alice").allowed);
+  clock_.Advance(absl::Seconds(90));
+  ASSERT_TRUE(Check("bob").allowed);
+  // alice's window ended 30 s ago, within the 60 s grace: kept.
+  EXPECT_EQ(store_.Sweep(clock_.Now()), 0u);
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_EQ(store_.Sweep(clock_.Now()), 1u);
+  EXPECT_EQ(store_.subject_count(), 1u);
+}
+
+TEST_F(MemoryStoreTest, FullOutboxLeavesTheThresholdArmed) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Check("s" + std::to_string(i), 8).allowed);
+  ASSERT_EQ(store_.outbox().size(), 4u);
+  ASSERT_TRUE(Check("alice", 8).allowed);  // crosses 80%, but there is no room to record it
+  EXPECT_EQ(store_.outbox().refused(), 1u);
+  store_.outbox().Ack(1);
+  ASSERT_TRUE(Check("alice", 1).allowed);  // next request fires it after all
+  std::vector<Outbox::Entry> events = store_.outbox().Read(0, 10);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events.back().event.subject, "alice");
+  EXPECT_EQ(events.back().event.used, 9);
+}
+
+TEST_F(MemoryStoreTest, CountersSurviveAReloadThatReordersLimits) {
+  UseLimits({{"a", 10, "1m", {}}, {"b", 20, "1h", {}}});
+  ASSERT_TRUE(Check("alice", 3).allowed);
+  UseLimits({{"c", 5, "1m", {}}, {"b", 20, "1h", {}}, {"a", 10, "1m", {}}});
+  Decision d = Check("alice", 1);
+  EXPECT_EQ(d.limits[0].used, 1);  // c is new
+  EXPECT_EQ(d.limits[1].used, 4);  // b kept its count
+  EXPECT_EQ(d.limits[2].used, 4);  // a kept its count
+}
+
+TEST_F(MemoryStoreTest, AChangedQuotaDoesNotResendAFiredThreshold) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  store_.outbox().Ack(1);
+  UseLimits({{"per_minute", 20, "1m", {80, 100}}});
+  ASSERT_TRUE(Check("alice", 8).allowed);  // 16 = 80% of 20, already fired in this window
+  EXPECT_EQ(store_.outbox().size(), 0u);
+}
+
+// DESIGN §6: many threads on one subject admit exactly the quota and fire each threshold once.
+TEST(MemoryStoreConcurrencyTest, SixteenThreadsAdmitExactlyTheQuota) {
+  constexpr int kThreads = 16;
+  constexpr int kPerThread = 2000;
+  constexpr int64_t kQuota = 5000;
+  config::Config cfg;
+  cfg.plans.push_back({.name = "p",
+                       .limits = {{.name = "daily",
+                                   .quota = kQuota,
+                                   .window = *config::ParseWindow("day"),
+                                   .alert_at = {50, 80, 100}},
+                                  {.name = "per_hour",
+                                   .quota = 1'000'000,
+                                   .window = *config::ParseWindow("1h"),
+                                   .alert_at = {}}}});
+  FakeClock clock(absl::FromUnixSeconds(1796040000));
+  MemoryStore store;
+  Limiter limiter(*PlanSet::FromConfig(cfg), &store, &clock, {});
+
+  std::atomic<int64_t> allowed{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < kPerThread; ++i) {
+        limiter.Decide({.subject = "hot", .plan = "p", .cost = 1}, [&](absl::StatusOr<Decision> d) {
+          if (d.ok() && d->allowed) allowed.fetch_add(1);
+        });
+      }
+    });
+  }
+  go.store(true);
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(allowed.load(), kQuota);
+  std::vector<Outbox::Entry> events = store.outbox().Read(0, 100);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].event.threshold, 50);
+  EXPECT_EQ(events[0].event.used, 2500);
+  EXPECT_EQ(events[1].event.threshold, 80);
+  EXPECT_EQ(events[1].event.used, 4000);
+  EXPECT_EQ(events[2].event.threshold, 100);
+  EXPECT_EQ(events[2].event.used, 5000);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,50 @@
+#include "sluice/store/memory/outbox.h"
+
+namespace sluice {
+
+bool Outbox::Push(AlertEvent event) {
+  absl::MutexLock lock(&mu_);
+  if (events_.size() >= capacity_) {
+    ++refused_;
+    return false;
+  }
+  events_.emplace(next_seq_++, std::move(event));
+  return true;
+}
+
+std::vector<Outbox::Entry> Outbox::Read(uint64_t after, size_t max) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Entry> out;
+  for (auto it = events_.upper_bound(after); it != events_.end() && out.size() < max; ++it) {
+    out.push_back({it->first, it->second});
+  }
+  return out;
+}
+
+void Outbox::Ack(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  events_.erase(seq);
+}
+
+std::vector<Outbox::Entry> Outbox::All() const { return Read(0, SIZE_MAX); }
+
+void Outbox::Restore(std::vector<Entry> entries) {
+  absl::MutexLock lock(&mu_);
+  events_.clear();
+  for (Entry& e : entries) {
+    if (e.seq >= next_seq_) next_seq_ = e.seq + 1;
+    events_.emplace(e.seq, std::move(e.event));
+  }
+}
+
+size_t Outbox::size() const {
+  absl::MutexLock lock(&mu_);
+  return events_.size();
+}
+
+uint64_t Outbox::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// The memory store's outbox: alert events recorded by decisions, waiting for delivery.
+//
+// Events are numbered in the order they were recorded. A reader takes them with Read() and removes
+// each with Ack() once it has been delivered, so an event stays in the outbox (and in the snapshot)
+// until then: delivery is at-least-once. Bounded: when full, Push() refuses and counts the refusal,
+// and the store then leaves the threshold armed so it fires again on a later request.
+#ifndef SLUICE_STORE_MEMORY_OUTBOX_H_
+#define SLUICE_STORE_MEMORY_OUTBOX_H_
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "sluice/limiter/alert_event.h"
+
+namespace sluice {
+
+class Outbox {
+ public:
+  struct Entry {
+    uint64_t seq = 0;
+    AlertEvent event;
+  };
+
+  explicit Outbox(size_t capacity) : capacity_(capacity) {}
+
+  // Appends `event`; false (and counted in refused()) when the outbox holds `capacity` events.
+  [[nodiscard]] bool Push(AlertEvent event);
+
+  // Up to `max` events with seq > `after`, oldest first. Does not remove them.
+  [[nodiscard]] std::vector<Entry> Read(uint64_t after, size_t max) const;
+
+  // Removes the event numbered `seq` (delivered). Unknown numbers are ignored.
+  void Ack(uint64_t seq);
+
+  // Every pending event, oldest first (for snapshots).
+  [[nodiscard]] std::vector<Entry> All() const;
+  // Replaces the contents (from a snapshot); later pushes are numbered after the largest seq.
+  void Restore(std::vector<Entry> entries);
+
+  [[nodiscard]] size_t size() const;
+  [[nodiscard]] uint64_t refused() const;
+  [[nodiscard]] size_t capacity() const { return capacity_; }
+
+ private:
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, AlertEvent> events_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_STORE_MEMORY_OUTBOX_H_

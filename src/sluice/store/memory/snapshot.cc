@@ -1,0 +1,273 @@
+#include "sluice/store/memory/snapshot.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::string_view kMagic = "SLUICESN";
+constexpr uint32_t kVersion = 1;
+// magic, version, payload length, payload CRC.
+constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
+// Sanity bounds for a file we did not write ourselves.
+constexpr uint64_t kMaxCount = 1ULL << 32;
+
+constexpr std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
+
+// Little-endian writer.
+class Writer {
+ public:
+  template <typename T>
+  void Int(T v) {
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      out_.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff));
+    }
+  }
+  void Str(std::string_view s) {
+    Int<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Little-endian reader that fails (sticky) instead of reading past the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  T Int() {
+    if (!Need(sizeof(T))) return T{};
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      v |= static_cast<uint64_t>(static_cast<unsigned char>(in_[pos_ + i])) << (8 * i);
+    }
+    pos_ += sizeof(T);
+    return static_cast<T>(v);
+  }
+  std::string Str() {
+    const uint32_t n = Int<uint32_t>();
+    if (!Need(n)) return {};
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  bool ok() const { return ok_; }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  bool Need(size_t n) {
+    if (!ok_ || in_.size() - pos_ < n) ok_ = false;
+    return ok_;
+  }
+  std::string_view in_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+void WriteTime(Writer& w, absl::Time t) { w.Int<int64_t>(absl::ToUnixMicros(t)); }
+absl::Time ReadTime(Reader& r) { return absl::FromUnixMicros(r.Int<int64_t>()); }
+
+std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
+  Writer body;
+  // Subjects first, then the outbox: an alert whose flag is in the snapshot was pushed to the
+  // outbox before its shard was copied, so it is in the outbox copy too (or already delivered).
+  Writer subjects;
+  uint64_t subject_count = 0;
+  store.ForEach([&](const MemoryStore::SubjectState& st) {
+    ++subject_count;
+    subjects.Int<uint64_t>(st.plan_tag);
+    subjects.Str(st.subject);
+    subjects.Int<int64_t>(st.expires);
+    subjects.Int<uint32_t>(static_cast<uint32_t>(st.counters.size()));
+    for (const MemoryStore::Counter& c : st.counters) {
+      subjects.Int<int64_t>(c.used);
+      subjects.Int<uint32_t>(c.window);
+      subjects.Int<uint16_t>(c.tag);
+      subjects.Int<uint16_t>(c.fired);
+    }
+  });
+  const std::vector<Outbox::Entry> events = store.outbox().All();
+
+  body.Int<uint64_t>(subject_count);
+  body.out().append(subjects.out());
+  body.Int<uint64_t>(events.size());
+  for (const Outbox::Entry& e : events) {
+    body.Int<uint64_t>(e.seq);
+    body.Str(e.event.subject);
+    body.Str(e.event.plan);
+    body.Str(e.event.limit);
+    body.Int<int32_t>(e.event.threshold);
+    body.Int<int64_t>(e.event.used);
+    body.Int<int64_t>(e.event.quota);
+    WriteTime(body, e.event.window_start);
+    WriteTime(body, e.event.window_end);
+    WriteTime(body, e.event.occurred_at);
+  }
+  stats.subjects = subject_count;
+  stats.events = events.size();
+
+  Writer file;
+  file.out().append(kMagic);
+  file.Int<uint32_t>(kVersion);
+  file.Int<uint64_t>(body.out().size());
+  file.Int<uint32_t>(Crc32(body.out()));
+  file.out().append(body.out());
+  stats.bytes = file.out().size();
+  return std::move(file.out());
+}
+
+absl::Status ErrnoError(std::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(ToAbsl(what), " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteFully(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("write", path);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint32_t Crc32(std::string_view data) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) c = kCrcTable[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+absl::Status SaveSnapshot(const MemoryStore& store, const std::string& path, SnapshotStats* stats) {
+  SnapshotStats local;
+  const std::string data = Encode(store, local);
+  const std::filesystem::path target(path);
+  const std::string dir =
+      target.has_parent_path() ? target.parent_path().string() : std::string(".");
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("create", tmp);
+  absl::Status s = WriteFully(fd, data, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync", tmp);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoError("close", tmp);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename to", path);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // Make the rename itself durable.
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  if (stats) *stats = local;
+  return absl::OkStatus();
+}
+
+absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotStats* stats) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!std::filesystem::exists(path)) {
+      return absl::NotFoundError(absl::StrCat("snapshot ", path, ": no such file"));
+    }
+    return ErrnoError("open snapshot", path);
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string data = buf.str();
+  auto corrupt = [&](std::string_view why) {
+    return absl::DataLossError(absl::StrCat("snapshot ", path, " is damaged (", ToAbsl(why),
+                                            "); nothing was loaded. Move it aside to start "
+                                            "without it."));
+  };
+
+  if (data.size() < kHeaderSize) return corrupt("shorter than its header");
+  if (std::string_view(data).substr(0, kMagic.size()) != kMagic) return corrupt("bad magic");
+  Reader header(std::string_view(data).substr(kMagic.size(), kHeaderSize - kMagic.size()));
+  const uint32_t version = header.Int<uint32_t>();
+  const uint64_t length = header.Int<uint64_t>();
+  const uint32_t crc = header.Int<uint32_t>();
+  if (version != kVersion) return corrupt(absl::StrCat("unsupported version ", version));
+  if (length != data.size() - kHeaderSize) {
+    return corrupt(absl::StrCat("payload is ", data.size() - kHeaderSize, " bytes, header says ",
+                                length, " (torn write?)"));
+  }
+  const std::string_view payload = std::string_view(data).substr(kHeaderSize);
+  if (Crc32(payload) != crc) return corrupt("checksum mismatch");
+
+  Reader r(payload);
+  std::vector<MemoryStore::SubjectState> subjects;
+  const uint64_t subject_count = r.Int<uint64_t>();
+  if (subject_count > kMaxCount) return corrupt("implausible subject count");
+  for (uint64_t i = 0; i < subject_count && r.ok(); ++i) {
+    MemoryStore::SubjectState st;
+    st.plan_tag = r.Int<uint64_t>();
+    st.subject = r.Str();
+    st.expires = r.Int<int64_t>();
+    const uint32_t n = r.Int<uint32_t>();
+    if (n > 1024) return corrupt("implausible limit count");
+    for (uint32_t k = 0; k < n && r.ok(); ++k) {
+      MemoryStore::Counter c;
+      c.used = r.Int<int64_t>();
+      c.window = r.Int<uint32_t>();
+      c.tag = r.Int<uint16_t>();
+      c.fired = r.Int<uint16_t>();
+      st.counters.push_back(c);
+    }
+    subjects.push_back(std::move(st));
+  }
+  std::vector<Outbox::Entry> events;
+  const uint64_t event_count = r.Int<uint64_t>();
+  if (event_count > kMaxCount) return corrupt("implausible event count");
+  for (uint64_t i = 0; i < event_count && r.ok(); ++i) {
+    Outbox::Entry e;
+    e.seq = r.Int<uint64_t>();
+    e.event.subject = r.Str();
+    e.event.plan = r.Str();
+    e.event.limit = r.Str();
+    e.event.threshold = r.Int<int32_t>();
+    e.event.used = r.Int<int64_t>();
+    e.event.quota = r.Int<int64_t>();
+    e.event.window_start = ReadTime(r);
+    e.event.window_end = ReadTime(r);
+    e.event.occurred_at = ReadTime(r);
+    events.push_back(std::move(e));
+  }
+  if (!r.ok()) return corrupt("truncated record");
+  if (!r.done()) return corrupt("trailing bytes after the last record");
+
+  if (stats) *stats = {.subjects = subjects.size(), .events = events.size(), .bytes = data.size()};
+  store.Restore(std::move(subjects));
+  store.outbox().Restore(std::move(events));
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,172 @@
+#include "sluice/store/memory/snapshot.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+
+#include "sluice/limiter/limiter.h"
+
+namespace sluice {
+namespace {
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sluice_snapshot_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "state.snap").string();
+    config::Config cfg;
+    cfg.plans.push_back({.name = "p",
+                         .limits = {{.name = "per_minute",
+                                     .quota = 10,
+                                     .window = *config::ParseWindow("1m"),
+                                     .alert_at = {80, 100}},
+                                    {.name = "daily",
+                                     .quota = 100,
+                                     .window = *config::ParseWindow("day"),
+                                     .alert_at = {}}}});
+    plans_ = std::make_unique<PlanSet>(*PlanSet::FromConfig(cfg));
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  Decision Check(MemoryStore& store, const std::string& subject, int64_t cost = 1) {
+    Limiter limiter(*plans_, &store, &clock_, {});
+    Decision out;
+    limiter.Decide({.subject = subject, .plan = "p", .cost = cost},
+                   [&](absl::StatusOr<Decision> d) { out = *d; });
+    return out;
+  }
+  std::string ReadFile() {
+    std::ifstream in(path_, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  void WriteFile(const std::string& data) { std::ofstream(path_, std::ios::binary) << data; }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  FakeClock clock_{absl::FromUnixSeconds(1796040000)};
+  std::unique_ptr<PlanSet> plans_;
+};
+
+TEST_F(SnapshotTest, RoundTripKeepsCountersFlagsAndUndeliveredEvents) {
+  MemoryStore before;
+  ASSERT_TRUE(Check(before, "alice", 8).allowed);  // fires 80%
+  ASSERT_TRUE(Check(before, "bob", 3).allowed);
+  SnapshotStats saved;
+  ASSERT_TRUE(SaveSnapshot(before, path_, &saved).ok());
+  EXPECT_EQ(saved.subjects, 2u);
+  EXPECT_EQ(saved.events, 1u);
+
+  MemoryStore after;
+  SnapshotStats loaded;
+  ASSERT_TRUE(LoadSnapshot(path_, after, &loaded).ok());
+  EXPECT_EQ(loaded.subjects, 2u);
+  EXPECT_EQ(after.subject_count(), 2u);
+  ASSERT_EQ(after.outbox().size(), 1u);
+  EXPECT_EQ(after.outbox().All()[0].event, before.outbox().All()[0].event);
+  // Counters continue where they were, and the fired 80% does not fire again.
+  Decision d = Check(after, "alice", 1);
+  EXPECT_EQ(d.limits[0].used, 9);
+  EXPECT_EQ(d.limits[1].used, 9);
+  EXPECT_EQ(after.outbox().size(), 1u);
+  EXPECT_EQ(Check(after, "bob", 0).limits[0].used, 3);
+}
+
+TEST_F(SnapshotTest, NewEventsAreNumberedAfterRestoredOnes) {
+  MemoryStore before;
+  ASSERT_TRUE(Check(before, "alice", 8).allowed);
+  ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+  MemoryStore after;
+  ASSERT_TRUE(LoadSnapshot(path_, after).ok());
+  ASSERT_TRUE(Check(after, "bob", 8).allowed);
+  std::vector<Outbox::Entry> events = after.outbox().All();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_LT(events[0].seq, events[1].seq);
+  EXPECT_EQ(events[1].event.subject, "bob");
+}
+
+TEST_F(SnapshotTest, SaveReplacesTheFileAtomicallyAndLeavesNoTemporaryFile) {
+  MemoryStore store;
+  ASSERT_TRUE(Check(store, "alice").allowed);
+  ASSERT_TRUE(SaveSnapshot(store, path_).ok());
+  ASSERT_TRUE(Check(store, "bob").allowed);
+  ASSERT_TRUE(SaveSnapshot(store, path_).ok());
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    (void)entry;
+    ++files;
+  }
+  EXPECT_EQ(files, 1u);
+  MemoryStore loaded;
+  ASSERT_TRUE(LoadSnapshot(path_, loaded).ok());
+  EXPECT_EQ(loaded.subject_count(), 2u);
+}
+
+TEST_F(SnapshotTest, MissingFileIsNotFound) {
+  MemoryStore store;
+  EXPECT_EQ(LoadSnapshot(path_, store).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SnapshotTest, UnwritableDirectoryIsAnError) {
+  MemoryStore store;
+  absl::Status s = SaveSnapshot(store, (dir_ / "missing" / "state.snap").string());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+class DamagedSnapshotTest : public SnapshotTest {
+ protected:
+  // Saves a snapshot with state, damages it with `damage`, and expects DataLoss mentioning `why`
+  // with the target store untouched.
+  void ExpectRejected(const std::function<void(std::string&)>& damage, const std::string& why) {
+    MemoryStore before;
+    ASSERT_TRUE(Check(before, "alice", 8).allowed);
+    ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+    std::string data = ReadFile();
+    damage(data);
+    WriteFile(data);
+
+    MemoryStore target;
+    ASSERT_TRUE(Check(target, "carol", 2).allowed);
+    absl::Status s = LoadSnapshot(path_, target);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s;
+    EXPECT_NE(s.message().find(path_), std::string::npos) << s;
+    EXPECT_EQ(target.subject_count(), 1u);
+    EXPECT_EQ(Check(target, "carol", 0).limits[0].used, 2);
+  }
+};
+
+TEST_F(DamagedSnapshotTest, TruncatedFileIsRejected) {
+  ExpectRejected([](std::string& d) { d.resize(d.size() - 5); }, "torn write");
+}
+
+TEST_F(DamagedSnapshotTest, FlippedByteIsRejected) {
+  ExpectRejected([](std::string& d) { d[d.size() / 2 + 12] ^= 0x40; }, "checksum mismatch");
+}
+
+TEST_F(DamagedSnapshotTest, ForeignFileIsRejected) {
+  ExpectRejected([](std::string& d) { d.replace(0, 8, "NOTSLUIC"); }, "bad magic");
+}
+
+TEST_F(DamagedSnapshotTest, HeaderOnlyFragmentIsRejected) {
+  ExpectRejected([](std::string& d) { d.resize(10); }, "shorter than its header");
+}
+
+TEST_F(DamagedSnapshotTest, FutureVersionIsRejected) {
+  ExpectRejected([](std::string& d) { d[8] = 9; }, "unsupported version 9");
+}
+
+TEST(Crc32Test, MatchesTheStandardCheckValue) {
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);
+  EXPECT_EQ(Crc32(""), 0u);
+}
+
+}  // namespace
+}  // namespace sluice
