@@ -75,10 +75,10 @@ WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZo
   const int64_t t_ns = absl::ToUnixNanos(t);
   const uint64_t before = seq_.load(std::memory_order_acquire);
   if ((before & 1) == 0) {
-    const int64_t id = id_.load(std::memory_order_relaxed);
-    const int64_t start = start_ns_.load(std::memory_order_relaxed);
-    const int64_t end = end_ns_.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Acquire loads keep the second read of seq_ after them (no fence: TSan cannot model one).
+    const int64_t id = id_.load(std::memory_order_acquire);
+    const int64_t start = start_ns_.load(std::memory_order_acquire);
+    const int64_t end = end_ns_.load(std::memory_order_acquire);
     if (seq_.load(std::memory_order_relaxed) == before && start <= t_ns && t_ns < end) {
       return {.id = id, .start = absl::FromUnixNanos(start), .end = absl::FromUnixNanos(end)};
     }
@@ -88,9 +88,10 @@ WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZo
   uint64_t expected = before;
   if ((before & 1) == 0 &&
       seq_.compare_exchange_strong(expected, before + 1, std::memory_order_acquire)) {
-    id_.store(w.id, std::memory_order_relaxed);
-    start_ns_.store(absl::ToUnixNanos(w.start), std::memory_order_relaxed);
-    end_ns_.store(absl::ToUnixNanos(w.end), std::memory_order_relaxed);
+    // Release stores: a reader that sees any of these values also sees seq_ odd or newer.
+    id_.store(w.id, std::memory_order_release);
+    start_ns_.store(absl::ToUnixNanos(w.start), std::memory_order_release);
+    end_ns_.store(absl::ToUnixNanos(w.end), std::memory_order_release);
     seq_.store(before + 2, std::memory_order_release);
   }
   return w;

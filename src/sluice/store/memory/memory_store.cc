@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -107,9 +108,11 @@ AlertEvent MakeEvent(const StoreRequest& req, const Limit& limit, const WindowBo
 
 }  // namespace
 
+// std::mutex rather than absl::Mutex on this path: Debian's abseil is built with Mutex deadlock
+// detection on, which costs more than the rest of a decision.
 struct alignas(64) MemoryStore::Shard {
-  mutable absl::Mutex mu;
-  Map map ABSL_GUARDED_BY(mu);
+  mutable std::mutex mu;
+  Map map;  // guarded by mu
 };
 
 MemoryStore::MemoryStore(Options options)
@@ -136,7 +139,7 @@ void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
 
   Shard& shard = ShardFor(plan.tag, req.subject);
   {
-    absl::MutexLock lock(&shard.mu);
+    std::lock_guard lock(shard.mu);
     auto it = shard.map.find(KeyView{plan.tag, req.subject});
     Entry* entry = it == shard.map.end() ? nullptr : &it->second;
     if (entry != nullptr && !Aligned(*entry, plan)) Realign(*entry, plan);
@@ -197,7 +200,7 @@ void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
   std::vector<LimitUsage> usage(plan.limits.size());
   Shard& shard = ShardFor(plan.tag, req.subject);
   {
-    absl::MutexLock lock(&shard.mu);
+    std::lock_guard lock(shard.mu);
     auto it = shard.map.find(KeyView{plan.tag, req.subject});
     if (it != shard.map.end()) {
       for (size_t i = 0; i < plan.limits.size(); ++i) {
@@ -218,7 +221,7 @@ void MemoryStore::Reset(const StoreRequest& req, std::optional<size_t> limit_ind
   const Plan& plan = *req.plan;
   Shard& shard = ShardFor(plan.tag, req.subject);
   {
-    absl::MutexLock lock(&shard.mu);
+    std::lock_guard lock(shard.mu);
     auto it = shard.map.find(KeyView{plan.tag, req.subject});
     if (it != shard.map.end()) {
       if (!limit_index.has_value()) {
@@ -236,7 +239,7 @@ size_t MemoryStore::Sweep(absl::Time now) {
   size_t removed = 0;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     Shard& shard = shards_[s];
-    absl::MutexLock lock(&shard.mu);
+    std::lock_guard lock(shard.mu);
     removed +=
         absl::erase_if(shard.map, [now_s](const auto& kv) { return kv.second.expires <= now_s; });
   }
@@ -246,7 +249,7 @@ size_t MemoryStore::Sweep(absl::Time now) {
 size_t MemoryStore::subject_count() const {
   size_t total = 0;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
-    absl::MutexLock lock(&shards_[s].mu);
+    std::lock_guard lock(shards_[s].mu);
     total += shards_[s].map.size();
   }
   return total;
@@ -255,7 +258,7 @@ size_t MemoryStore::subject_count() const {
 void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) const {
   SubjectState state;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
-    absl::MutexLock lock(&shards_[s].mu);
+    std::lock_guard lock(shards_[s].mu);
     for (const auto& [key, entry] : shards_[s].map) {
       state.plan_tag = key.plan_tag;
       state.subject = key.subject;
@@ -268,12 +271,12 @@ void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) co
 
 void MemoryStore::Restore(std::vector<SubjectState> states) {
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
-    absl::MutexLock lock(&shards_[s].mu);
+    std::lock_guard lock(shards_[s].mu);
     shards_[s].map.clear();
   }
   for (SubjectState& st : states) {
     Shard& shard = ShardFor(st.plan_tag, st.subject);
-    absl::MutexLock lock(&shard.mu);
+    std::lock_guard lock(shard.mu);
     shard.map.insert_or_assign(Key{st.plan_tag, std::move(st.subject)},
                                Entry{.expires = st.expires, .counters = std::move(st.counters)});
   }
