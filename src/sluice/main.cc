@@ -1,26 +1,18 @@
 // The sluice command line: serve, check-config, --version, --help.
-#include <csignal>
 #include <cstdlib>
 #include <iostream>
-#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "sluice/common/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
-#include "sluice/limiter/limiter.h"
-#include "sluice/limiter/plan.h"
-#include "sluice/store/memory/maintainer.h"
-#include "sluice/store/memory/memory_store.h"
-#include "sluice/store/memory/snapshot.h"
+#include "sluice/server/service.h"
 
 namespace sluice {
 namespace {
 
 constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
 
 int CheckConfig(const std::string& path) {
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
@@ -32,84 +24,6 @@ int CheckConfig(const std::string& path) {
   for (const config::PlanConfig& p : cfg->plans) limits += p.limits.size();
   std::cout << path << ": OK (" << cfg->plans.size() << " plans, " << limits << " limits, "
             << cfg->keys.size() << " keys, " << cfg->alerts.sinks.size() << " alert sinks)\n";
-  return kExitOk;
-}
-
-// Blocks until SIGTERM or SIGINT and returns which one arrived.
-int WaitForStopSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
-}
-
-int Serve(const std::string& path) {
-  // Stop signals are taken synchronously by WaitForStopSignal; every thread started later
-  // inherits the mask, so no thread is interrupted by them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-
-  absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
-  if (!cfg.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(cfg.status());
-    return config::kExitConfigError;
-  }
-  if (cfg->store.type != config::StoreType::kMemory) {
-    Log(LogLevel::kError, "store.type redis is not available in this build; use memory");
-    return config::kExitConfigError;
-  }
-  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(*cfg);
-  if (!plans.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(plans.status());
-    return config::kExitConfigError;
-  }
-
-  SystemClock clock;
-  MemoryStore store;
-  const std::string& snapshot = cfg->store.memory.snapshot_path;
-  if (!snapshot.empty()) {
-    SnapshotStats stats;
-    absl::Status s = LoadSnapshot(snapshot, store, &stats);
-    if (s.ok()) {
-      Log(LogLevel::kInfo, "snapshot loaded")
-          .Str("path", snapshot)
-          .Int("subjects", static_cast<int64_t>(stats.subjects))
-          .Int("pending_alerts", static_cast<int64_t>(stats.events));
-    } else if (absl::IsNotFound(s)) {
-      Log(LogLevel::kInfo, "no snapshot yet; starting empty").Str("path", snapshot);
-    } else {
-      // Starting empty would hand every subject a fresh quota and drop undelivered alerts.
-      Log(LogLevel::kError, "cannot load snapshot").Error(s);
-      return kExitFailure;
-    }
-  }
-  Limiter limiter(std::move(*plans), &store, &clock, {.on_store_error = cfg->on_store_error});
-  MemoryStoreMaintainer maintainer(&store, &clock,
-                                   {.snapshot_path = snapshot,
-                                    .snapshot_interval = cfg->store.memory.snapshot_interval,
-                                    .on_error = [](const absl::Status& s) {
-                                      Log(LogLevel::kWarn, "snapshot save failed").Error(s);
-                                    }});
-  Log(LogLevel::kInfo, "sluice started")
-      .Str("version", SLUICE_VERSION)
-      .Str("config", path)
-      .Str("store", "memory")
-      .Int("plans", static_cast<int64_t>(limiter.plans().size()));
-
-  const int sig = WaitForStopSignal();
-  Log(LogLevel::kInfo, "stopping").Str("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  absl::Status saved = maintainer.Stop();
-  if (!saved.ok()) {
-    Log(LogLevel::kError, "final snapshot failed").Error(saved);
-    return kExitFailure;
-  }
-  Log(LogLevel::kInfo, "stopped");
   return kExitOk;
 }
 
@@ -146,5 +60,5 @@ int main(int argc, char** argv) {
   sluice::SetLogLevel(level);
 
   if (*check) return sluice::CheckConfig(check_config);
-  return sluice::Serve(serve_config);
+  return sluice::server::Serve(serve_config);
 }

@@ -63,3 +63,61 @@ class Server:
 
 def tempdir():
     return tempfile.TemporaryDirectory(prefix="sluice-it-")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """`sluice serve` on free loopback ports, with a config built from `body` (YAML without the
+    server section). Use as a context manager."""
+
+    def __init__(self, body, directory, admin_token="test-admin-token", extra_server=""):
+        self.port = free_port()
+        self.admin_port = free_port()
+        self.admin_token = admin_token
+        self.dir = directory
+        self.server_yaml = (
+            "server:\n"
+            f'  listen: "127.0.0.1:{self.port}"\n'
+            f'  admin_listen: "127.0.0.1:{self.admin_port}"\n'
+            f'  admin_token: "{admin_token}"\n'
+            "  threads: 2\n" + extra_server)
+        self.config_path = write_config(directory, self.server_yaml + body)
+        self.server = None
+
+    def rewrite(self, body, extra_server=None):
+        """Replaces the config file's plans/keys part (for reload tests)."""
+        server_yaml = self.server_yaml if extra_server is None else self.server_yaml + extra_server
+        write_config(self.dir, server_yaml + body)
+
+    def __enter__(self):
+        self.server = Server(self.config_path)
+        self.server.wait_for_line("sluice started")
+        return self
+
+    def __exit__(self, *exc):
+        self.server.kill()
+
+    def request(self, method, path, body=None, headers=None, admin=False, timeout=10):
+        """One request on a fresh connection; returns (status, headers dict (lower-case), body)."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.admin_port if admin else self.port,
+                                          timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            res = conn.getresponse()
+            return res.status, {k.lower(): v for k, v in res.getheaders()}, res.read()
+        finally:
+            conn.close()
+
+    def check(self, payload):
+        import json
+        status, headers, body = self.request("POST", "/v1/check", json.dumps(payload),
+                                             {"Content-Type": "application/json"})
+        return status, headers, json.loads(body) if body else None

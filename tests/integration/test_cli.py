@@ -71,6 +71,9 @@ class ServeLifecycleTest(unittest.TestCase):
         self.addCleanup(self.dir.cleanup)
         self.snapshot = os.path.join(self.dir.name, "state.snap")
         self.config = harness.write_config(self.dir.name, VALID + f"""
+server:
+  listen: "127.0.0.1:{harness.free_port()}"
+  admin_listen: "127.0.0.1:{harness.free_port()}"
 store:
   type: memory
   memory: {{ snapshot_path: "{self.snapshot}", snapshot_interval: 1s }}

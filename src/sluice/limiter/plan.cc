@@ -39,6 +39,7 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
       }
       plan->limits.push_back(std::move(limit));
     }
+    set.names_.push_back(pc.name);
     set.plans_.emplace(pc.name, std::move(plan));
   }
   return set;

@@ -54,10 +54,13 @@ class PlanSet {
   // The plan named `name`, or nullptr.
   [[nodiscard]] const Plan* Find(std::string_view name) const;
   [[nodiscard]] size_t size() const { return plans_.size(); }
+  // Plan names in configuration order.
+  [[nodiscard]] const std::vector<std::string>& names() const { return names_; }
 
  private:
   // Shared so that copies of a PlanSet (cheap) hand out the same Plan pointers.
   absl::flat_hash_map<std::string, std::shared_ptr<const Plan>> plans_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace sluice

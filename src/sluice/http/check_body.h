@@ -1,0 +1,37 @@
+// The input of POST /v1/check and the Sluice-Cost header of GET /v1/authorize (DESIGN §2).
+#ifndef SLUICE_HTTP_CHECK_BODY_H_
+#define SLUICE_HTTP_CHECK_BODY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::http {
+
+// A parsed /v1/check body. Exactly one of: `api_key` non-empty (subject and plan empty), or
+// `subject` and `plan` both non-empty (api_key empty). The subject's characters are not checked
+// here: the Limiter does that.
+struct CheckBody {
+  std::string subject;
+  std::string plan;
+  std::string api_key;
+  int64_t cost = 1;
+};
+
+// Parses {"subject":"user-42","plan":"free","cost":1} or {"api_key":"...","cost":1}. Errors are
+// InvalidArgument whose message starts with the field at fault, e.g. "body: not valid JSON",
+// "body: must be a JSON object", "foo: unknown field", "subject: duplicate field",
+// "subject: must be a non-empty string", "cost: must be an integer from 0 to 1000000",
+// "subject: required with plan", "plan: required with subject",
+// "api_key: give either api_key or subject and plan".
+[[nodiscard]] absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body);
+
+// Parses a Sluice-Cost header value: ASCII digits only, 0 to 1000000. The error is InvalidArgument
+// "Sluice-Cost: must be an integer from 0 to 1000000".
+[[nodiscard]] absl::StatusOr<int64_t> ParseCostHeader(std::string_view value);
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_CHECK_BODY_H_

@@ -1,0 +1,151 @@
+#include "sluice/http/check_body.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "sluice/common/strings.h"
+
+namespace sluice::http {
+namespace {
+
+// The error message of parsing `body`, or "ok".
+std::string ErrorOf(std::string_view body) {
+  const absl::StatusOr<CheckBody> parsed = ParseCheckBody(body);
+  if (parsed.ok()) return "ok";
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(ToStd(parsed.status().message()));
+}
+
+std::string CostHeaderErrorOf(std::string_view value) {
+  const absl::StatusOr<int64_t> cost = ParseCostHeader(value);
+  if (cost.ok()) return "ok";
+  EXPECT_EQ(cost.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(ToStd(cost.status().message()));
+}
+
+constexpr char kCostError[] = "cost: must be an integer from 0 to 1000000";
+
+TEST(ParseCheckBodyTest, ReadsSubjectPlanAndCost) {
+  const absl::StatusOr<CheckBody> body =
+      ParseCheckBody(R"({"subject":"user-42","plan":"free","cost":3})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(body->subject, "user-42");
+  EXPECT_EQ(body->plan, "free");
+  EXPECT_EQ(body->api_key, "");
+  EXPECT_EQ(body->cost, 3);
+}
+
+TEST(ParseCheckBodyTest, ReadsAnApiKey) {
+  const absl::StatusOr<CheckBody> body = ParseCheckBody(R"({"api_key":"demo-free-key"})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(body->api_key, "demo-free-key");
+  EXPECT_EQ(body->subject, "");
+  EXPECT_EQ(body->plan, "");
+}
+
+TEST(ParseCheckBodyTest, CostDefaultsToOne) {
+  EXPECT_EQ(ParseCheckBody(R"({"api_key":"k"})")->cost, 1);
+}
+
+TEST(ParseCheckBodyTest, AcceptsTheCostBounds) {
+  EXPECT_EQ(ParseCheckBody(R"({"api_key":"k","cost":0})")->cost, 0);
+  EXPECT_EQ(ParseCheckBody(R"({"api_key":"k","cost":1000000})")->cost, 1000000);
+}
+
+TEST(ParseCheckBodyTest, RefusesACostOutOfRange) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":1000001})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":-1})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":18446744073709551615})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":-9223372036854775808})"), kCostError);
+}
+
+TEST(ParseCheckBodyTest, RefusesACostThatIsNotAnInteger) {
+  for (const char* cost : {"1.5", "1.0", "1e2", "true", "null", R"("1")", "[1]", "{}"}) {
+    EXPECT_EQ(ErrorOf(std::string(R"({"api_key":"k","cost":)") + cost + "}"), kCostError) << cost;
+  }
+}
+
+TEST(ParseCheckBodyTest, RefusesTextThatIsNotJson) {
+  for (const char* body :
+       {"", "{", "subject=u", R"({"api_key":"k",})", "{} {}", "{\"api_key\":\"\xff\"}"}) {
+    EXPECT_EQ(ErrorOf(body), "body: not valid JSON") << body;
+  }
+}
+
+TEST(ParseCheckBodyTest, RefusesJsonThatIsNotAnObject) {
+  for (const char* body : {"[]", "1", R"("api_key")", "null"}) {
+    EXPECT_EQ(ErrorOf(body), "body: must be a JSON object") << body;
+  }
+}
+
+TEST(ParseCheckBodyTest, RefusesAnUnknownField) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","foo":1})"), "foo: unknown field");
+}
+
+TEST(ParseCheckBodyTest, ReportsTheFirstUnknownFieldOfTheDocument) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","zeta":1,"alpha":2})"), "zeta: unknown field");
+}
+
+TEST(ParseCheckBodyTest, ShortensAnUnknownFieldNameInTheError) {
+  EXPECT_EQ(ErrorOf(R"({")" + std::string(1000, 'x') + R"(":1})"),
+            std::string(64, 'x') + ": unknown field");
+}
+
+TEST(ParseCheckBodyTest, RefusesARepeatedField) {
+  EXPECT_EQ(ErrorOf(R"({"subject":"a","plan":"free","subject":"b"})"), "subject: duplicate field");
+}
+
+TEST(ParseCheckBodyTest, NestedFieldsAreNotTopLevelFields) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","x":{"api_key":"j"}})"), "x: unknown field");
+}
+
+TEST(ParseCheckBodyTest, RefusesStringFieldsOfOtherTypes) {
+  EXPECT_EQ(ErrorOf(R"({"subject":42,"plan":"free"})"), "subject: must be a non-empty string");
+  EXPECT_EQ(ErrorOf(R"({"subject":"u","plan":null})"), "plan: must be a non-empty string");
+  EXPECT_EQ(ErrorOf(R"({"api_key":["k"]})"), "api_key: must be a non-empty string");
+}
+
+TEST(ParseCheckBodyTest, RefusesEmptyStrings) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":""})"), "api_key: must be a non-empty string");
+  EXPECT_EQ(ErrorOf(R"({"subject":"","plan":"free"})"), "subject: must be a non-empty string");
+}
+
+TEST(ParseCheckBodyTest, RefusesAPlanWithoutSubject) {
+  EXPECT_EQ(ErrorOf(R"({"plan":"free"})"), "subject: required with plan");
+}
+
+TEST(ParseCheckBodyTest, RefusesASubjectWithoutPlan) {
+  EXPECT_EQ(ErrorOf(R"({"subject":"u"})"), "plan: required with subject");
+}
+
+TEST(ParseCheckBodyTest, RefusesAnApiKeyTogetherWithASubject) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","subject":"u","plan":"free"})"),
+            "api_key: give either api_key or subject and plan");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","plan":"free"})"),
+            "api_key: give either api_key or subject and plan");
+}
+
+TEST(ParseCheckBodyTest, RefusesABodyWithNeitherKeyNorSubject) {
+  EXPECT_EQ(ErrorOf(R"({})"), "api_key: give either api_key or subject and plan");
+  EXPECT_EQ(ErrorOf(R"({"cost":1})"), "api_key: give either api_key or subject and plan");
+}
+
+TEST(ParseCostHeaderTest, ReadsDigits) {
+  EXPECT_EQ(*ParseCostHeader("0"), 0);
+  EXPECT_EQ(*ParseCostHeader("25"), 25);
+  EXPECT_EQ(*ParseCostHeader("1000000"), 1000000);
+  EXPECT_EQ(*ParseCostHeader("0007"), 7);
+}
+
+TEST(ParseCostHeaderTest, RefusesAnythingElse) {
+  for (const char* value :
+       {"", "1000001", "99999999999999999999999", "-1", "+1", "1.5", " 1", "1 ", "0x10", "1e3"}) {
+    EXPECT_EQ(CostHeaderErrorOf(value), "Sluice-Cost: must be an integer from 0 to 1000000")
+        << value;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::http

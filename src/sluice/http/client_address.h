@@ -1,0 +1,54 @@
+// Which address a request came from, believing X-Forwarded-For only from configured proxies
+// (`server.trusted_proxies`, DESIGN §2).
+#ifndef SLUICE_HTTP_CLIENT_ADDRESS_H_
+#define SLUICE_HTTP_CLIENT_ADDRESS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/ip/address.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::http {
+
+// A set of trusted proxy networks. Immutable once built, so safe to share between threads.
+//
+// IPv4-mapped IPv6 addresses (::ffff:1.2.3.4, as a dual-stack socket reports an IPv4 peer) are
+// treated as the IPv4 address everywhere: in the CIDRs, the peer and X-Forwarded-For.
+class ProxyTrust {
+ public:
+  // Parses CIDRs such as "10.0.0.0/8" or "::1/128"; a bare address is a /32 or /128. Host bits
+  // beyond the prefix are ignored. Errors are InvalidArgument naming the entry:
+  // "trusted_proxies[1]: bad CIDR \"10.0.0.0/33\"".
+  [[nodiscard]] static absl::StatusOr<ProxyTrust> FromCidrs(const std::vector<std::string>& cidrs);
+
+  // True if `address` lies in one of the trusted networks.
+  [[nodiscard]] bool Trusts(const boost::asio::ip::address& address) const;
+
+  // The client's address as canonical text (IPv4 dotted quad; IPv6 compressed, lowercase, without
+  // brackets or zone). If `peer` is not trusted it is the client and `x_forwarded_for` is ignored.
+  // Otherwise X-Forwarded-For (every field of that name joined with ",") is walked from the right,
+  // skipping addresses that are themselves trusted; the first untrusted one is the client. An entry
+  // that is not an address ("unknown", "", garbage) stops the walk, and the last trusted hop (or
+  // the peer) is the client, since nothing left of it can be believed. Entries may be written
+  // "1.2.3.4", "1.2.3.4:port", "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:port".
+  [[nodiscard]] std::string ClientAddress(const boost::asio::ip::address& peer,
+                                          std::string_view x_forwarded_for) const;
+
+ private:
+  // IPv4 networks are stored as IPv4-mapped IPv6 (prefix + 96), so one comparison serves both.
+  struct Network {
+    std::array<uint8_t, 16> bytes{};  // host bits cleared
+    int prefix = 0;                   // 0-128
+  };
+
+  std::vector<Network> networks_;
+};
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_CLIENT_ADDRESS_H_

@@ -1,0 +1,154 @@
+#include "sluice/http/client_address.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace sluice::http {
+namespace {
+
+namespace ip = boost::asio::ip;
+
+class ProxyTrustTest : public ::testing::Test {
+ protected:
+  static ProxyTrust Trust(const std::vector<std::string>& cidrs) {
+    absl::StatusOr<ProxyTrust> trust = ProxyTrust::FromCidrs(cidrs);
+    EXPECT_TRUE(trust.ok()) << trust.status();
+    return trust.ok() ? *std::move(trust) : ProxyTrust();
+  }
+  static ip::address Ip(const std::string& text) { return ip::make_address(text); }
+
+  // A load balancer at 10.0.0.1 and a local proxy at ::1, as many deployments have.
+  ProxyTrust trust_ = Trust({"10.0.0.0/8", "::1/128"});
+};
+
+TEST_F(ProxyTrustTest, TrustsAddressesInsideANetwork) {
+  EXPECT_TRUE(trust_.Trusts(Ip("10.0.0.1")));
+  EXPECT_TRUE(trust_.Trusts(Ip("10.255.255.255")));
+  EXPECT_TRUE(trust_.Trusts(Ip("::1")));
+}
+
+TEST_F(ProxyTrustTest, DoesNotTrustAddressesOutsideEveryNetwork) {
+  EXPECT_FALSE(trust_.Trusts(Ip("11.0.0.1")));
+  EXPECT_FALSE(trust_.Trusts(Ip("9.255.255.255")));
+  EXPECT_FALSE(trust_.Trusts(Ip("::2")));
+}
+
+TEST_F(ProxyTrustTest, ABareAddressTrustsOnlyItself) {
+  const ProxyTrust trust = Trust({"192.168.1.1", "2001:db8::1"});
+  EXPECT_TRUE(trust.Trusts(Ip("192.168.1.1")));
+  EXPECT_FALSE(trust.Trusts(Ip("192.168.1.2")));
+  EXPECT_TRUE(trust.Trusts(Ip("2001:db8::1")));
+  EXPECT_FALSE(trust.Trusts(Ip("2001:db8::2")));
+}
+
+TEST_F(ProxyTrustTest, PrefixesThatAreNotByteAlignedMatchBitByBit) {
+  const ProxyTrust trust = Trust({"172.16.0.0/12", "fd00::/7"});
+  EXPECT_TRUE(trust.Trusts(Ip("172.31.255.255")));
+  EXPECT_FALSE(trust.Trusts(Ip("172.32.0.0")));
+  EXPECT_TRUE(trust.Trusts(Ip("fc00::1")));
+  EXPECT_FALSE(trust.Trusts(Ip("fe00::1")));
+}
+
+TEST_F(ProxyTrustTest, ZeroPrefixTrustsEveryAddressOfItsFamily) {
+  const ProxyTrust trust = Trust({"0.0.0.0/0"});
+  EXPECT_TRUE(trust.Trusts(Ip("203.0.113.9")));
+  EXPECT_FALSE(trust.Trusts(Ip("2001:db8::1")));
+}
+
+TEST_F(ProxyTrustTest, AnIpv4MappedPeerMatchesAnIpv4Network) {
+  EXPECT_TRUE(trust_.Trusts(Ip("::ffff:10.1.2.3")));
+}
+
+TEST_F(ProxyTrustTest, AnIpv4MappedNetworkMatchesIpv4Addresses) {
+  const ProxyTrust trust = Trust({"::ffff:10.0.0.0/104"});
+  EXPECT_TRUE(trust.Trusts(Ip("10.9.9.9")));
+  EXPECT_FALSE(trust.Trusts(Ip("11.0.0.1")));
+}
+
+TEST_F(ProxyTrustTest, NothingIsTrustedWithoutNetworks) {
+  EXPECT_FALSE(Trust({}).Trusts(Ip("127.0.0.1")));
+}
+
+TEST_F(ProxyTrustTest, RefusesBadCidrsNamingTheEntry) {
+  for (const std::string cidr : {"10.0.0.0/33", "::1/129", "10.0.0.0/", "10.0.0.0/x", "10.0.0",
+                                 "example.com", "", "fe80::1%eth0", "::ffff:10.0.0.0/95"}) {
+    absl::StatusOr<ProxyTrust> trust = ProxyTrust::FromCidrs({"10.0.0.0/8", cidr});
+    EXPECT_EQ(trust.status().code(), absl::StatusCode::kInvalidArgument) << cidr;
+    EXPECT_EQ(trust.status().message(), "trusted_proxies[1]: bad CIDR \"" + cidr + "\"");
+  }
+}
+
+TEST_F(ProxyTrustTest, AnUntrustedPeerIsTheClientWhateverItForwards) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("203.0.113.7"), "198.51.100.1"), "203.0.113.7");
+}
+
+TEST_F(ProxyTrustTest, ATrustedPeerWithoutForwardedForIsTheClient) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), ""), "10.0.0.1");
+}
+
+TEST_F(ProxyTrustTest, ATrustedPeerForwardsTheRightmostAddress) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1"), "198.51.100.1");
+}
+
+TEST_F(ProxyTrustTest, SkipsTrustedHopsFromTheRight) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("::1"), "192.0.2.66, 198.51.100.1, 10.0.0.2, 10.0.0.1"),
+            "198.51.100.1");
+}
+
+TEST_F(ProxyTrustTest, IgnoresWhatTheClientItselfClaimsToForward) {
+  // The client wrote "1.1.1.1" into its own X-Forwarded-For; the proxy appended the real address.
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "1.1.1.1,198.51.100.1"), "198.51.100.1");
+}
+
+TEST_F(ProxyTrustTest, EveryHopTrustedGivesTheLeftmost) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "10.0.0.3, 10.0.0.2"), "10.0.0.3");
+}
+
+TEST_F(ProxyTrustTest, AMalformedEntryStopsTheWalkAtTheLastTrustedHop) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1, unknown, 10.0.0.2"), "10.0.0.2");
+}
+
+TEST_F(ProxyTrustTest, AMalformedRightmostEntryLeavesThePeer) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1, garbage"), "10.0.0.1");
+}
+
+TEST_F(ProxyTrustTest, AnEmptyEntryIsMalformed) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1,"), "10.0.0.1");
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1,,10.0.0.2"), "10.0.0.2");
+}
+
+TEST_F(ProxyTrustTest, AcceptsPortsAndBrackets) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "198.51.100.1:4711"), "198.51.100.1");
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "[2001:db8::7]"), "2001:db8::7");
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "[2001:db8::7]:443"), "2001:db8::7");
+}
+
+TEST_F(ProxyTrustTest, RefusesMalformedPortsAndBrackets) {
+  for (const char* entry : {"198.51.100.1:", "198.51.100.1:x", "[2001:db8::7", "[2001:db8::7]x",
+                            "[198.51.100.1]", "2001:db8::7%eth0", "1.2.3.4.5"}) {
+    EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), entry), "10.0.0.1") << entry;
+  }
+}
+
+TEST_F(ProxyTrustTest, ReturnsCanonicalIpv6WithoutBrackets) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("10.0.0.1"), "2001:DB8:0:0:0:0:0:7"), "2001:db8::7");
+}
+
+TEST_F(ProxyTrustTest, AnIpv4MappedPeerIsReportedAsIpv4) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("::ffff:203.0.113.7"), ""), "203.0.113.7");
+}
+
+TEST_F(ProxyTrustTest, AnIpv4MappedForwardedAddressIsReportedAsIpv4) {
+  EXPECT_EQ(trust_.ClientAddress(Ip("::ffff:10.0.0.1"), "::ffff:198.51.100.1"), "198.51.100.1");
+}
+
+TEST_F(ProxyTrustTest, DropsTheZoneOfALinkLocalPeer) {
+  EXPECT_EQ(Trust({}).ClientAddress(Ip("fe80::1%1"), ""), "fe80::1");
+}
+
+}  // namespace
+}  // namespace sluice::http

@@ -1,0 +1,94 @@
+#include "sluice/http/key_registry.h"
+
+#include <openssl/evp.h>
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace sluice::http {
+namespace {
+
+constexpr size_t kDigestLength = 32;
+
+// Raw SHA-256 of `data`, or "" if OpenSSL fails (it does not for SHA-256 short of running out of
+// memory; an empty digest then matches nothing).
+std::string Sha256(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1 ||
+      length != kDigestLength) {
+    return "";
+  }
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The 32 bytes written as 64 hex digits in `hex`, or "" if it is not that.
+std::string DecodeSha256Hex(std::string_view hex) {
+  if (hex.size() != 2 * kDigestLength) return "";
+  std::string bytes(kDigestLength, '\0');
+  for (size_t i = 0; i < kDigestLength; ++i) {
+    const int high = HexValue(hex[2 * i]);
+    const int low = HexValue(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return "";
+    bytes[i] = static_cast<char>(high * 16 + low);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config) {
+  KeyRegistry registry;
+  // Where each digest was first seen, to name the earlier entry without quoting the key.
+  absl::flat_hash_map<std::string, size_t> first_index;
+  for (size_t i = 0; i < config.keys.size(); ++i) {
+    const config::KeyConfig& key = config.keys[i];
+    const std::string where = absl::StrCat("keys[", i, "]");
+    if (key.key.empty() == key.key_sha256.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": set exactly one of key and key_sha256"));
+    }
+    std::string digest;
+    if (!key.key.empty()) {
+      digest = Sha256(key.key);
+      if (digest.empty()) {
+        return absl::InternalError(absl::StrCat(where, ": cannot compute SHA-256"));
+      }
+    } else {
+      digest = DecodeSha256Hex(key.key_sha256);
+      if (digest.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".key_sha256: must be 64 hex digits"));
+      }
+    }
+    const auto [it, inserted] = first_index.emplace(digest, i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": duplicate key (same as keys[", it->second, "])"));
+    }
+    registry.by_digest_.emplace(
+        std::move(digest),
+        KeyEntry{
+            .subject = key.subject, .plan = key.plan, .email = key.email, .webhook = key.webhook});
+  }
+  return registry;
+}
+
+const KeyEntry* KeyRegistry::Find(std::string_view api_key) const {
+  if (api_key.empty() || api_key.size() > kMaxApiKeyLength) return nullptr;
+  const std::string digest = Sha256(api_key);
+  if (digest.empty()) return nullptr;
+  const auto it = by_digest_.find(digest);
+  return it == by_digest_.end() ? nullptr : &it->second;
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,52 @@
+// The static API keys of sluice.yaml (`keys:`), resolved to the subject and plan they stand for.
+//
+// Only SHA-256 digests of keys are kept: a plaintext `key` is hashed when the registry is built and
+// then forgotten, a `key_sha256` is decoded. A presented key is hashed and its digest looked up, so
+// the lookup reveals nothing useful through timing (finding a digest's neighbours in a hash table
+// says nothing about the key). Keys never appear in messages or logs.
+#ifndef SLUICE_HTTP_KEY_REGISTRY_H_
+#define SLUICE_HTTP_KEY_REGISTRY_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "sluice/config/config.h"
+
+namespace sluice::http {
+
+// Longest API key Find looks up; longer keys are unknown without being hashed.
+inline constexpr size_t kMaxApiKeyLength = 512;
+
+// What a key stands for.
+struct KeyEntry {
+  std::string subject;
+  std::string plan;
+  std::string email;    // "" if none: where this subject's alerts go
+  std::string webhook;  // "" if none: this subject's own webhook URL
+};
+
+// Immutable once built, so safe to share between threads; a reload builds a new one.
+class KeyRegistry {
+ public:
+  // Builds the registry from `config.keys`. Errors are InvalidArgument naming the entry, e.g.
+  // "keys[2]: duplicate key (same as keys[0])" when a plaintext key in one entry and the SHA-256 of
+  // the same key in another (which config validation cannot see) resolve to one digest.
+  [[nodiscard]] static absl::StatusOr<KeyRegistry> FromConfig(const config::Config& config);
+
+  // The entry for `api_key`, or nullptr if it is unknown, empty or longer than kMaxApiKeyLength.
+  // The pointer is valid while this registry lives.
+  [[nodiscard]] const KeyEntry* Find(std::string_view api_key) const;
+
+  [[nodiscard]] size_t size() const { return by_digest_.size(); }
+
+ private:
+  // Raw 32-byte SHA-256 digest of the key -> entry.
+  absl::flat_hash_map<std::string, KeyEntry> by_digest_;
+};
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_KEY_REGISTRY_H_

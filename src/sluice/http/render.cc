@@ -1,0 +1,153 @@
+#include "sluice/http/render.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <boost/beast/core/string_type.hpp>
+#include <boost/beast/http/field.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace sluice::http {
+namespace {
+
+namespace beast_http = boost::beast::http;
+
+// Keeps members in insertion order, as DESIGN §2 writes them.
+using Json = nlohmann::ordered_json;
+
+boost::beast::string_view BeastView(std::string_view s) { return {s.data(), s.size()}; }
+
+// Never throws: invalid UTF-8 (which validated names cannot contain) becomes U+FFFD.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// A structured-field string (RFC 8941 §3.3.3): quoted, with '"' and '\' escaped. Limit names are
+// [A-Za-z0-9_.-], so nothing else needs care.
+std::string SfString(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+int64_t WindowSeconds(const LimitDecision& l) {
+  if (l.limit->window.kind == config::WindowSpec::Kind::kFixed) {
+    return absl::ToInt64Seconds(l.limit->window.length);
+  }
+  return absl::ToInt64Seconds(l.window_end - l.window_start);
+}
+
+// Names of the limits that denied, in plan order.
+Json ViolatedNames(const Decision& d) {
+  Json names = Json::array();
+  for (const LimitDecision& l : d.limits) {
+    if (l.violated) names.push_back(l.limit->name);
+  }
+  return names;
+}
+
+Response MakeResponse(unsigned status, std::string_view content_type, std::string body,
+                      unsigned version, bool keep_alive) {
+  Response res;
+  res.version(version);
+  // Beast throws for a status above 999; no caller means one, so it becomes a plain 500.
+  res.result(status <= 999 ? status : 500);
+  res.set(beast_http::field::content_type, BeastView(content_type));
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+std::string Seconds(int64_t n) { return absl::StrCat(n, n == 1 ? " second" : " seconds"); }
+
+}  // namespace
+
+std::string DecisionJson(const Decision& d, std::string_view subject) {
+  Json limits = Json::array();
+  for (const LimitDecision& l : d.limits) {
+    limits.push_back(Json{{"name", l.limit->name},
+                          {"quota", l.limit->quota},
+                          {"used", l.used},
+                          {"remaining", l.remaining},
+                          {"reset_after", l.reset_after},
+                          {"window", l.limit->window.text}});
+  }
+  const Json body{{"allowed", d.allowed},
+                  {"subject", std::string(subject)},
+                  {"plan", d.plan != nullptr ? d.plan->name : std::string()},
+                  {"degraded", d.degraded},
+                  {"retry_after", d.retry_after},
+                  {"violated", ViolatedNames(d)},
+                  {"limits", std::move(limits)}};
+  return Dump(body);
+}
+
+void SetRateLimitHeaders(const Decision& d, Response& res) {
+  if (d.degraded) res.set("Sluice-Degraded", "1");
+  if (d.limits.empty()) return;
+  std::string policy;
+  std::string state;
+  for (const LimitDecision& l : d.limits) {
+    const char* separator = policy.empty() ? "" : ", ";
+    const std::string name = SfString(l.limit->name);
+    absl::StrAppend(&policy, separator, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
+    absl::StrAppend(&state, separator, name, ";r=", l.remaining, ";t=", l.reset_after);
+  }
+  res.set("RateLimit-Policy", policy);
+  res.set("RateLimit", state);
+  const LimitDecision& tightest = d.Tightest();
+  res.set("X-RateLimit-Limit", absl::StrCat(tightest.limit->quota));
+  res.set("X-RateLimit-Remaining", absl::StrCat(tightest.remaining));
+  res.set("X-RateLimit-Reset", absl::StrCat(tightest.reset_after));
+}
+
+void SetRetryAfter(const Decision& d, Response& res) {
+  if (d.allowed) return;
+  res.set(beast_http::field::retry_after, absl::StrCat(d.retry_after < 1 ? 1 : d.retry_after));
+}
+
+Response Problem(unsigned status, std::string_view type, std::string_view title,
+                 std::string_view detail, unsigned version, bool keep_alive) {
+  const Json body{{"type", std::string(type)},
+                  {"title", std::string(title)},
+                  {"status", status},
+                  {"detail", std::string(detail)}};
+  return MakeResponse(status, "application/problem+json", Dump(body), version, keep_alive);
+}
+
+Response QuotaExceeded(const Decision& d, unsigned status, unsigned version, bool keep_alive) {
+  const int64_t retry_after = d.retry_after < 1 ? 1 : d.retry_after;
+  std::vector<std::string> violated;
+  for (const LimitDecision& l : d.limits) {
+    if (l.violated) violated.push_back(l.limit->name);
+  }
+  const std::string detail =
+      violated.empty() ? absl::StrCat("Request denied; retry after ", Seconds(retry_after), ".")
+                       : absl::StrCat("Quota exceeded: ", absl::StrJoin(violated, ", "),
+                                      "; retry after ", Seconds(retry_after), ".");
+  const Json body{{"type", std::string(kQuotaExceededType)},
+                  {"title", "Request cannot be satisfied as assigned quota has been exceeded"},
+                  {"status", status},
+                  {"detail", detail},
+                  {"violated-policies", violated}};
+  Response res = MakeResponse(status, "application/problem+json", Dump(body), version, keep_alive);
+  SetRateLimitHeaders(d, res);
+  SetRetryAfter(d, res);
+  return res;
+}
+
+Response JsonResponse(unsigned status, std::string body, unsigned version, bool keep_alive) {
+  return MakeResponse(status, "application/json", std::move(body), version, keep_alive);
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,387 @@
+#include "sluice/http/routes.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+#include "sluice/http/await.h"
+#include "sluice/http/check_body.h"
+#include "sluice/http/render.h"
+
+namespace sluice::http {
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kBadRequest = "about:blank";
+
+std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+// Splits a request target into its path and query.
+std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
+  size_t q = target.find('?');
+  if (q == std::string_view::npos) return {target, {}};
+  return {target.substr(0, q), target.substr(q + 1)};
+}
+
+// The decoded value of `name` in a query string, or nullopt.
+std::optional<std::string> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string value;
+    if (eq == std::string_view::npos) return value;
+    if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
+    return value;
+  }
+  return std::nullopt;
+}
+
+Response BadRequest(std::string_view detail, unsigned version) {
+  return Problem(400, kBadRequest, "Bad Request", detail, version, true);
+}
+
+Response MethodNotAllowed(std::string_view allow, unsigned version) {
+  Response res = Problem(405, kBadRequest, "Method Not Allowed",
+                         absl::StrCat("use ", ToAbsl(allow)), version, true);
+  res.set(bhttp::field::allow, std::string(allow));
+  return res;
+}
+
+Response NotFound(unsigned version) {
+  return Problem(404, kBadRequest, "Not Found", "no such endpoint", version, true);
+}
+
+Response Unauthorized(std::string_view detail, unsigned version) {
+  Response res = Problem(401, kBadRequest, "Unauthorized", detail, version, true);
+  res.set(bhttp::field::www_authenticate, "Bearer");
+  return res;
+}
+
+// Input errors from the Limiter name the field; both kinds are the client's to fix.
+Response LimiterError(const absl::Status& s, unsigned version) {
+  return BadRequest(ToStd(s.message()), version);
+}
+
+asio::awaitable<absl::StatusOr<Decision>> Decide(const Limiter& limiter, DecisionRequest req) {
+  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
+      [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); });
+  co_return d;
+}
+
+// The API key of an /v1/authorize request: the configured header, else `Authorization: Bearer`.
+std::string_view PresentedKey(const Request& req, const std::string& header) {
+  auto it = req.find(header);
+  if (it != req.end() && !it->value().empty()) return Sv(it->value());
+  auto auth = req.find(bhttp::field::authorization);
+  if (auth != req.end()) {
+    std::string_view v = Sv(auth->value());
+    if (v.size() > 7 && (v.substr(0, 7) == "Bearer " || v.substr(0, 7) == "bearer ")) {
+      return v.substr(7);
+    }
+  }
+  return {};
+}
+
+std::string Sha256(std::string_view data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
+}
+
+}  // namespace
+
+bool PercentDecode(std::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+bool AdminAuthorized(std::string_view authorization, std::string_view token) {
+  if (token.empty()) return false;
+  if (authorization.size() < 7 || authorization.substr(0, 7) != "Bearer ") return false;
+  // Hashing both sides first makes the comparison independent of where they differ and of the
+  // presented token's length.
+  const std::string presented = Sha256(authorization.substr(7));
+  const std::string expected = Sha256(token);
+  return CRYPTO_memcmp(presented.data(), expected.data(), presented.size()) == 0;
+}
+
+HttpMetrics::HttpMetrics(metrics::Registry& registry)
+    : decisions_(registry.AddCounterFamily("sluice_decisions_total",
+                                           "Decisions by plan and result (allowed, denied).",
+                                           {"plan", "result"})),
+      requests_(registry.AddCounterFamily("sluice_http_requests_total",
+                                          "HTTP requests by route and status code.",
+                                          {"route", "code"})),
+      store_errors_(registry.AddCounterFamily(
+          "sluice_store_errors_total",
+          "Decisions answered by on_store_error because the store failed, by plan.", {"plan"})),
+      decision_seconds_(registry.AddHistogram(
+          "sluice_decision_duration_seconds", "Time to decide, from request parsed to decision.",
+          {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1})),
+      connections_(registry.AddGauge("sluice_open_connections", "Open data plane connections.")) {}
+
+void HttpMetrics::CountDecision(const std::string& plan, const Decision& d) {
+  decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
+  if (d.degraded) store_errors_.WithLabels({plan}).Inc();
+}
+
+void HttpMetrics::CountRequest(std::string_view route, unsigned status) {
+  requests_.WithLabels({std::string(route), std::to_string(status)}).Inc();
+}
+
+asio::awaitable<Response> DataPlane::Handle(Request& req, const Peer& peer) {
+  std::shared_ptr<const Frontend> fe = frontend_->Get();
+  auto [path, query] = SplitTarget(Sv(req.target()));
+  (void)query;
+  std::string_view route = "other";
+  Response res;
+  if (path == "/v1/check") {
+    route = path;
+    // Plain if/else: GCC 12 miscompiles co_await inside a conditional expression.
+    if (req.method() == bhttp::verb::post) {
+      res = co_await Check(*fe, req);
+    } else {
+      res = MethodNotAllowed("POST", req.version());
+    }
+  } else if (path == "/v1/authorize") {
+    route = path;
+    if (req.method() == bhttp::verb::get) {
+      res = co_await Authorize(*fe, req, peer);
+    } else {
+      res = MethodNotAllowed("GET", req.version());
+    }
+  } else {
+    res = NotFound(req.version());
+  }
+  metrics_->CountRequest(route, res.result_int());
+  co_return res;
+}
+
+asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
+  absl::StatusOr<CheckBody> body = ParseCheckBody(req.body());
+  if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
+  std::string subject = std::move(body->subject);
+  std::string plan = std::move(body->plan);
+  if (!body->api_key.empty()) {
+    const KeyEntry* entry = fe.keys.Find(body->api_key);
+    if (entry == nullptr) co_return Unauthorized("unknown API key", req.version());
+    subject = entry->subject;
+    plan = entry->plan;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> d =
+      co_await Decide(*fe.limiter, {.subject = subject, .plan = plan, .cost = body->cost});
+  metrics_->ObserveDecisionSeconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!d.ok()) co_return LimiterError(d.status(), req.version());
+  metrics_->CountDecision(plan, *d);
+
+  Response res = JsonResponse(200, DecisionJson(*d, subject), req.version(), true);
+  SetRateLimitHeaders(*d, res);
+  co_return res;
+}
+
+asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req, const Peer& peer) {
+  int64_t cost = 1;
+  if (auto it = req.find("Sluice-Cost"); it != req.end()) {
+    absl::StatusOr<int64_t> parsed = ParseCostHeader(Sv(it->value()));
+    if (!parsed.ok()) co_return BadRequest(ToStd(parsed.status().message()), req.version());
+    cost = *parsed;
+  }
+  std::string subject, plan;
+  const std::string_view key = PresentedKey(req, fe.server.api_key_header);
+  if (!key.empty()) {
+    const KeyEntry* entry = fe.keys.Find(key);
+    if (entry == nullptr) co_return Unauthorized("unknown API key", req.version());
+    subject = entry->subject;
+    plan = entry->plan;
+  } else if (!fe.server.anonymous_plan.empty()) {
+    std::string_view forwarded;
+    if (auto it = req.find("X-Forwarded-For"); it != req.end()) {
+      forwarded = Sv(it->value());
+    }
+    subject = absl::StrCat("ip:", fe.proxies.ClientAddress(peer.address, forwarded));
+    plan = fe.server.anonymous_plan;
+  } else {
+    co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
+                                        " or Authorization: Bearer)"),
+                           req.version());
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Decision> d =
+      co_await Decide(*fe.limiter, {.subject = subject, .plan = plan, .cost = cost});
+  metrics_->ObserveDecisionSeconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!d.ok()) co_return LimiterError(d.status(), req.version());
+  metrics_->CountDecision(plan, *d);
+
+  Response res;
+  if (d->allowed) {
+    res.result(bhttp::status::ok);
+    res.version(req.version());
+    res.set("Sluice-Subject", subject);
+    res.set("Sluice-Plan", plan);
+    SetRateLimitHeaders(*d, res);
+  } else if (d->degraded) {
+    res = Problem(503, "about:blank", "Service Unavailable",
+                  "the rate limit store is unavailable and on_store_error is deny", req.version(),
+                  true);
+    SetRateLimitHeaders(*d, res);
+  } else {
+    res = QuotaExceeded(*d, static_cast<unsigned>(fe.server.deny_status), req.version(), true);
+  }
+  co_return res;
+}
+
+asio::awaitable<Response> AdminPlane::Handle(Request& req, const Peer& peer) {
+  (void)peer;
+  std::shared_ptr<const Frontend> fe = frontend_->Get();
+  auto [path, query] = SplitTarget(Sv(req.target()));
+  (void)query;
+  const unsigned version = req.version();
+  const bool get = req.method() == bhttp::verb::get;
+
+  if (path == "/healthz") {
+    if (!get) co_return MethodNotAllowed("GET", version);
+    co_return JsonResponse(200, R"({"status":"ok"})", version, true);
+  }
+  if (path == "/readyz") {
+    if (!get) co_return MethodNotAllowed("GET", version);
+    Response res = co_await Ready(*fe, req);
+    co_return res;
+  }
+  const bool metrics_path = path == "/metrics";
+  constexpr std::string_view kUsagePrefix = "/v1/usage/";
+  const bool usage_path = path.substr(0, kUsagePrefix.size()) == kUsagePrefix;
+  if (!metrics_path && !usage_path) co_return NotFound(version);
+
+  std::string_view authorization;
+  if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
+    authorization = Sv(it->value());
+  }
+  if (!AdminAuthorized(authorization, fe->admin_token)) {
+    co_return Unauthorized(fe->admin_token.empty()
+                               ? "no admin token is configured; admin endpoints are closed"
+                               : "missing or wrong admin token",
+                           version);
+  }
+  if (metrics_path) {
+    if (!get) co_return MethodNotAllowed("GET", version);
+    Response res(bhttp::status::ok, version);
+    res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.body() = registry_->Render();
+    co_return res;
+  }
+  if (!get && req.method() != bhttp::verb::delete_)
+    co_return MethodNotAllowed("GET, DELETE", version);
+  Response res = co_await Usage(*fe, req, path.substr(kUsagePrefix.size()));
+  co_return res;
+}
+
+asio::awaitable<Response> AdminPlane::Ready(const Frontend& fe, const Request& req) {
+  // The real decision path with cost 0 (a peek: it consumes nothing and creates no state).
+  const Limiter& limiter = *fe.limiter;
+  const std::string& plan = limiter.plans().names().front();
+  absl::StatusOr<Decision> d =
+      co_await Decide(limiter, {.subject = "sluice.readyz", .plan = plan, .cost = 0});
+  if (!d.ok() || d->degraded) {
+    co_return Problem(503, "about:blank", "Service Unavailable", "the store did not answer",
+                      req.version(), true);
+  }
+  co_return JsonResponse(200, R"({"status":"ready"})", req.version(), true);
+}
+
+asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& req,
+                                            std::string_view encoded_subject) {
+  const unsigned version = req.version();
+  auto [path, query] = SplitTarget(Sv(req.target()));
+  (void)path;
+  std::string subject;
+  if (!PercentDecode(encoded_subject, &subject)) {
+    co_return BadRequest("subject: bad percent-encoding", version);
+  }
+  std::optional<std::string> plan = QueryParam(query, "plan");
+  if (!plan || plan->empty()) co_return BadRequest("plan: required query parameter", version);
+  const Limiter& limiter = *fe.limiter;
+
+  if (req.method() == bhttp::verb::delete_) {
+    std::string limit = QueryParam(query, "limit").value_or("");
+    absl::Status s = co_await AwaitCallback<absl::Status>(
+        [&](StatusCallback done) { limiter.Reset(subject, *plan, limit, std::move(done)); });
+    if (absl::IsInvalidArgument(s) || absl::IsNotFound(s)) {
+      co_return BadRequest(ToStd(s.message()), version);
+    }
+    if (!s.ok()) {
+      co_return Problem(503, "about:blank", "Service Unavailable", ToStd(s.message()), version,
+                        true);
+    }
+    co_return JsonResponse(200, Json{{"subject", subject}, {"plan", *plan}, {"reset", true}}.dump(),
+                           version, true);
+  }
+
+  absl::StatusOr<std::vector<LimitUsage>> usage =
+      co_await AwaitCallback<absl::StatusOr<std::vector<LimitUsage>>>(
+          [&](UsageCallback done) { limiter.Usage(subject, *plan, std::move(done)); });
+  if (absl::IsInvalidArgument(usage.status()) || absl::IsNotFound(usage.status())) {
+    co_return BadRequest(ToStd(usage.status().message()), version);
+  }
+  if (!usage.ok()) {
+    co_return Problem(503, "about:blank", "Service Unavailable", ToStd(usage.status().message()),
+                      version, true);
+  }
+  const Plan* p = limiter.plans().Find(*plan);
+  const absl::Time now = limiter.clock().Now();
+  Json limits = Json::array();
+  for (size_t i = 0; i < p->limits.size(); ++i) {
+    const Limit& l = p->limits[i];
+    const WindowBounds w = WindowAt(l.window, p->tz, now);
+    const int64_t used = (*usage)[i].used;
+    limits.push_back(
+        {{"name", l.name},
+         {"quota", l.quota},
+         {"used", used},
+         {"remaining", std::max<int64_t>(l.quota - used, 0)},
+         {"reset_after", SecondsUntil(w.end, now)},
+         {"window", l.window.text},
+         {"window_start", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.start, absl::UTCTimeZone())},
+         {"window_end", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.end, absl::UTCTimeZone())},
+         {"alerts_fired", (*usage)[i].fired}});
+  }
+  co_return JsonResponse(
+      200, Json{{"subject", subject}, {"plan", *plan}, {"limits", limits}}.dump(), version, true);
+}
+
+}  // namespace sluice::http

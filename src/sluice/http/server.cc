@@ -1,0 +1,209 @@
+#include "sluice/http/server.h"
+
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+#include "sluice/http/render.h"
+
+namespace sluice::http {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+// SO_REUSEPORT is not among Asio's portable options.
+using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+// Counts a value up for the lifetime of a scope.
+class ScopedCount {
+ public:
+  explicit ScopedCount(std::atomic<int64_t>& n) : n_(n) { n_.fetch_add(1); }
+  ~ScopedCount() { n_.fetch_sub(1); }
+  ScopedCount(const ScopedCount&) = delete;
+  ScopedCount& operator=(const ScopedCount&) = delete;
+
+ private:
+  std::atomic<int64_t>& n_;
+};
+
+}  // namespace
+
+Response RequestHandler::Reject(unsigned status, std::string_view detail, unsigned version) {
+  std::string_view title = status == 431   ? "Request Header Fields Too Large"
+                           : status == 413 ? "Content Too Large"
+                                           : "Bad Request";
+  return Problem(status, "about:blank", title, detail, version, /*keep_alive=*/false);
+}
+
+absl::StatusOr<tcp::endpoint> ParseEndpoint(std::string_view text) {
+  std::string_view host, port;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find("]:");
+    if (close == std::string_view::npos) return absl::InvalidArgumentError("want [v6addr]:port");
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return absl::InvalidArgumentError("want host:port");
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  uint32_t port_number = 0;
+  if (!absl::SimpleAtoi(ToAbsl(port), &port_number) || port_number > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("bad port \"", ToAbsl(port), "\""));
+  }
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(std::string(host), ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad address \"", ToAbsl(host), "\""));
+  return tcp::endpoint(address, static_cast<uint16_t>(port_number));
+}
+
+HttpServer::HttpServer(RequestHandler* handler, ServerOptions options)
+    : handler_(handler), options_(options) {}
+
+absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
+                                const tcp::endpoint& endpoint) {
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  tcp::endpoint bound = endpoint;
+  for (asio::io_context* io : contexts) {
+    auto acceptor = std::make_unique<tcp::acceptor>(*io);
+    boost::system::error_code ec;
+    acceptor->open(bound.protocol(), ec);
+    if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor->set_option(ReusePort(true), ec);
+    if (!ec) acceptor->bind(bound, ec);
+    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ",
+                                                 endpoint.address().to_string(), ":",
+                                                 endpoint.port(), ": ", ec.message()));
+    }
+    // With port 0 the first bind picks the port; the others must share it.
+    bound = acceptor->local_endpoint();
+    acceptors.push_back(std::move(acceptor));
+  }
+  port_ = bound.port();
+  for (auto& acceptor : acceptors) {
+    asio::co_spawn(acceptor->get_executor(), Accept(*acceptor), asio::detached);
+    acceptors_.push_back(std::move(acceptor));
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::StopAccepting() {
+  stopping_.store(true);
+  for (auto& acceptor : acceptors_) {
+    // Closing must happen on the acceptor's own thread.
+    asio::post(acceptor->get_executor(), [a = acceptor.get()] {
+      boost::system::error_code ignored;
+      a->close(ignored);
+    });
+  }
+}
+
+asio::awaitable<void> HttpServer::Accept(tcp::acceptor& acceptor) {
+  while (!stopping_.load()) {
+    boost::system::error_code ec;
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      continue;  // e.g. EMFILE: try the next one
+    }
+    if (connections_.load() >= static_cast<int64_t>(options_.max_connections)) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    asio::co_spawn(acceptor.get_executor(), Session(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
+  ScopedCount open(connections_);
+  handler_->ConnectionOpened();
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  Peer peer;
+  peer.address = socket.remote_endpoint(ignored).address();
+  if (peer.address.is_v6() && peer.address.to_v6().is_v4_mapped()) {
+    peer.address = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address.to_v6());
+  }
+
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  bool first = true;
+  boost::system::error_code ec;
+  auto with_ec = asio::redirect_error(asio::use_awaitable, ec);
+  while (!stopping_.load()) {
+    // Wait for the next request's first byte (idle keep-alive), then give the whole header block
+    // and body the header timeout, so a client trickling bytes is cut off.
+    if (buffer.size() == 0) {
+      stream.expires_after(first ? options_.header_timeout : options_.idle_timeout);
+      const std::size_t n = co_await stream.async_read_some(buffer.prepare(4096), with_ec);
+      if (ec) break;
+      buffer.commit(n);
+    }
+    first = false;
+    stream.expires_after(options_.header_timeout);
+
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(options_.header_limit));
+    parser.body_limit(options_.body_limit);
+    co_await bhttp::async_read(stream, buffer, parser, with_ec);
+    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::eof) {
+      break;
+    }
+    if (ec) {
+      unsigned status = ec == bhttp::error::header_limit ? 431
+                        : ec == bhttp::error::body_limit ? 413
+                                                         : 400;
+      Response res = handler_->Reject(status, ec.message(), 11);
+      res.keep_alive(false);
+      res.prepare_payload();
+      stream.expires_after(options_.header_timeout);
+      co_await bhttp::async_write(stream, res, with_ec);
+      break;
+    }
+
+    Request req = parser.release();
+    Response res;
+    {
+      ScopedCount busy(in_flight_);
+      res = co_await handler_->Handle(req, peer);
+    }
+    const bool keep_alive = req.keep_alive() && !stopping_.load();
+    res.version(req.version());
+    res.keep_alive(keep_alive);
+    res.prepare_payload();
+    stream.expires_after(options_.header_timeout);
+    co_await bhttp::async_write(stream, res, with_ec);
+    if (ec || !keep_alive) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.close();
+  handler_->ConnectionClosed();
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,262 @@
+#include "sluice/server/service.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "sluice/common/clock.h"
+#include "sluice/common/log.h"
+#include "sluice/config/config.h"
+#include "sluice/http/routes.h"
+#include "sluice/http/server.h"
+#include "sluice/limiter/limiter.h"
+#include "sluice/metrics/metrics.h"
+#include "sluice/store/memory/maintainer.h"
+#include "sluice/store/memory/memory_store.h"
+#include "sluice/store/memory/snapshot.h"
+
+namespace sluice::server {
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr auto kDrainDeadline = std::chrono::seconds(10);
+
+// Everything a reload may change, built from a validated config.
+absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config::Config& cfg,
+                                                                    Store* store,
+                                                                    const Clock* clock) {
+  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  if (!plans.ok()) return plans.status();
+  absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(cfg);
+  if (!keys.ok()) return keys.status();
+  absl::StatusOr<http::ProxyTrust> proxies =
+      http::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
+  if (!proxies.ok()) return proxies.status();
+
+  auto fe = std::make_shared<http::Frontend>();
+  fe->server = cfg.server;
+  fe->admin_token = cfg.server.admin_token;
+  if (fe->admin_token.empty()) {
+    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) fe->admin_token = env;
+  }
+  fe->limiter = std::make_unique<Limiter>(std::move(*plans), store, clock,
+                                          LimiterOptions{.on_store_error = cfg.on_store_error});
+  fe->keys = std::move(*keys);
+  fe->proxies = std::move(*proxies);
+  return std::shared_ptr<const http::Frontend>(std::move(fe));
+}
+
+absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::string& path,
+                                                                   Store* store, const Clock* clock,
+                                                                   config::Config* out) {
+  absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
+  if (!cfg.ok()) return cfg.status();
+  absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, store, clock);
+  if (fe.ok()) *out = std::move(*cfg);
+  return fe;
+}
+
+// What a reload cannot change without a restart.
+void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Config& after) {
+  auto warn = [](std::string_view field) {
+    Log(LogLevel::kWarn, "reload ignores a changed setting; restart to apply").Str("field", field);
+  };
+  if (before.server.listen != after.server.listen) warn("server.listen");
+  if (before.server.admin_listen != after.server.admin_listen) warn("server.admin_listen");
+  if (before.server.threads != after.server.threads) warn("server.threads");
+  if (before.store.type != after.store.type ||
+      before.store.memory.snapshot_path != after.store.memory.snapshot_path ||
+      before.store.memory.snapshot_interval != after.store.memory.snapshot_interval) {
+    warn("store");
+  }
+}
+
+}  // namespace
+
+int Serve(const std::string& config_path) {
+  // Hold SIGTERM, SIGINT and SIGHUP pending until the signal handlers exist (a signal that arrives
+  // during startup is then handled, not fatal). Threads started below inherit the mask, so the
+  // signals are delivered to this thread only once it unblocks them.
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+
+  config::Config cfg;
+  SystemClock clock;
+  MemoryStore store;
+
+  absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
+      LoadFrontend(config_path, &store, &clock, &cfg);
+  if (!initial.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(initial.status());
+    return config::kExitConfigError;
+  }
+  if (cfg.store.type != config::StoreType::kMemory) {
+    Log(LogLevel::kError, "store.type redis is not available in this build; use memory");
+    return config::kExitConfigError;
+  }
+  absl::StatusOr<asio::ip::tcp::endpoint> data_endpoint = http::ParseEndpoint(cfg.server.listen);
+  absl::StatusOr<asio::ip::tcp::endpoint> admin_endpoint =
+      http::ParseEndpoint(cfg.server.admin_listen);
+  if (!data_endpoint.ok() || !admin_endpoint.ok()) {
+    Log(LogLevel::kError, "invalid listen address")
+        .Error(data_endpoint.ok() ? admin_endpoint.status() : data_endpoint.status());
+    return config::kExitConfigError;
+  }
+
+  const std::string& snapshot = cfg.store.memory.snapshot_path;
+  if (!snapshot.empty()) {
+    SnapshotStats stats;
+    absl::Status s = LoadSnapshot(snapshot, store, &stats);
+    if (s.ok()) {
+      Log(LogLevel::kInfo, "snapshot loaded")
+          .Str("path", snapshot)
+          .Int("subjects", static_cast<int64_t>(stats.subjects))
+          .Int("pending_alerts", static_cast<int64_t>(stats.events));
+    } else if (absl::IsNotFound(s)) {
+      Log(LogLevel::kInfo, "no snapshot yet; starting empty").Str("path", snapshot);
+    } else {
+      // Starting empty would hand every subject a fresh quota and drop undelivered alerts.
+      Log(LogLevel::kError, "cannot load snapshot").Error(s);
+      return kExitFailure;
+    }
+  }
+  MemoryStoreMaintainer maintainer(&store, &clock,
+                                   {.snapshot_path = snapshot,
+                                    .snapshot_interval = cfg.store.memory.snapshot_interval,
+                                    .on_error = [](const absl::Status& s) {
+                                      Log(LogLevel::kWarn, "snapshot save failed").Error(s);
+                                    }});
+
+  metrics::Registry registry;
+  http::HttpMetrics http_metrics(registry);
+  registry.AddCallbackGauge("sluice_memory_subjects",
+                            "Subjects with live counters in the memory store.",
+                            [&store] { return static_cast<double>(store.subject_count()); });
+  registry.AddCallbackGauge("sluice_outbox_depth", "Alert events waiting for delivery.",
+                            [&store] { return static_cast<double>(store.outbox().size()); });
+  registry.AddCallbackGauge("sluice_outbox_refused_total",
+                            "Alert events refused because the outbox was full (re-armed).",
+                            [&store] { return static_cast<double>(store.outbox().refused()); });
+  registry.AddCallbackGauge(
+      "sluice_snapshot_failures", "Snapshot saves that failed since start.",
+      [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
+  registry.AddGaugeFamily("sluice_build_info", "Build information.", {"version"})
+      .WithLabels({SLUICE_VERSION})
+      .Set(1);
+
+  http::FrontendHolder frontend(std::move(*initial));
+  http::DataPlane data_plane(&frontend, &http_metrics);
+  http::AdminPlane admin_plane(&frontend, &http_metrics, &registry);
+  http::HttpServer data_server(&data_plane, {});
+  http::HttpServer admin_server(&admin_plane, {.max_connections = 64});
+
+  const unsigned threads = cfg.server.threads > 0
+                               ? static_cast<unsigned>(cfg.server.threads)
+                               : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::io_context*> context_ptrs;
+  for (unsigned i = 0; i < threads; ++i) {
+    contexts.push_back(std::make_unique<asio::io_context>(1));
+    context_ptrs.push_back(contexts.back().get());
+  }
+  if (absl::Status s = data_server.Listen(context_ptrs, *data_endpoint); !s.ok()) {
+    Log(LogLevel::kError, "cannot start the data plane").Error(s);
+    return kExitFailure;
+  }
+  if (absl::Status s = admin_server.Listen({context_ptrs.front()}, *admin_endpoint); !s.ok()) {
+    Log(LogLevel::kError, "cannot start the admin plane").Error(s);
+    return kExitFailure;
+  }
+
+  std::vector<std::thread> workers;
+  for (auto& io : contexts) workers.emplace_back([ctx = io.get()] { ctx->run(); });
+
+  // Signals are handled on the main thread's own io_context.
+  asio::io_context control(1);
+  asio::signal_set signals(control, SIGTERM, SIGINT, SIGHUP);
+  asio::steady_timer drain_timer(control);
+  std::chrono::steady_clock::time_point drain_deadline;
+  std::function<void()> poll_drain = [&] {
+    if ((data_server.in_flight() == 0 && admin_server.in_flight() == 0) ||
+        std::chrono::steady_clock::now() >= drain_deadline) {
+      control.stop();
+      return;
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(10));
+    drain_timer.async_wait([&](const boost::system::error_code&) { poll_drain(); });
+  };
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+          config::Config next;
+          absl::StatusOr<std::shared_ptr<const http::Frontend>> fe =
+              LoadFrontend(config_path, &store, &clock, &next);
+          if (!fe.ok()) {
+            Log(LogLevel::kError, "reload refused; keeping the running configuration")
+                .Error(fe.status());
+          } else {
+            WarnAboutRestartOnlyChanges(cfg, next);
+            frontend.Set(std::move(*fe));
+            Log(LogLevel::kInfo, "configuration reloaded")
+                .Str("config", config_path)
+                .Int("plans", static_cast<int64_t>(next.plans.size()))
+                .Int("keys", static_cast<int64_t>(next.keys.size()));
+          }
+          signals.async_wait(on_signal);
+          return;
+        }
+        Log(LogLevel::kInfo, "stopping: draining in-flight requests")
+            .Str("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        data_server.StopAccepting();
+        admin_server.StopAccepting();
+        drain_deadline = std::chrono::steady_clock::now() + kDrainDeadline;
+        poll_drain();
+      };
+  signals.async_wait(on_signal);
+
+  Log(LogLevel::kInfo, "sluice started")
+      .Str("version", SLUICE_VERSION)
+      .Str("config", config_path)
+      .Str("store", "memory")
+      .Str("listen", cfg.server.listen)
+      .Int("port", data_server.port())
+      .Str("admin_listen", cfg.server.admin_listen)
+      .Int("admin_port", admin_server.port())
+      .Int("threads", threads);
+  pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
+  control.run();
+
+  for (auto& io : contexts) io->stop();
+  for (std::thread& t : workers) t.join();
+  // Tear down in dependency order: acceptors, then the contexts (and the coroutine frames they
+  // still hold, which refer to the servers), then the servers.
+  data_server.ReleaseAcceptors();
+  admin_server.ReleaseAcceptors();
+  contexts.clear();
+  absl::Status saved = maintainer.Stop();
+  if (!saved.ok()) {
+    Log(LogLevel::kError, "final snapshot failed").Error(saved);
+    return kExitFailure;
+  }
+  Log(LogLevel::kInfo, "stopped").Int("in_flight_abandoned", data_server.in_flight());
+  return kExitOk;
+}
+
+}  // namespace sluice::server
