@@ -7,6 +7,7 @@
 
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
+#include "sluice/http/key_registry.h"
 #include "sluice/server/service.h"
 
 namespace sluice {
@@ -20,10 +21,19 @@ int CheckConfig(const std::string& path) {
     std::cerr << cfg.status().message() << "\n";
     return config::kExitConfigError;
   }
+  // What only the key registry can see: a plaintext key and its hash in two entries.
+  if (absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(*cfg); !keys.ok()) {
+    std::cerr << path << ": " << keys.status().message() << "\n";
+    return config::kExitConfigError;
+  }
   size_t limits = 0;
   for (const config::PlanConfig& p : cfg->plans) limits += p.limits.size();
-  std::cout << path << ": OK (" << cfg->plans.size() << " plans, " << limits << " limits, "
-            << cfg->keys.size() << " keys, " << cfg->alerts.sinks.size() << " alert sinks)\n";
+  auto count = [](size_t n, const char* noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+  };
+  std::cout << path << ": OK (" << count(cfg->plans.size(), "plan") << ", "
+            << count(limits, "limit") << ", " << count(cfg->keys.size(), "key") << ", "
+            << count(cfg->alerts.sinks.size(), "alert sink") << ")\n";
   return kExitOk;
 }
 
@@ -37,6 +47,8 @@ int main(int argc, char** argv) {
       "sluice"};
   app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
   app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand: `sluice serve -c f --log-level
+                      // debug`
 
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")->capture_default_str();

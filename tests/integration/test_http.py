@@ -179,6 +179,16 @@ class AuthorizeTest(HttpTestCase):
         self.assertEqual(problem["violated-policies"], ["daily"])
         self.assertEqual(parse_policy(headers["ratelimit"])["daily"]["r"], 0)
 
+    def test_cost_zero_is_refused_on_authorize(self):
+        status, _, body = self.authorize("key-free", headers={"Sluice-Cost": "0"})
+        self.assertEqual(status, 400)
+        self.assertIn("peek with POST /v1/check", json.loads(body)["detail"])
+
+    def test_denial_names_the_subject_for_gateway_logs(self):
+        self.authorize("key-tiny", headers={"Sluice-Cost": "2"})
+        status, headers, _ = self.authorize("key-tiny")
+        self.assertEqual((status, headers["sluice-subject"]), (429, "user-2"))
+
     def test_bad_cost_header_is_400(self):
         status, _, body = self.authorize("key-free", headers={"Sluice-Cost": "-1"})
         self.assertEqual(status, 400)

@@ -1,9 +1,15 @@
-// Bridges sluice's callback APIs (Limiter, Store) into coroutines. The completion is always posted
-// to the awaiting coroutine's executor, so it never runs inside the call that started it, even when
-// the store answered synchronously (the memory store does).
+// Bridges sluice's callback APIs (Limiter, Store) into coroutines.
+//
+// A callback that runs before the starting call returns (the memory store answers that way) is
+// taken as is: the coroutine continues without suspending, which saves a trip through the
+// scheduler on every decision. A callback that runs later resumes the coroutine through a post to
+// its executor, so a completion never runs inside the code that started the operation.
 #ifndef SLUICE_HTTP_AWAIT_H_
 #define SLUICE_HTTP_AWAIT_H_
 
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include <boost/asio/async_result.hpp>
@@ -12,20 +18,53 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "absl/functional/any_invocable.h"
+
 namespace sluice::http {
 
 // `start(callback)` begins an operation that calls `callback(T)` exactly once, on any thread.
 template <typename T, typename Start>
 boost::asio::awaitable<T> AwaitCallback(Start start) {
+  struct State {
+    std::mutex mu;
+    std::optional<T> value;                 // the result, if it came before a waiter
+    absl::AnyInvocable<void(T) &&> waiter;  // resumes the coroutine, if it suspended
+  };
   auto executor = co_await boost::asio::this_coro::executor;
+  auto state = std::make_shared<State>();
+  start([state](T result) {
+    std::unique_lock lock(state->mu);
+    if (state->waiter) {
+      auto waiter = std::move(state->waiter);
+      lock.unlock();
+      std::move(waiter)(std::move(result));
+    } else {
+      state->value = std::move(result);
+    }
+  });
+  {
+    std::lock_guard lock(state->mu);
+    if (state->value.has_value()) {
+      T ready = std::move(*state->value);
+      co_return ready;
+    }
+  }
   T outcome = co_await boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(T)>(
-      [executor, start = std::move(start)](auto handler) mutable {
-        start([executor, handler = std::move(handler)](T result) mutable {
+      [executor, state](auto handler) mutable {
+        auto resume = [executor, handler = std::move(handler)](T result) mutable {
           boost::asio::post(executor,
                             [handler = std::move(handler), result = std::move(result)]() mutable {
                               std::move(handler)(std::move(result));
                             });
-        });
+        };
+        std::unique_lock lock(state->mu);
+        if (state->value.has_value()) {  // completed between the check and here
+          T result = std::move(*state->value);
+          lock.unlock();
+          resume(std::move(result));
+        } else {
+          state->waiter = std::move(resume);
+        }
       },
       boost::asio::use_awaitable);
   co_return outcome;

@@ -77,10 +77,10 @@ Response LimiterError(const absl::Status& s, unsigned version) {
   return BadRequest(ToStd(s.message()), version);
 }
 
-asio::awaitable<absl::StatusOr<Decision>> Decide(const Limiter& limiter, DecisionRequest req) {
-  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); });
-  co_return d;
+// The start function for AwaitCallback that asks `limiter` to decide `req`. (A coroutine wrapper
+// would cost one more coroutine frame per request.)
+auto StartDecide(const Limiter& limiter, DecisionRequest req) {
+  return [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); };
 }
 
 // The API key of an /v1/authorize request: the configured header, else `Authorization: Bearer`.
@@ -201,8 +201,8 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
     plan = entry->plan;
   }
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Decision> d =
-      co_await Decide(*fe.limiter, {.subject = subject, .plan = plan, .cost = body->cost});
+  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
+      StartDecide(*fe.limiter, {.subject = subject, .plan = plan, .cost = body->cost}));
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
@@ -219,6 +219,14 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
     absl::StatusOr<int64_t> parsed = ParseCostHeader(Sv(it->value()));
     if (!parsed.ok()) co_return BadRequest(ToStd(parsed.status().message()), req.version());
     cost = *parsed;
+    // A peek through a gateway would let a client that forges the header pass without being
+    // counted; /v1/authorize always consumes. (POST /v1/check with cost 0 peeks.)
+    if (cost == 0) {
+      co_return BadRequest(
+          "Sluice-Cost: must be from 1 to 1000000 on /v1/authorize "
+          "(peek with POST /v1/check and cost 0)",
+          req.version());
+    }
   }
   std::string subject, plan;
   const std::string_view key = PresentedKey(req, fe.server.api_key_header);
@@ -241,8 +249,8 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   }
 
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Decision> d =
-      co_await Decide(*fe.limiter, {.subject = subject, .plan = plan, .cost = cost});
+  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
+      StartDecide(*fe.limiter, {.subject = subject, .plan = plan, .cost = cost}));
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
@@ -262,6 +270,9 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
     SetRateLimitHeaders(*d, res);
   } else {
     res = QuotaExceeded(*d, static_cast<unsigned>(fe.server.deny_status), req.version(), true);
+    // Lets a gateway log who was turned away.
+    res.set("Sluice-Subject", subject);
+    res.set("Sluice-Plan", plan);
   }
   co_return res;
 }
@@ -315,8 +326,8 @@ asio::awaitable<Response> AdminPlane::Ready(const Frontend& fe, const Request& r
   // The real decision path with cost 0 (a peek: it consumes nothing and creates no state).
   const Limiter& limiter = *fe.limiter;
   const std::string& plan = limiter.plans().names().front();
-  absl::StatusOr<Decision> d =
-      co_await Decide(limiter, {.subject = "sluice.readyz", .plan = plan, .cost = 0});
+  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
+      StartDecide(limiter, {.subject = "sluice.readyz", .plan = plan, .cost = 0}));
   if (!d.ok() || d->degraded) {
     co_return Problem(503, "about:blank", "Service Unavailable", "the store did not answer",
                       req.version(), true);

@@ -1,0 +1,297 @@
+"""nginx `auth_request` in front of sluice, black-box: examples/nginx/nginx.conf itself, with its
+ports replaced, run by the real nginx against the real sluice binary and a toy upstream.
+
+The plan here is 60 requests per *hour* (not per minute as in examples/nginx/sluice.yaml): windows
+are aligned to the epoch, so a 1m window could roll over in the middle of a test and hand out 60
+fresh requests. Each test also starts at least a minute before the next hour boundary (see
+`wait_out_window_end`), so every request of a test falls into one window.
+"""
+import http.client
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import unittest
+
+import harness
+
+NGINX = os.environ.get("NGINX_BIN") or shutil.which("nginx") or "/usr/sbin/nginx"
+EXAMPLE = os.path.join(harness.SOURCE_DIR, "examples", "nginx", "nginx.conf")
+
+QUOTA = 60
+WINDOW = 3600
+PLANS = f"""
+store:
+  type: memory
+plans:
+  demo:
+    limits:
+      - {{ name: hourly, quota: {QUOTA}, window: 1h }}
+keys:
+  - {{ key: demo-key, subject: demo-user, plan: demo }}
+"""
+
+
+def wait_out_window_end(margin=60.0):
+    """Sleeps past the next hour boundary if it is less than `margin` seconds away, so that every
+    request of the test is counted in the same 1h window."""
+    left = WINDOW - time.time() % WINDOW
+    if left < margin:
+        time.sleep(left + 1.0)
+
+
+def parse_items(value):
+    """'"a";q=1;w=60, "b";q=2' -> {'a': {'q': 1, 'w': 60}, 'b': {'q': 2}}"""
+    out = {}
+    for item in value.split(","):
+        parts = item.strip().split(";")
+        out[json.loads(parts[0])] = {k: int(v) for k, v in (p.split("=") for p in parts[1:])}
+    return out
+
+
+class Upstream:
+    """A toy application behind nginx: records every request it receives and greets the
+    Sluice-Subject nginx set. GET /forbidden answers 403 (the application's own refusal)."""
+
+    def __init__(self):
+        self.requests = []  # (path, {lower-case header: value})
+        self.lock = threading.Lock()
+        upstream = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                with upstream.lock:
+                    upstream.requests.append(
+                        (self.path, {k.lower(): v for k, v in self.headers.items()}))
+                status = 403 if self.path == "/forbidden" else 200
+                body = f"hello {self.headers.get('Sluice-Subject', '')}\n".encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def count(self):
+        with self.lock:
+            return len(self.requests)
+
+    def last(self):
+        with self.lock:
+            return self.requests[-1]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def nginx_config(sluice_port, nginx_port, upstream_port):
+    """The example's text with its ports replaced; fails if the example no longer has exactly the
+    places this test expects, so the test always runs the shipped file."""
+    with open(EXAMPLE) as f:
+        text = f.read()
+    replacements = [
+        ("listen 127.0.0.1:8000;", f"listen 127.0.0.1:{nginx_port};", 1),
+        # The example's own toy upstream (an nginx server block); moved out of the way.
+        ("listen 127.0.0.1:8001;", f"listen 127.0.0.1:{harness.free_port()};", 1),
+        ("proxy_pass http://127.0.0.1:8001;", f"proxy_pass http://127.0.0.1:{upstream_port};", 2),
+        ("server 127.0.0.1:8080;", f"server 127.0.0.1:{sluice_port};", 1),
+    ]
+    for old, new, count in replacements:
+        if text.count(old) != count:
+            raise AssertionError(f"{EXAMPLE}: expected {count} x {old!r}, found {text.count(old)}")
+        text = text.replace(old, new)
+    return text
+
+
+class Nginx:
+    """nginx in the foreground, one process, everything (logs, pid, temp files) under `prefix`."""
+
+    def __init__(self, prefix, config_text, port):
+        self.prefix = prefix
+        self.port = port
+        self.conf = os.path.join(prefix, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(config_text)
+        self.stderr = open(os.path.join(prefix, "nginx.stderr"), "w")
+        self.proc = subprocess.Popen(
+            [NGINX, "-p", prefix + "/", "-c", self.conf, "-g", "daemon off; master_process off;"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+
+    def logs(self):
+        out = []
+        for name in ("nginx.stderr", "error.log"):
+            path = os.path.join(self.prefix, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    out.append(f"--- {name}\n{f.read()}")
+        return "\n".join(out)
+
+    def wait_ready(self, timeout=10.0):
+        """Returns once nginx accepts connections on its port; raises if it exits or the deadline
+        passes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"nginx exited with {self.proc.returncode}\n{self.logs()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"nginx did not accept connections within {timeout}s\n{self.logs()}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)  # graceful shutdown
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+
+
+class NginxAuthRequestTest(unittest.TestCase):
+    def setUp(self):
+        wait_out_window_end()
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+
+        self.upstream = Upstream()
+        self.addCleanup(self.upstream.stop)
+
+        # nginx auth_request passes only 401 and 403 from the subrequest: sluice denies with 403.
+        self.svc = harness.Service(PLANS, self.dir.name, extra_server="  deny_status: 403\n")
+        self.svc.__enter__()
+        self.addCleanup(self.svc.__exit__)
+
+        port = harness.free_port()
+        prefix = os.path.join(self.dir.name, "nginx")
+        os.mkdir(prefix)
+        self.nginx = Nginx(prefix, nginx_config(self.svc.port, port, self.upstream.port), port)
+        self.addCleanup(self.nginx.stop)
+        self.nginx.wait_ready()
+
+    def get(self, path="/", key=None, headers=None):
+        """One request to nginx on a fresh connection: (status, lower-case headers, body)."""
+        h = dict(headers or {})
+        if key is not None:
+            h["X-API-Key"] = key
+        conn = http.client.HTTPConnection("127.0.0.1", self.nginx.port, timeout=10)
+        try:
+            conn.request("GET", path, headers=h)
+            res = conn.getresponse()
+            return res.status, {k.lower(): v for k, v in res.getheaders()}, res.read()
+        finally:
+            conn.close()
+
+    def assert_limits(self, headers, remaining):
+        self.assertEqual(parse_items(headers["ratelimit-policy"]),
+                         {"hourly": {"q": QUOTA, "w": WINDOW}})
+        state = parse_items(headers["ratelimit"])["hourly"]
+        self.assertEqual(state["r"], remaining)
+        self.assertTrue(1 <= state["t"] <= WINDOW, state)
+        self.assertEqual(headers["x-ratelimit-limit"], str(QUOTA))
+        self.assertEqual(headers["x-ratelimit-remaining"], str(remaining))
+        self.assertEqual(headers["x-ratelimit-reset"], str(state["t"]))
+
+    def test_allowed_request_reaches_the_upstream_with_subject_and_plan(self):
+        status, headers, body = self.get("/orders?id=7", key="demo-key")
+        self.assertEqual(status, 200, self.nginx.logs())
+        self.assertEqual(body, b"hello demo-user\n")
+        self.assert_limits(headers, QUOTA - 1)
+        self.assertNotIn("retry-after", headers)
+        path, seen = self.upstream.last()
+        self.assertEqual(path, "/orders?id=7")
+        self.assertEqual(seen["sluice-subject"], "demo-user")
+        self.assertEqual(seen["sluice-plan"], "demo")
+
+        # The key may also come as a bearer token.
+        status, headers, _ = self.get(headers={"Authorization": "Bearer demo-key"})
+        self.assertEqual(status, 200)
+        self.assert_limits(headers, QUOTA - 2)
+        self.assertEqual(self.upstream.count(), 2)
+
+    def test_61st_request_is_429_with_retry_after_and_never_reaches_the_upstream(self):
+        for i in range(QUOTA):
+            status, headers, _ = self.get(key="demo-key")
+            self.assertEqual(status, 200, f"request {i + 1}")
+            self.assertEqual(headers["x-ratelimit-remaining"], str(QUOTA - 1 - i))
+        self.assertEqual(self.upstream.count(), QUOTA)
+
+        for _ in range(5):
+            status, headers, body = self.get(key="demo-key")
+            self.assertEqual(status, 429)
+            self.assertEqual(headers["content-type"], "application/problem+json")
+            retry_after = int(headers["retry-after"])
+            self.assertTrue(1 <= retry_after <= WINDOW, retry_after)
+            self.assert_limits(headers, 0)
+            self.assertEqual(parse_items(headers["ratelimit"])["hourly"]["t"], retry_after)
+            problem = json.loads(body)
+            self.assertEqual(problem["status"], 429)
+            self.assertTrue(problem["type"].endswith("#quota-exceeded"), problem)
+        # Denied requests cost nothing and never reach the application.
+        self.assertEqual(self.upstream.count(), QUOTA)
+
+    def test_missing_or_unknown_key_is_401_and_never_reaches_the_upstream(self):
+        for key in (None, "wrong-key"):
+            status, headers, _ = self.get(key=key)
+            self.assertEqual(status, 401, key)
+            self.assertEqual(headers.get("www-authenticate"), "Bearer")
+            self.assertNotIn("ratelimit", headers)
+        self.assertEqual(self.upstream.count(), 0)
+
+    def test_client_cannot_choose_its_subject_or_its_cost(self):
+        status, headers, _ = self.get(key="demo-key", headers={"Sluice-Subject": "someone-else",
+                                                               "Sluice-Plan": "gold",
+                                                               "Sluice-Cost": "0"})
+        self.assertEqual(status, 200)
+        # Sluice-Cost: 0 would be a free peek; nginx replaces it with the location's cost.
+        self.assert_limits(headers, QUOTA - 1)
+        _, seen = self.upstream.last()
+        self.assertEqual((seen["sluice-subject"], seen["sluice-plan"]), ("demo-user", "demo"))
+
+    def test_expensive_location_costs_five(self):
+        status, headers, _ = self.get("/expensive/report", key="demo-key")
+        self.assertEqual(status, 200)
+        self.assert_limits(headers, QUOTA - 5)
+        status, headers, _ = self.get("/cheap", key="demo-key")
+        self.assertEqual(status, 200)
+        self.assert_limits(headers, QUOTA - 6)
+
+    def test_the_upstreams_own_403_passes_through_unchanged(self):
+        status, headers, body = self.get("/forbidden", key="demo-key")
+        self.assertEqual(status, 403)
+        self.assertEqual(body, b"hello demo-user\n")
+        self.assert_limits(headers, QUOTA - 1)
+        self.assertEqual(self.upstream.count(), 1)
+
+    def test_sluice_unreachable_fails_closed_with_500(self):
+        self.assertEqual(self.get(key="demo-key")[0], 200)
+        self.svc.server.kill()
+        status, _, _ = self.get(key="demo-key")
+        self.assertEqual(status, 500)  # auth_request turns the subrequest's 502 into a 500
+        self.assertEqual(self.upstream.count(), 1)
+
+    def test_authorization_subrequest_location_is_not_reachable_from_outside(self):
+        status, _, _ = self.get("/_sluice", key="demo-key")
+        self.assertEqual(status, 404)
+
+
+if __name__ == "__main__":
+    unittest.main()
