@@ -198,7 +198,8 @@ class AuthorizeTest(HttpTestCase):
         statuses = [self.authorize()[0] for _ in range(4)]
         self.assertEqual(statuses, [200, 200, 200, 429])
         _, headers, _ = self.svc.request("GET", "/v1/authorize")
-        self.assertEqual(headers.get("sluice-subject"), None)
+        self.assertEqual(headers["sluice-subject"], "ip:127.0.0.1")
+        self.assertEqual(headers["sluice-plan"], "anon")
 
     def test_forwarded_for_is_ignored_from_an_untrusted_peer(self):
         for i in range(3):
