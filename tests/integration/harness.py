@@ -1,6 +1,5 @@
 """Helpers shared by the integration tests: locate the binary, run it, wait on its output."""
 import os
-import select
 import subprocess
 import tempfile
 import time
@@ -22,43 +21,56 @@ def write_config(directory, text, name="sluice.yaml"):
 
 
 class Server:
-    """A `sluice serve` process whose stderr log lines can be awaited."""
+    """A `sluice serve` process whose stderr log lines can be awaited.
+
+    A reader thread collects stderr lines as they arrive, so waiting never depends on pipe
+    buffering (select() on a buffered text pipe misses lines already read ahead)."""
 
     def __init__(self, config_path, *extra):
+        import threading
         self.proc = subprocess.Popen([SLUICE_BIN, "serve", "-c", config_path, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
+        self._cond = threading.Condition()
+        self._eof = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
 
     def wait_for_line(self, needle, timeout=10.0):
         """Returns the first stderr line containing `needle`; raises after `timeout` seconds."""
         deadline = time.monotonic() + timeout
-        for line in self.lines:
-            if needle in line:
-                return line
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stderr], [], [], deadline - time.monotonic())
-            if not ready:
-                break
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if needle in line:
-                return line
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or self._eof:
+                    break
+                self._cond.wait(left)
         raise AssertionError(f"no log line with {needle!r} within {timeout}s; got {self.lines}")
 
     def stop(self, sig, timeout=10.0):
-        """Sends `sig` and returns the exit code."""
+        """Sends `sig`, waits for the exit and for the rest of stderr; returns the exit code."""
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout)
-        self.lines.extend(self.proc.stderr.read().splitlines(keepends=True))
+        self._reader.join(timeout)
         return code
 
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stderr.close()
+        self._reader.join(5)
 
 
 def tempdir():
@@ -77,7 +89,9 @@ class Service:
     """`sluice serve` on free loopback ports, with a config built from `body` (YAML without the
     server section). Use as a context manager."""
 
-    def __init__(self, body, directory, admin_token="test-admin-token", extra_server=""):
+    def __init__(self, body, directory, admin_token="test-admin-token", extra_server="",
+                 args=()):
+        self.args = tuple(args)
         self.port = free_port()
         self.admin_port = free_port()
         self.admin_token = admin_token
@@ -97,7 +111,7 @@ class Service:
         write_config(self.dir, server_yaml + body)
 
     def __enter__(self):
-        self.server = Server(self.config_path)
+        self.server = Server(self.config_path, *self.args)
         self.server.wait_for_line("sluice started")
         return self
 

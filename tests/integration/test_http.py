@@ -274,6 +274,24 @@ class AdminTest(HttpTestCase):
         self.assertEqual(self.admin("GET", "/v1/usage/u")[0], 400)
 
 
+class LoggingTest(unittest.TestCase):
+    def test_requests_are_logged_at_debug_without_keys_or_tokens(self):
+        with harness.tempdir() as d, harness.Service(PLANS, d, args=("--log-level", "debug")) as svc:
+            svc.request("GET", "/v1/authorize", headers={"X-API-Key": "key-free"})
+            svc.request("GET", "/v1/authorize", headers={"Authorization": "Bearer very-secret-unknown"})
+            svc.request("GET", "/metrics", headers={"Authorization": "Bearer test-admin-token"}, admin=True)
+            svc.request("POST", "/v1/check", json.dumps({"api_key": "key-free"}))
+            svc.server.wait_for_line('"path":"/v1/check"')
+            self.assertEqual(svc.server.stop(signal.SIGTERM), 0)
+        logs = "".join(svc.server.lines)
+        for line in svc.server.lines:
+            json.loads(line)  # every line is one JSON object
+        self.assertIn('"path":"/v1/authorize","status":200', logs)
+        self.assertIn('"path":"/v1/authorize","status":401', logs)
+        for secret in ("key-free", "very-secret-unknown", "test-admin-token"):
+            self.assertNotIn(secret, logs)
+
+
 class NoAdminTokenTest(unittest.TestCase):
     def test_admin_refuses_everything_without_a_configured_token(self):
         with harness.tempdir() as d, harness.Service(PLANS, d, admin_token="") as svc:

@@ -1,5 +1,6 @@
 #include "sluice/http/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -22,6 +23,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/http/render.h"
 
@@ -70,6 +72,26 @@ std::string Serialize(const Response& res) {
   out += "\r\n";
   out += res.body();
   return out;
+}
+
+// One line per request: debug when it went as expected, warn when it is an error worth a look.
+// The target's query string is left out (it is the caller's data); API keys travel in headers,
+// which are never logged.
+void LogRequest(const Request& req, const Response& res, const Peer& peer,
+                std::chrono::steady_clock::duration took) {
+  const unsigned status = res.result_int();
+  const bool error = status >= 500 || status == 400 || status == 413 || status == 431;
+  const LogLevel level = error ? LogLevel::kWarn : LogLevel::kDebug;
+  if (!LogEnabled(level)) return;
+  const auto target = req.target();
+  const auto method = req.method_string();
+  const std::string_view path(target.data(), std::min(target.size(), target.find('?')));
+  Log(level, "request")
+      .Str("method", std::string_view(method.data(), method.size()))
+      .Str("path", path)
+      .Int("status", status)
+      .Str("client", peer.address.to_string())
+      .Int("us", std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
 }  // namespace
@@ -243,6 +265,10 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
       unsigned status = ec == bhttp::error::header_limit ? 431
                         : ec == bhttp::error::body_limit ? 413
                                                          : 400;
+      Log(LogLevel::kWarn, "request rejected")
+          .Int("status", status)
+          .Str("client", peer.address.to_string())
+          .Str("error", ec.message());
       Response res = handler_->Reject(status, ec.message(), 11);
       res.keep_alive(false);
       res.prepare_payload();
@@ -253,10 +279,12 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
 
     Request req = parser.release();
     Response res;
+    const auto started = std::chrono::steady_clock::now();
     {
       ScopedCount busy(in_flight_);
       res = co_await handler_->Handle(req, peer);
     }
+    LogRequest(req, res, peer, std::chrono::steady_clock::now() - started);
     const bool keep_alive = req.keep_alive() && !stopping_.load();
     res.version(req.version());
     res.keep_alive(keep_alive);
