@@ -1,28 +1,15 @@
 #include "sluice/http/key_registry.h"
 
-#include <openssl/evp.h>
-
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/http/sha256.h"
 
 namespace sluice::http {
 namespace {
 
 constexpr size_t kDigestLength = 32;
-
-// Raw SHA-256 of `data`, or "" if OpenSSL fails (it does not for SHA-256 short of running out of
-// memory; an empty digest then matches nothing).
-std::string Sha256(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1 ||
-      length != kDigestLength) {
-    return "";
-  }
-  return std::string(reinterpret_cast<const char*>(digest), length);
-}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -1,7 +1,6 @@
 #include "sluice/http/routes.h"
 
 #include <openssl/crypto.h>
-#include <openssl/sha.h>
 
 #include <chrono>
 #include <optional>
@@ -16,6 +15,7 @@
 #include "sluice/http/await.h"
 #include "sluice/http/check_body.h"
 #include "sluice/http/render.h"
+#include "sluice/http/sha256.h"
 
 namespace sluice::http {
 namespace asio = boost::asio;
@@ -95,12 +95,6 @@ std::string_view PresentedKey(const Request& req, const std::string& header) {
     }
   }
   return {};
-}
-
-std::string Sha256(std::string_view data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
 }
 
 }  // namespace
