@@ -95,20 +95,37 @@ std::string DecisionJson(const Decision& d, std::string_view subject) {
 void SetRateLimitHeaders(const Decision& d, Response& res) {
   if (d.degraded) res.set("Sluice-Degraded", "1");
   if (d.limits.empty()) return;
+  // Every decision passes here, so this avoids Beast's by-name lookups: on a response that has no
+  // rate-limit headers yet (the normal case) fields are appended with a known name.
+  const bool fresh = res.find("RateLimit") == res.end();
+  auto put = [&](std::string_view name, std::string_view value) {
+    const boost::beast::string_view n(name.data(), name.size());
+    const boost::beast::string_view v(value.data(), value.size());
+    if (fresh) {
+      res.insert(beast_http::field::unknown, n, v);
+    } else {
+      res.set(n, v);
+    }
+  };
   std::string policy;
   std::string state;
+  policy.reserve(48 * d.limits.size());
+  state.reserve(40 * d.limits.size());
   for (const LimitDecision& l : d.limits) {
-    const char* separator = policy.empty() ? "" : ", ";
+    if (!policy.empty()) {
+      policy += ", ";
+      state += ", ";
+    }
     const std::string name = SfString(l.limit->name);
-    absl::StrAppend(&policy, separator, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
-    absl::StrAppend(&state, separator, name, ";r=", l.remaining, ";t=", l.reset_after);
+    absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
+    absl::StrAppend(&state, name, ";r=", l.remaining, ";t=", l.reset_after);
   }
-  res.set("RateLimit-Policy", policy);
-  res.set("RateLimit", state);
+  put("RateLimit-Policy", policy);
+  put("RateLimit", state);
   const LimitDecision& tightest = d.Tightest();
-  res.set("X-RateLimit-Limit", absl::StrCat(tightest.limit->quota));
-  res.set("X-RateLimit-Remaining", absl::StrCat(tightest.remaining));
-  res.set("X-RateLimit-Reset", absl::StrCat(tightest.reset_after));
+  put("X-RateLimit-Limit", absl::StrCat(tightest.limit->quota));
+  put("X-RateLimit-Remaining", absl::StrCat(tightest.remaining));
+  put("X-RateLimit-Reset", absl::StrCat(tightest.reset_after));
 }
 
 void SetRetryAfter(const Decision& d, Response& res) {
