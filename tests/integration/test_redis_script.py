@@ -1,0 +1,327 @@
+"""src/sluice/store/redis/decide.lua against a real redis-server (DESIGN §1, docs/redis.md).
+
+Mirrors src/sluice/limiter/store_conformance.cc where it applies. Starts its own redis-server on a
+free loopback port and speaks RESP over a plain socket (standard library only)."""
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR",
+                            os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+SCRIPT_PATH = os.path.join(SOURCE_DIR, "src", "sluice", "store", "redis", "decide.lua")
+
+PREFIX = "sl"
+GRACE = 60
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisError(Exception):
+    pass
+
+
+class Resp:
+    """A minimal RESP2 client: one command at a time, replies as int / bytes / None / list."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.file = self.sock.makefile("rb")
+
+    def close(self):
+        self.file.close()
+        self.sock.close()
+
+    def call(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        self.sock.sendall(b"".join(out))
+        reply = self._read()
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply
+
+    def _read(self):
+        line = self.file.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("connection closed")
+        kind, body = line[:1], line[1:-2]
+        if kind == b"+":
+            return body.decode()
+        if kind == b"-":
+            return RedisError(body.decode())
+        if kind == b":":
+            return int(body)
+        if kind == b"$":
+            size = int(body)
+            if size < 0:
+                return None
+            data = self.file.read(size + 2)
+            return data[:-2]
+        if kind == b"*":
+            size = int(body)
+            return None if size < 0 else [self._read() for _ in range(size)]
+        raise ValueError(f"unexpected RESP line {line!r}")
+
+
+def limit(name, quota, thresholds=(), window_id=1000, window_len=3600):
+    return {"name": name, "quota": quota, "thresholds": list(thresholds),
+            "window_id": window_id, "window_len": window_len}
+
+
+def keys_for(subject, plan, limits, bucket=7):
+    tag = f"{PREFIX}:{{{bucket}}}"
+    counters = [f"{tag}:c:{plan}:{l['name']}:{l['window_id']}:{subject}" for l in limits]
+    flags = [f"{tag}:a:{plan}:{l['name']}:{l['window_id']}:{subject}" for l in limits]
+    return counters, flags, f"{tag}:outbox"
+
+
+class RedisScriptTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("redis-server") is None:
+            raise unittest.SkipTest("redis-server not installed")
+        with open(SCRIPT_PATH) as f:
+            cls.script = f.read()
+        cls.dir = tempfile.TemporaryDirectory(prefix="sluice-redis-")
+        cls.addClassCleanup(cls.dir.cleanup)
+        cls.port = free_port()
+        cls.proc = subprocess.Popen(
+            ["redis-server", "--port", str(cls.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", cls.dir.name],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.addClassCleanup(cls._stop_server)
+        deadline = time.monotonic() + 10
+        while True:
+            ping = subprocess.run(["redis-cli", "-p", str(cls.port), "ping"],
+                                  capture_output=True, text=True)
+            if ping.stdout.strip() == "PONG":
+                break
+            if cls.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not answer on port {cls.port}")
+            time.sleep(0.02)  # polling interval, bounded by the deadline above
+        cls.redis = Resp(cls.port)
+        cls.addClassCleanup(cls.redis.close)
+
+    @classmethod
+    def _stop_server(cls):
+        cls.proc.terminate()
+        try:
+            cls.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            cls.proc.kill()
+            cls.proc.wait()
+
+    def setUp(self):
+        self.redis.call("FLUSHALL")
+        self.now = int(time.time())
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000):
+        """EVALs the script; returns the raw reply list."""
+        counters, flags, outbox = keys_for(subject, plan, limits)
+        argv = [cost, self.now * 1000 + 123, outbox_max, len(limits), subject, plan]
+        for l in limits:
+            start = self.now - self.now % l["window_len"]
+            end = start + l["window_len"]
+            argv += [l["name"], l["quota"], end + GRACE, start, end, len(l["thresholds"])]
+            for p in l["thresholds"]:
+                argv += [p, -(-l["quota"] * p // 100)]
+        keys = counters + flags + [outbox]
+        return self.redis.call("EVAL", self.script, len(keys), *keys, *argv)
+
+    def decide(self, limits, cost=1, **kw):
+        """Returns (allowed, [used...], fired, refused)."""
+        r = self.raw(limits, cost, **kw)
+        n = len(limits)
+        return bool(r[0]), r[1:n + 1], r[n + 1], r[n + 2]
+
+    def outbox(self, subject="user-42", plan="free", limits=()):
+        _, _, key = keys_for(subject, plan, list(limits))
+        return [
+            {entry[1][i].decode(): entry[1][i + 1].decode() for i in range(0, len(entry[1]), 2)}
+            for entry in self.redis.call("XRANGE", key, "-", "+")
+        ]
+
+    def fired_thresholds(self):
+        return [int(e["threshold"]) for e in self.outbox()]
+
+    def all_keys(self):
+        return [k.decode() for k in self.redis.call("KEYS", "*")]
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def test_admits_up_to_the_quota_then_denies(self):
+        lim = [limit("per_minute", 3)]
+        self.assertEqual([self.decide(lim)[:2] for _ in range(4)],
+                         [(True, [1]), (True, [2]), (True, [3]), (False, [3])])
+
+    def test_cost_is_added_whole(self):
+        lim = [limit("daily", 10)]
+        self.assertEqual(self.decide(lim, cost=4)[:2], (True, [4]))
+        self.assertEqual(self.decide(lim, cost=6)[:2], (True, [10]))
+
+    def test_denied_request_consumes_nothing(self):
+        lim = [limit("daily", 10)]
+        self.decide(lim, cost=8)
+        self.assertEqual(self.decide(lim, cost=3)[:2], (False, [8]))
+        self.assertEqual(self.decide(lim, cost=2)[:2], (True, [10]))
+
+    def test_hammering_while_blocked_does_not_grow_usage(self):
+        lim = [limit("daily", 2)]
+        self.decide(lim, cost=2)
+        for _ in range(20):
+            self.assertEqual(self.decide(lim)[:2], (False, [2]))
+
+    def test_admission_is_all_or_nothing_across_limits(self):
+        lim = [limit("per_minute", 2, window_len=60), limit("daily", 100, window_len=86400)]
+        self.decide(lim, cost=2)
+        self.assertEqual(self.decide(lim)[:2], (False, [2, 2]))
+        counters, _, _ = keys_for("user-42", "free", lim)
+        self.assertEqual(self.redis.call("GET", counters[1]), b"2")
+
+    def test_subjects_are_counted_separately(self):
+        lim = [limit("daily", 1)]
+        self.assertTrue(self.decide(lim, subject="a:b")[0])
+        self.assertTrue(self.decide(lim, subject="a")[0])
+        self.assertFalse(self.decide(lim, subject="a:b")[0])
+
+    # --- peeks ---------------------------------------------------------------------------------
+
+    def test_cost_zero_writes_nothing(self):
+        lim = [limit("daily", 5, thresholds=[80, 100])]
+        self.assertEqual(self.decide(lim, cost=0), (True, [0], 0, 0))
+        self.assertEqual(self.redis.call("DBSIZE"), 0)
+
+    def test_cost_zero_on_an_exhausted_limit_is_allowed_and_fires_nothing(self):
+        lim = [limit("daily", 5, thresholds=[100]), limit("per_minute", 5, window_len=60)]
+        self.decide([lim[1]], cost=5)  # exhaust only per_minute, no alert there
+        before = sorted(self.all_keys())
+        self.assertEqual(self.decide(lim, cost=0), (True, [0, 5], 0, 0))
+        self.assertEqual(sorted(self.all_keys()), before)
+
+    # --- expiry --------------------------------------------------------------------------------
+
+    def assert_every_key_expires(self):
+        keys = self.all_keys()
+        self.assertTrue(keys)
+        for key in keys:
+            if key.endswith(":outbox"):
+                continue  # long-lived per bucket, bounded by outbox_max (docs/redis.md)
+            ttl = self.redis.call("TTL", key)
+            self.assertGreater(ttl, 0, key)
+            self.assertLessEqual(ttl, 3600 + GRACE, key)
+
+    def test_every_key_has_a_ttl_after_admissions(self):
+        lim = [limit("per_minute", 10, [50, 100], window_len=60), limit("daily", 10, [80])]
+        for _ in range(10):
+            self.decide(lim)
+        self.assertEqual(len(self.all_keys()), 5)  # 2 counters, 2 flag hashes, the outbox
+        self.assert_every_key_expires()
+
+    def test_every_key_has_a_ttl_after_a_first_denial_that_fired_100(self):
+        lim = [limit("daily", 5, [100])]
+        self.assertEqual(self.decide(lim, cost=6), (False, [0], 1, 0))
+        counters, flags, _ = keys_for("user-42", "free", lim)
+        self.assertEqual(self.redis.call("EXISTS", counters[0]), 0)  # denial writes no counter
+        self.assertEqual(self.redis.call("EXISTS", flags[0]), 1)
+        self.assert_every_key_expires()
+
+    # --- alerts --------------------------------------------------------------------------------
+
+    def test_threshold_fires_once_at_the_first_request_that_reaches_it(self):
+        lim = [limit("daily", 10, [80])]
+        fired = [self.decide(lim)[2] for _ in range(10)]
+        self.assertEqual(fired, [0] * 7 + [1, 0, 0])
+        self.assertEqual(self.redis.call("XLEN", keys_for("user-42", "free", lim)[2]), 1)
+        self.assertEqual(self.outbox()[0]["used"], "8")
+
+    def test_alert_event_carries_the_decisions_facts(self):
+        lim = [limit("daily", 10, [80], window_len=86400)]
+        self.decide(lim, cost=9)
+        start = self.now - self.now % 86400
+        self.assertEqual(self.outbox(), [{
+            "type": "quota.threshold_reached", "subject": "user-42", "plan": "free",
+            "limit": "daily", "threshold": "80", "used": "9", "quota": "10",
+            "window_start": str(start), "window_end": str(start + 86400),
+            "occurred_at_ms": str(self.now * 1000 + 123)}])
+
+    def test_threshold_count_is_the_precomputed_rounded_up_count(self):
+        lim = [limit("daily", 3, [50])]  # ceil(1.5) = 2
+        self.assertEqual(self.decide(lim)[2], 0)
+        self.assertEqual(self.decide(lim)[2], 1)
+
+    def test_one_request_can_cross_several_thresholds(self):
+        lim = [limit("daily", 10, [80, 100])]
+        self.assertEqual(self.decide(lim, cost=10)[2], 2)
+        self.assertEqual(self.fired_thresholds(), [80, 100])
+
+    def test_hundred_percent_fires_at_the_first_denial_of_that_limit_and_not_again(self):
+        lim = [limit("daily", 10, [80, 100])]
+        self.decide(lim, cost=9)
+        self.assertEqual(self.fired_thresholds(), [80])
+        self.assertEqual(self.decide(lim, cost=2), (False, [9], 1, 0))
+        self.assertEqual(self.decide(lim, cost=2), (False, [9], 0, 0))
+        self.assertEqual(self.decide(lim, cost=1)[:3], (True, [10], 0))
+        self.assertEqual(self.fired_thresholds(), [80, 100])
+        self.assertEqual(self.outbox()[1]["used"], "9")
+
+    def test_denial_by_another_limit_fires_nothing_here(self):
+        lim = [limit("per_minute", 1, window_len=60), limit("daily", 2, [50, 100])]
+        self.assertEqual(self.decide(lim)[2], 1)  # daily 50%
+        self.assertEqual(self.decide(lim), (False, [1, 1], 0, 0))
+        self.assertEqual(self.fired_thresholds(), [50])
+
+    def test_thresholds_rearm_in_the_next_window(self):
+        self.decide([limit("daily", 2, [100], window_id=1000)], cost=2)
+        self.assertEqual(self.decide([limit("daily", 2, [100], window_id=1001)], cost=2)[2], 1)
+        self.assertEqual(self.fired_thresholds(), [100, 100])
+
+    def test_full_outbox_refuses_the_event_and_leaves_the_threshold_armed(self):
+        lim = [limit("daily", 10, [10])]
+        for subject in ("s1", "s2"):
+            self.assertEqual(self.decide(lim, subject=subject, outbox_max=2)[2:], (1, 0))
+        self.assertEqual(self.decide(lim, subject="s3", outbox_max=2)[2:], (0, 1))
+        self.assertEqual(self.redis.call("XLEN", keys_for("x", "free", lim)[2]), 2)
+        # The dispatcher delivers one event (XACK + XDEL): s3's threshold fires at its next request.
+        first = self.redis.call("XRANGE", keys_for("x", "free", lim)[2], "-", "+", "COUNT", 1)
+        self.redis.call("XDEL", keys_for("x", "free", lim)[2], first[0][0])
+        self.assertEqual(self.decide(lim, subject="s3", outbox_max=2), (True, [2], 1, 0))
+        self.assertEqual([e["subject"] for e in self.outbox()], ["s2", "s3"])
+
+    def test_outbox_never_exceeds_its_bound(self):
+        lim = [limit("daily", 1, [100])]
+        for i in range(50):
+            self.decide(lim, subject=f"s{i}", outbox_max=20)
+        self.assertEqual(self.redis.call("XLEN", keys_for("x", "free", lim)[2]), 20)
+
+    # --- contract ------------------------------------------------------------------------------
+
+    def test_reply_is_integers_only(self):
+        lim = [limit("per_minute", 5, [100], window_len=60), limit("daily", 7, [80, 100])]
+        for cost in (0, 3, 3, 5):
+            reply = self.raw(lim, cost=cost)
+            self.assertEqual(len(reply), 1 + len(lim) + 2)
+            for value in reply:
+                self.assertIs(type(value), int, reply)
+
+    def test_mismatched_arguments_are_an_error(self):
+        counters, flags, outbox = keys_for("user-42", "free", [limit("daily", 5)])
+        with self.assertRaises(RedisError):
+            self.redis.call("EVAL", self.script, 3, *counters, *flags, outbox,
+                            1, 0, 10, 2, "user-42", "free", "daily", 5, 9999999999, 0, 1, 0)
+        self.assertEqual(self.redis.call("DBSIZE"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
