@@ -100,39 +100,39 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   });
 }
 
-void Limiter::Usage(std::string_view subject, std::string_view plan_name,
-                    UsageCallback done) const {
-  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
-    std::move(done)(std::move(s));
-    return;
-  }
+absl::StatusOr<const Plan*> Limiter::Resolve(std::string_view subject,
+                                             std::string_view plan_name) const {
+  if (absl::Status s = ValidateSubject(subject); !s.ok()) return s;
   const Plan* plan = plans_.Find(plan_name);
   if (plan == nullptr) {
-    std::move(done)(
-        absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(plan_name), "\"")));
+    return absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(plan_name), "\""));
+  }
+  return plan;
+}
+
+void Limiter::Usage(std::string_view subject, std::string_view plan_name,
+                    UsageCallback done) const {
+  absl::StatusOr<const Plan*> plan = Resolve(subject, plan_name);
+  if (!plan.ok()) {
+    std::move(done)(plan.status());
     return;
   }
   const absl::Time now = clock_->Now();
-  Windows windows = WindowsFor(*plan, now);
-  store_->Usage({.subject = subject, .plan = plan, .cost = 0, .now = now, .windows = windows},
+  Windows windows = WindowsFor(**plan, now);
+  store_->Usage({.subject = subject, .plan = *plan, .cost = 0, .now = now, .windows = windows},
                 std::move(done));
 }
 
 void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::string_view limit,
                     StatusCallback done) const {
-  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
-    std::move(done)(std::move(s));
-    return;
-  }
-  const Plan* plan = plans_.Find(plan_name);
-  if (plan == nullptr) {
-    std::move(done)(
-        absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(plan_name), "\"")));
+  absl::StatusOr<const Plan*> plan = Resolve(subject, plan_name);
+  if (!plan.ok()) {
+    std::move(done)(plan.status());
     return;
   }
   std::optional<size_t> index;
   if (!limit.empty()) {
-    int i = plan->FindLimit(limit);
+    int i = (*plan)->FindLimit(limit);
     if (i < 0) {
       std::move(done)(absl::NotFoundError(absl::StrCat("limit: plan \"", ToAbsl(plan_name),
                                                        "\" has no limit \"", ToAbsl(limit), "\"")));
@@ -141,8 +141,8 @@ void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::s
     index = static_cast<size_t>(i);
   }
   const absl::Time now = clock_->Now();
-  Windows windows = WindowsFor(*plan, now);
-  store_->Reset({.subject = subject, .plan = plan, .cost = 0, .now = now, .windows = windows},
+  Windows windows = WindowsFor(**plan, now);
+  store_->Reset({.subject = subject, .plan = *plan, .cost = 0, .now = now, .windows = windows},
                 index, std::move(done));
 }
 

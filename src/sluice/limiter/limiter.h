@@ -52,6 +52,10 @@ class Limiter {
   [[nodiscard]] const Clock& clock() const { return *clock_; }
 
  private:
+  // The plan for an admin request on `subject`, or the error naming the bad field.
+  [[nodiscard]] absl::StatusOr<const Plan*> Resolve(std::string_view subject,
+                                                    std::string_view plan_name) const;
+
   PlanSet plans_;
   Store* store_;
   const Clock* clock_;
