@@ -255,6 +255,7 @@ class AdminTest(HttpTestCase):
         self.assertIn("sluice_decision_duration_seconds_bucket", text)
         self.assertIn("sluice_open_connections", text)
         self.assertIn("sluice_build_info", text)
+        self.assertIn('sluice_http_requests_total{route="/metrics",code="401"} 2', text)
 
     def test_usage_shows_and_resets_counters(self):
         self.svc.check({"subject": "team/42", "plan": "free", "cost": 7})

@@ -273,6 +273,17 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
 
 asio::awaitable<Response> AdminPlane::Handle(Request& req, const Peer& peer) {
   (void)peer;
+  Response res = co_await Route(req);
+  const std::string_view path = SplitTarget(Sv(req.target())).first;
+  const std::string_view route = path.starts_with("/v1/usage/") ? "/v1/usage"
+                                 : path == "/metrics" || path == "/healthz" || path == "/readyz"
+                                     ? path
+                                     : "other";
+  metrics_->CountRequest(route, res.result_int());
+  co_return res;
+}
+
+asio::awaitable<Response> AdminPlane::Route(Request& req) {
   std::shared_ptr<const Frontend> fe = frontend_->Get();
   auto [path, query] = SplitTarget(Sv(req.target()));
   (void)query;

@@ -82,6 +82,7 @@ class AdminPlane final : public RequestHandler {
   boost::asio::awaitable<Response> Handle(Request& req, const Peer& peer) override;
 
  private:
+  boost::asio::awaitable<Response> Route(Request& req);
   boost::asio::awaitable<Response> Ready(const Frontend& fe, const Request& req);
   boost::asio::awaitable<Response> Usage(const Frontend& fe, const Request& req,
                                          std::string_view subject);

@@ -1,0 +1,384 @@
+#include "sluice/store/redis/connection.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <span>
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+
+namespace sluice::redis {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Bounds connect plus AUTH/SELECT; a server that accepts but never answers must not wedge us.
+constexpr std::chrono::milliseconds kConnectTimeout{1000};
+
+bool ValidHostName(std::string_view host) {
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.starts_with("rediss://")) {
+    return absl::InvalidArgumentError("TLS (rediss://) is not supported yet");
+  }
+  if (!url.starts_with(kScheme)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("redis URL must start with redis://: \"", ToAbsl(url), "\""));
+  }
+  ConnectionOptions options;
+  std::string_view rest = url.substr(kScheme.size());
+
+  // The password may hold '/' or ':', so the userinfo ends at the last '@'.
+  const size_t at = rest.rfind('@');
+  const size_t slash = rest.find('/', at == std::string_view::npos ? 0 : at + 1);
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+
+  if (at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      return absl::InvalidArgumentError("redis URL credentials must be user:password@");
+    }
+    options.username = std::string(userinfo.substr(0, colon));
+    options.password = std::string(userinfo.substr(colon + 1));
+  }
+
+  std::string_view host, port;
+  if (authority.starts_with('[')) {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return absl::InvalidArgumentError("unclosed '[' in host");
+    host = authority.substr(1, close - 1);
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (!after.starts_with(':')) return absl::InvalidArgumentError("bad text after ']'");
+      port = after.substr(1);
+      if (port.empty()) return absl::InvalidArgumentError("empty port");
+    }
+    boost::system::error_code ec;
+    asio::ip::make_address_v6(std::string(host), ec);
+    if (ec)
+      return absl::InvalidArgumentError(absl::StrCat("bad IPv6 address \"", ToAbsl(host), "\""));
+  } else {
+    const size_t colon = authority.rfind(':');
+    host = authority.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return absl::InvalidArgumentError("empty port");
+    }
+    if (!ValidHostName(host)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad redis host \"", ToAbsl(host), "\""));
+    }
+  }
+  options.host = std::string(host);
+  if (!port.empty()) {
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(ToAbsl(port), &n) || n == 0 || n > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("bad redis port \"", ToAbsl(port), "\""));
+    }
+    options.port = static_cast<uint16_t>(n);
+  }
+  if (!path.empty()) {
+    int db = 0;
+    if (!absl::SimpleAtoi(ToAbsl(path), &db) || db < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bad redis db \"", ToAbsl(path), "\""));
+    }
+    options.db = db;
+  }
+  return options;
+}
+
+class Connection::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, ConnectionOptions options)
+      : io_(io),
+        options_(std::move(options)),
+        socket_(io),
+        deadline_timer_(io),
+        backoff_timer_(io),
+        connect_timer_(io) {}
+
+  void Start() {
+    if (started_ || stopped_) return;
+    started_ = true;
+    asio::co_spawn(io_, Run(shared_from_this()), asio::detached);
+  }
+
+  void Stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    Drop();
+    boost::system::error_code ignored;
+    deadline_timer_.cancel(ignored);
+    backoff_timer_.cancel(ignored);
+    connect_timer_.cancel(ignored);
+  }
+
+  void Send(std::vector<std::string> argv, Callback done) {
+    if (!connected_) {
+      Complete(std::move(done), absl::UnavailableError("redis: not connected"));
+      return;
+    }
+    if (pending_.size() >= options_.max_pending) {
+      Complete(std::move(done), absl::ResourceExhaustedError(absl::StrCat(
+                                    "redis: ", pending_.size(), " commands outstanding")));
+      return;
+    }
+    std::vector<std::string_view> views(argv.begin(), argv.end());
+    out_ += EncodeCommand(std::span<const std::string_view>(views));
+    ++commands_sent_;
+    pending_.push_back(Pending{std::move(done), Clock::now() + options_.command_timeout});
+    ArmDeadline();
+    if (!writing_) StartWrite();
+  }
+
+  bool connected() const { return connected_; }
+  uint64_t writes() const { return writes_; }
+  uint64_t commands_sent() const { return commands_sent_; }
+
+ private:
+  struct Pending {
+    Callback done;
+    Clock::time_point deadline;
+    bool cancelled = false;  // timed out: the reply will still come and is dropped
+  };
+
+  void Complete(Callback done, absl::StatusOr<Reply> result) {
+    asio::post(io_, [done = std::move(done), result = std::move(result)]() mutable {
+      std::move(done)(std::move(result));
+    });
+  }
+
+  void StartWrite() {
+    writing_ = true;
+    ++writes_;
+    // The buffer is owned by the operation, so a write aborted by Drop() never sees it reused.
+    auto bytes = std::make_shared<std::string>(std::move(out_));
+    out_.clear();
+    asio::async_write(
+        socket_, asio::buffer(*bytes),
+        [self = shared_from_this(), bytes, generation = generation_](
+            const boost::system::error_code& ec, size_t) { self->OnWritten(generation, ec); });
+  }
+
+  void OnWritten(uint64_t generation, const boost::system::error_code& ec) {
+    if (generation != generation_) return;  // a connection already dropped
+    writing_ = false;
+    if (ec) {
+      // The read loop notices the closed socket and drops the connection.
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+      return;
+    }
+    if (!out_.empty()) StartWrite();
+  }
+
+  // Every command has the same timeout, so deadlines grow along the FIFO and the timed-out ones
+  // form its prefix [0, expired_). One timer, set for the oldest live command, is enough.
+  void ArmDeadline() {
+    if (deadline_armed_ || expired_ >= pending_.size()) return;
+    deadline_armed_ = true;
+    deadline_timer_.expires_at(pending_[expired_].deadline);
+    deadline_timer_.async_wait(
+        [self = shared_from_this()](const boost::system::error_code&) { self->OnDeadline(); });
+  }
+
+  void OnDeadline() {
+    deadline_armed_ = false;
+    if (stopped_) return;
+    const auto now = Clock::now();
+    while (expired_ < pending_.size() && pending_[expired_].deadline <= now) {
+      Pending& p = pending_[expired_++];
+      p.cancelled = true;
+      Complete(std::move(p.done), absl::DeadlineExceededError("redis: command timed out"));
+    }
+    ArmDeadline();
+  }
+
+  // Matches one reply to the oldest command. False if no command was waiting for it.
+  bool Deliver(Reply reply) {
+    if (pending_.empty()) return false;
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    if (p.cancelled) {
+      --expired_;
+    } else {
+      Complete(std::move(p.done), std::move(reply));
+    }
+    return true;
+  }
+
+  // Forgets the current connection: closes it, fails every outstanding command, and makes the
+  // handlers of its operations still in flight stale.
+  void Drop() {
+    connected_ = false;
+    writing_ = false;
+    ++generation_;
+    out_.clear();
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    for (size_t i = expired_; i < pending_.size(); ++i) {
+      Complete(std::move(pending_[i].done), absl::UnavailableError("redis: connection lost"));
+    }
+    pending_.clear();
+    expired_ = 0;
+    reader_ = ReplyReader();
+  }
+
+  static asio::awaitable<void> Run(std::shared_ptr<Impl> self) {
+    auto delay = self->options_.reconnect_min;
+    while (!self->stopped_) {
+      absl::Status status = co_await self->Connect();
+      if (status.ok()) {
+        delay = self->options_.reconnect_min;
+        self->connected_ = true;
+        co_await self->ReadLoop();
+      }
+      self->Drop();
+      if (self->stopped_) break;
+      boost::system::error_code ec;
+      self->backoff_timer_.expires_after(delay);
+      co_await self->backoff_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      delay = std::min(delay * 2, self->options_.reconnect_max);
+    }
+  }
+
+  // Connects and runs AUTH / SELECT. Commands sent meanwhile fail fast (not connected yet).
+  asio::awaitable<absl::Status> Connect() {
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto endpoints = co_await resolver.async_resolve(options_.host, std::to_string(options_.port),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return absl::UnavailableError(absl::StrCat("redis: resolve: ", ec.message()));
+
+    connect_timer_.expires_after(kConnectTimeout);
+    connect_timer_.async_wait([self = shared_from_this(), generation = generation_](
+                                  const boost::system::error_code& timer_ec) {
+      if (timer_ec || generation != self->generation_ || self->connected_) return;
+      boost::system::error_code ignored;
+      self->socket_.close(ignored);
+    });
+    co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return absl::UnavailableError(absl::StrCat("redis: connect: ", ec.message()));
+    socket_.set_option(tcp::no_delay(true), ec);
+
+    std::string handshake;
+    int expected = 0;
+    if (!options_.password.empty()) {
+      if (options_.username.empty()) {
+        handshake += EncodeCommand({"AUTH", options_.password});
+      } else {
+        handshake += EncodeCommand({"AUTH", options_.username, options_.password});
+      }
+      ++expected;
+    }
+    if (options_.db != 0) {
+      handshake += EncodeCommand({"SELECT", std::to_string(options_.db)});
+      ++expected;
+    }
+    if (expected > 0) {
+      co_await asio::async_write(socket_, asio::buffer(handshake),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return absl::UnavailableError(absl::StrCat("redis: write: ", ec.message()));
+    }
+    while (expected > 0) {
+      auto next = reader_.Next();
+      if (!next.ok()) co_return next.status();
+      if (!next->has_value()) {
+        size_t n = co_await socket_.async_read_some(asio::buffer(buffer_),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return absl::UnavailableError(absl::StrCat("redis: read: ", ec.message()));
+        reader_.Feed(std::string_view(buffer_.data(), n));
+        continue;
+      }
+      if ((*next)->is_error()) {
+        co_return absl::UnavailableError(absl::StrCat("redis: handshake: ", (*next)->str));
+      }
+      --expected;
+    }
+    boost::system::error_code ignored;
+    connect_timer_.cancel(ignored);
+    co_return absl::OkStatus();
+  }
+
+  // Reads replies until the connection fails; returns so that Run() drops it.
+  asio::awaitable<void> ReadLoop() {
+    for (;;) {
+      boost::system::error_code ec;
+      size_t n = co_await socket_.async_read_some(asio::buffer(buffer_),
+                                                  asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || stopped_) co_return;
+      reader_.Feed(std::string_view(buffer_.data(), n));
+      for (;;) {
+        auto next = reader_.Next();
+        if (!next.ok()) co_return;                   // protocol error: the stream cannot be trusted
+        if (!next->has_value()) break;               // need more bytes
+        if (!Deliver(std::move(**next))) co_return;  // a reply nobody asked for
+      }
+    }
+  }
+
+  asio::io_context& io_;
+  const ConnectionOptions options_;
+  tcp::socket socket_;
+  asio::steady_timer deadline_timer_;
+  asio::steady_timer backoff_timer_;
+  asio::steady_timer connect_timer_;
+  ReplyReader reader_;
+  std::array<char, 16 * 1024> buffer_{};
+
+  std::deque<Pending> pending_;
+  size_t expired_ = 0;  // pending_[0, expired_) timed out
+  std::string out_;     // encoded commands waiting for the next write
+  uint64_t generation_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+  bool connected_ = false;
+  bool writing_ = false;
+  bool deadline_armed_ = false;
+  uint64_t writes_ = 0;
+  uint64_t commands_sent_ = 0;
+};
+
+Connection::Connection(asio::io_context& io, ConnectionOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {}
+
+Connection::~Connection() { impl_->Stop(); }
+
+void Connection::Start() { impl_->Start(); }
+void Connection::Stop() { impl_->Stop(); }
+
+void Connection::Send(std::vector<std::string> argv, Callback done) {
+  impl_->Send(std::move(argv), std::move(done));
+}
+
+bool Connection::connected() const { return impl_->connected(); }
+uint64_t Connection::writes() const { return impl_->writes(); }
+uint64_t Connection::commands_sent() const { return impl_->commands_sent(); }
+
+}  // namespace sluice::redis

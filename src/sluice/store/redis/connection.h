@@ -1,0 +1,83 @@
+// One multiplexed connection to a Redis server, owned by one io_context thread. Commands are
+// pipelined automatically: commands sent while a write is in flight leave together with the next
+// write. Replies are matched to callbacks in FIFO order (Redis answers in order on one connection).
+#ifndef SLUICE_STORE_REDIS_CONNECTION_H_
+#define SLUICE_STORE_REDIS_CONNECTION_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "sluice/store/redis/resp.h"
+
+namespace sluice::redis {
+
+struct ConnectionOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 6379;
+  std::string username;  // empty: "AUTH password" (the default user)
+  std::string password;  // empty: no AUTH
+  int db = 0;            // non-zero: SELECT db after connecting
+  std::chrono::milliseconds command_timeout{20};
+  std::chrono::milliseconds reconnect_min{50};
+  std::chrono::milliseconds reconnect_max{2000};
+  size_t max_pending = 10000;  // commands sent but not answered (timed-out ones included)
+};
+
+// Parses `redis://[user:password@]host[:port][/db]` (a password alone: `redis://:password@host`).
+// The host may be an IPv6 literal in brackets. `rediss://` is rejected (no TLS yet). Fields the URL
+// does not set keep their ConnectionOptions defaults.
+[[nodiscard]] absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url);
+
+// Not thread-safe: every call, including the destructor, must be made on the thread that runs
+// `io`, and callbacks run there too. Callbacks are always posted to `io`, never run inside Send().
+//
+// Outcomes of a command, delivered to its callback exactly once:
+//   - OK with the reply; a Redis error reply (-ERR …) is an OK result of Reply type kError.
+//   - DeadlineExceeded: no reply within `command_timeout`. The command keeps its place in the FIFO
+//     (its reply will still arrive and is then discarded).
+//   - Unavailable: not connected when sent, or the connection was lost or stopped before the reply.
+//   - ResourceExhausted: `max_pending` commands are already outstanding.
+class Connection {
+ public:
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
+
+  Connection(boost::asio::io_context& io, ConnectionOptions options);
+  // Stops (see Stop()). The io_context may still hold posted callbacks; they own their state.
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Connects in the background; sends AUTH and SELECT (as configured) before any command; on
+  // failure or loss reconnects with exponential backoff from reconnect_min up to reconnect_max.
+  void Start();
+
+  // Closes the connection for good; outstanding commands complete with Unavailable.
+  void Stop();
+
+  void Send(std::vector<std::string> argv, Callback done);
+
+  // True once connected and the AUTH/SELECT handshake succeeded.
+  [[nodiscard]] bool connected() const;
+  // Writes started (each carries every command queued since the previous one).
+  [[nodiscard]] uint64_t writes() const;
+  // Commands put on the wire (queued for a write), handshake excluded.
+  [[nodiscard]] uint64_t commands_sent() const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;  // shared with the coroutines and handlers in flight
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_STORE_REDIS_CONNECTION_H_

@@ -1,0 +1,360 @@
+#include "sluice/store/redis/connection.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace sluice::redis {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+constexpr const char* kRedisServer = "/usr/bin/redis-server";
+
+uint16_t FreePort() {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  return acceptor.local_endpoint().port();
+}
+
+bool CanConnect(uint16_t port) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  boost::system::error_code ec;
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  return !ec;
+}
+
+// A redis-server child process on 127.0.0.1:port, without persistence.
+class RedisServer {
+ public:
+  ~RedisServer() { Kill(); }
+
+  // Starts the server and waits (with a deadline) until it accepts connections.
+  bool Start(uint16_t port) {
+    const std::string port_text = std::to_string(port);
+    std::vector<std::string> args = {
+        kRedisServer,   "--port", port_text, "--save",    "",
+        "--appendonly", "no",     "--bind",  "127.0.0.1", "--enable-debug-command",
+        "local"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    const int rc = posix_spawn(&pid_, kRedisServer, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      pid_ = -1;
+      return false;
+    }
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (CanConnect(port)) return true;
+      std::this_thread::sleep_for(5ms);  // polling a child process: nothing to wait on
+    }
+    return false;
+  }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class ConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(access(kRedisServer, X_OK), 0) << kRedisServer << " is required for these tests";
+    port_ = FreePort();
+    ASSERT_TRUE(server_.Start(port_));
+  }
+
+  void TearDown() override { server_.Kill(); }
+
+  ConnectionOptions Options() {
+    return {.port = port_, .command_timeout = 1s, .reconnect_min = 10ms, .reconnect_max = 100ms};
+  }
+
+  // Runs the io_context until `done()` holds or `timeout` passes.
+  template <typename Pred>
+  bool RunUntil(Pred done, std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = Clock::now() + timeout;
+    while (!done()) {
+      if (Clock::now() >= deadline) return false;
+      if (io_.stopped()) io_.restart();
+      io_.run_one_for(10ms);
+    }
+    return true;
+  }
+
+  bool WaitConnected(Connection& conn) {
+    return RunUntil([&] { return conn.connected(); });
+  }
+
+  absl::StatusOr<Reply> Call(Connection& conn, std::vector<std::string> argv) {
+    std::optional<absl::StatusOr<Reply>> result;
+    conn.Send(std::move(argv), [&](absl::StatusOr<Reply> r) { result = std::move(r); });
+    if (!RunUntil([&] { return result.has_value(); })) {
+      return absl::InternalError("test: no callback within 5s");
+    }
+    return *std::move(result);
+  }
+
+  asio::io_context io_;
+  uint16_t port_ = 0;
+  RedisServer server_;
+};
+
+TEST_F(ConnectionTest, SetThenGetRoundTrips) {
+  Connection conn(io_, Options());
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  const std::string value("v\r\n\0x", 5);  // any bytes
+  auto set = Call(conn, {"SET", "k", value});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->is_status());
+  EXPECT_EQ(set->str, "OK");
+
+  auto get = Call(conn, {"GET", "k"});
+  ASSERT_TRUE(get.ok()) << get.status();
+  ASSERT_TRUE(get->is_string());
+  EXPECT_EQ(get->str, value);
+}
+
+TEST_F(ConnectionTest, SelectsTheConfiguredDbBeforeAnyCommand) {
+  ConnectionOptions db1 = Options();
+  db1.db = 1;
+  Connection in_db1(io_, db1);
+  Connection in_db0(io_, Options());
+  in_db1.Start();
+  in_db0.Start();
+  ASSERT_TRUE(WaitConnected(in_db1));
+  ASSERT_TRUE(WaitConnected(in_db0));
+
+  ASSERT_TRUE(Call(in_db1, {"SET", "k", "one"}).ok());
+  auto from_db0 = Call(in_db0, {"GET", "k"});
+  ASSERT_TRUE(from_db0.ok()) << from_db0.status();
+  EXPECT_TRUE(from_db0->is_nil());
+  auto from_db1 = Call(in_db1, {"GET", "k"});
+  ASSERT_TRUE(from_db1.ok()) << from_db1.status();
+  EXPECT_EQ(from_db1->str, "one");
+}
+
+TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
+  Connection conn(io_, Options());
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+  const uint64_t writes_before = conn.writes();
+  const uint64_t sent_before = conn.commands_sent();
+
+  constexpr int kCommands = 1000;
+  std::vector<int> order;
+  std::vector<int64_t> values;
+  for (int i = 0; i < kCommands; ++i) {
+    conn.Send({"INCR", "counter"}, [&, i](absl::StatusOr<Reply> r) {
+      order.push_back(i);
+      values.push_back(r.ok() && r->is_integer() ? r->integer : -1);
+    });
+  }
+  ASSERT_TRUE(RunUntil([&] { return order.size() == kCommands; }));
+
+  for (int i = 0; i < kCommands; ++i) {
+    ASSERT_EQ(order[i], i);
+    ASSERT_EQ(values[i], i + 1);
+  }
+  const uint64_t writes = conn.writes() - writes_before;
+  const uint64_t sent = conn.commands_sent() - sent_before;
+  EXPECT_EQ(sent, uint64_t{kCommands});
+  EXPECT_LT(writes, sent);
+  std::cout << "pipelining: " << sent << " commands in " << writes << " writes\n";
+  RecordProperty("writes", static_cast<int>(writes));
+}
+
+TEST_F(ConnectionTest, ErrorReplyIsAnOkResultOfTypeError) {
+  Connection conn(io_, Options());
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  auto reply = Call(conn, {"NOSUCHCOMMAND", "x"});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(reply->is_error());
+  EXPECT_THAT(reply->str, HasSubstr("ERR"));
+
+  auto after = Call(conn, {"PING"});  // the connection is still usable
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->str, "PONG");
+}
+
+TEST_F(ConnectionTest, SlowReplyTimesOutAndTheLateReplyIsDiscarded) {
+  ConnectionOptions fast = Options();
+  fast.command_timeout = 50ms;
+  Connection conn(io_, fast);
+  Connection other(io_, Options());
+  conn.Start();
+  other.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+  ASSERT_TRUE(WaitConnected(other));
+
+  std::optional<absl::StatusOr<Reply>> sleep_result;
+  other.Send({"DEBUG", "SLEEP", "0.3"},
+             [&](absl::StatusOr<Reply> r) { sleep_result = std::move(r); });
+
+  // The server may not be asleep yet when the first command arrives; the first command that times
+  // out is the one under test.
+  std::optional<Clock::duration> elapsed;
+  const auto give_up = Clock::now() + 2s;
+  while (!elapsed && Clock::now() < give_up) {
+    std::optional<absl::StatusOr<Reply>> result;
+    const auto start = Clock::now();
+    conn.Send({"ECHO", "early"}, [&](absl::StatusOr<Reply> r) { result = std::move(r); });
+    ASSERT_TRUE(RunUntil([&] { return result.has_value(); }));
+    if (result->ok()) continue;
+    ASSERT_EQ(result->status().code(), absl::StatusCode::kDeadlineExceeded) << result->status();
+    elapsed = Clock::now() - start;
+  }
+  ASSERT_TRUE(elapsed.has_value()) << "no command timed out";
+  EXPECT_LT(*elapsed, fast.command_timeout + 50ms);
+
+  ASSERT_TRUE(RunUntil([&] { return sleep_result.has_value(); }));
+  ASSERT_TRUE(sleep_result->ok()) << sleep_result->status();
+  ASSERT_FALSE((*sleep_result)->is_error()) << (*sleep_result)->str;
+
+  auto next = Call(conn, {"ECHO", "mine"});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->str, "mine");
+}
+
+TEST_F(ConnectionTest, LostServerFailsPendingCommandsAndReconnectsAfterRestart) {
+  Connection conn(io_, Options());
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  std::optional<absl::StatusOr<Reply>> blocked;
+  conn.Send({"BLPOP", "never-pushed", "0"},
+            [&](absl::StatusOr<Reply> r) { blocked = std::move(r); });
+  server_.Kill();
+  ASSERT_TRUE(RunUntil([&] { return blocked.has_value(); }));
+  EXPECT_EQ(blocked->status().code(), absl::StatusCode::kUnavailable) << blocked->status();
+
+  auto while_down = Call(conn, {"PING"});
+  EXPECT_EQ(while_down.status().code(), absl::StatusCode::kUnavailable) << while_down.status();
+
+  ASSERT_TRUE(server_.Start(port_));
+  absl::StatusOr<Reply> ping = absl::UnavailableError("not tried");
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline) {
+    ping = Call(conn, {"PING"});
+    if (ping.ok()) break;
+    RunUntil([] { return false; }, 20ms);  // let the reconnect loop make progress
+  }
+  ASSERT_TRUE(ping.ok()) << ping.status();
+  EXPECT_EQ(ping->str, "PONG");
+}
+
+TEST_F(ConnectionTest, SendWhileDisconnectedFailsWithUnavailableAfterSendReturns) {
+  Connection conn(io_, Options());  // never started
+  bool called = false;
+  absl::Status status;
+  conn.Send({"PING"}, [&](absl::StatusOr<Reply> r) {
+    called = true;
+    status = r.status();
+  });
+  EXPECT_FALSE(called);  // posted, not run inside Send
+  ASSERT_TRUE(RunUntil([&] { return called; }));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ConnectionTest, CommandsOverMaxPendingAreRejected) {
+  ConnectionOptions options = Options();
+  options.max_pending = 2;
+  Connection conn(io_, options);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  std::vector<absl::StatusCode> codes;
+  for (int i = 0; i < 3; ++i) {
+    conn.Send({"PING"}, [&](absl::StatusOr<Reply> r) { codes.push_back(r.status().code()); });
+  }
+  ASSERT_TRUE(RunUntil([&] { return codes.size() == 3; }));
+  // The rejection is posted at once, before either reply arrives.
+  EXPECT_EQ(codes[0], absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(codes[1], absl::StatusCode::kOk);
+  EXPECT_EQ(codes[2], absl::StatusCode::kOk);
+}
+
+TEST(ParseRedisUrlTest, ReadsUserPasswordHostPortAndDb) {
+  auto options = ParseRedisUrl("redis://alice:s3cr:et@redis.internal:6380/3");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->username, "alice");
+  EXPECT_EQ(options->password, "s3cr:et");
+  EXPECT_EQ(options->host, "redis.internal");
+  EXPECT_EQ(options->port, 6380);
+  EXPECT_EQ(options->db, 3);
+}
+
+TEST(ParseRedisUrlTest, DefaultsPortAndDb) {
+  auto options = ParseRedisUrl("redis://localhost");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->host, "localhost");
+  EXPECT_EQ(options->port, 6379);
+  EXPECT_EQ(options->db, 0);
+  EXPECT_TRUE(options->password.empty());
+}
+
+TEST(ParseRedisUrlTest, AcceptsPasswordWithoutUserAndIpv6) {
+  auto options = ParseRedisUrl("redis://:pw@[::1]:7000");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->username, "");
+  EXPECT_EQ(options->password, "pw");
+  EXPECT_EQ(options->host, "::1");
+  EXPECT_EQ(options->port, 7000);
+}
+
+TEST(ParseRedisUrlTest, RejectsTls) {
+  auto options = ParseRedisUrl("rediss://localhost:6380");
+  EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(options.status().message()), HasSubstr("rediss://"));
+}
+
+TEST(ParseRedisUrlTest, RejectsGarbage) {
+  for (const char* url : {"", "localhost:6379", "http://localhost", "redis://", "redis://host:",
+                          "redis://host:port", "redis://host:70000", "redis://host/x",
+                          "redis://host/-1", "redis://ho st", "redis://[::1", "redis://u@host"}) {
+    EXPECT_EQ(ParseRedisUrl(url).status().code(), absl::StatusCode::kInvalidArgument) << url;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::redis
