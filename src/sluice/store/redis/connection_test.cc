@@ -20,77 +20,23 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sluice/store/redis/test_redis_server.h"
 
 extern char** environ;
 
 namespace sluice::redis {
 namespace {
 
+using testing_util::CanConnect;
+using testing_util::FreePort;
+using testing_util::kRedisServer;
+using testing_util::RedisServer;
+
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
-
-constexpr const char* kRedisServer = "/usr/bin/redis-server";
-
-uint16_t FreePort() {
-  asio::io_context io;
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  return acceptor.local_endpoint().port();
-}
-
-bool CanConnect(uint16_t port) {
-  asio::io_context io;
-  tcp::socket socket(io);
-  boost::system::error_code ec;
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  return !ec;
-}
-
-// A redis-server child process on 127.0.0.1:port, without persistence.
-class RedisServer {
- public:
-  ~RedisServer() { Kill(); }
-
-  // Starts the server and waits (with a deadline) until it accepts connections.
-  bool Start(uint16_t port) {
-    const std::string port_text = std::to_string(port);
-    std::vector<std::string> args = {
-        kRedisServer,   "--port", port_text, "--save",    "",
-        "--appendonly", "no",     "--bind",  "127.0.0.1", "--enable-debug-command",
-        "local"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    const int rc = posix_spawn(&pid_, kRedisServer, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = -1;
-      return false;
-    }
-    const auto deadline = Clock::now() + 5s;
-    while (Clock::now() < deadline) {
-      if (CanConnect(port)) return true;
-      std::this_thread::sleep_for(5ms);  // polling a child process: nothing to wait on
-    }
-    return false;
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 class ConnectionTest : public ::testing::Test {
  protected:

@@ -1,0 +1,217 @@
+#include "sluice/store/redis/redis_store.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/stable_hash.h"
+#include "sluice/common/strings.h"
+#include "sluice/store/redis/decide_script.h"
+
+namespace sluice::redis {
+namespace {
+
+std::string Sha1Hex(std::string_view data) {
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : digest) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// A Redis error reply as a Status. Errors that mean "Redis cannot serve now" (BUSY, LOADING, OOM,
+// READONLY, MASTERDOWN, connection trouble) are Unavailable; anything else is Internal.
+absl::Status ErrorReply(const Reply& reply) {
+  static constexpr std::string_view kTransient[] = {
+      "BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"};
+  for (std::string_view prefix : kTransient) {
+    if (reply.str.starts_with(prefix)) {
+      return absl::UnavailableError(absl::StrCat("redis: ", reply.str));
+    }
+  }
+  return absl::InternalError(absl::StrCat("redis: ", reply.str));
+}
+
+// Runs EVALSHA `argv`; on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) loads the script and
+// retries once, invisibly to the caller.
+void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Callback done,
+               bool retried = false) {
+  std::vector<std::string> copy = retried ? std::vector<std::string>{} : argv;
+  conn->Send(std::move(argv), [conn, copy = std::move(copy), done = std::move(done),
+                               retried](absl::StatusOr<Reply> reply) mutable {
+    if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
+      conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
+                 [conn, copy = std::move(copy),
+                  done = std::move(done)](absl::StatusOr<Reply> loaded) mutable {
+                   if (!loaded.ok()) {
+                     std::move(done)(loaded.status());
+                     return;
+                   }
+                   RunScript(conn, std::move(copy), std::move(done), /*retried=*/true);
+                 });
+      return;
+    }
+    std::move(done)(std::move(reply));
+  });
+}
+
+}  // namespace
+
+RedisStore::RedisStore(std::function<Connection*()> connection_for_thread,
+                       RedisStoreOptions options)
+    : connection_for_thread_(std::move(connection_for_thread)),
+      options_(std::move(options)),
+      script_sha_(Sha1Hex(kDecideScript)) {}
+
+int RedisStore::BucketOf(std::string_view subject) const {
+  return static_cast<int>(StableHash64(subject) % static_cast<uint64_t>(options_.buckets));
+}
+
+std::string RedisStore::Tag(std::string_view subject) const {
+  return absl::StrCat(options_.key_prefix, ":{", BucketOf(subject), "}");
+}
+
+std::string RedisStore::OutboxKey(int bucket) const {
+  return absl::StrCat(options_.key_prefix, ":{", bucket, "}:outbox");
+}
+
+// The subject goes last: it may contain ':', and every part before it cannot.
+std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
+  return absl::StrCat(Tag(req.subject), ":c:", req.plan->name, ":", req.plan->limits[i].name, ":",
+                      req.windows[i].id, ":", ToAbsl(req.subject));
+}
+
+std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
+  return absl::StrCat(Tag(req.subject), ":a:", req.plan->name, ":", req.plan->limits[i].name, ":",
+                      req.windows[i].id, ":", ToAbsl(req.subject));
+}
+
+std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) const {
+  const Plan& plan = *req.plan;
+  const size_t n = plan.limits.size();
+  std::vector<std::string> argv;
+  argv.reserve(3 + 2 * n + 1 + 6 + 8 * n);
+  argv.push_back("EVALSHA");
+  argv.push_back(script_sha_);
+  argv.push_back(absl::StrCat(2 * n + 1));
+  for (size_t i = 0; i < n; ++i) argv.push_back(CounterKey(req, i));
+  for (size_t i = 0; i < n; ++i) argv.push_back(FlagsKey(req, i));
+  argv.push_back(OutboxKey(BucketOf(req.subject)));
+
+  const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : req.now;
+  argv.push_back(absl::StrCat(req.cost));
+  argv.push_back(absl::StrCat(absl::ToUnixMillis(req.now)));
+  argv.push_back(absl::StrCat(options_.outbox_max));
+  argv.push_back(absl::StrCat(n));
+  argv.push_back(std::string(req.subject));
+  argv.push_back(plan.name);
+  for (size_t i = 0; i < n; ++i) {
+    const Limit& limit = plan.limits[i];
+    const WindowBounds& w = req.windows[i];
+    const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
+    argv.push_back(limit.name);
+    argv.push_back(absl::StrCat(limit.quota));
+    argv.push_back(absl::StrCat(absl::ToUnixSeconds(
+        absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) + absl::UnixEpoch())));
+    argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.start)));
+    argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.end)));
+    argv.push_back(absl::StrCat(limit.thresholds.size()));
+    for (const Threshold& t : limit.thresholds) {
+      argv.push_back(absl::StrCat(t.percent));
+      argv.push_back(absl::StrCat(t.count));
+    }
+  }
+  return argv;
+}
+
+void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
+  const size_t n = req.plan->limits.size();
+  RunScript(connection_for_thread_(), DecideCommand(req),
+            [n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+              if (!reply.ok()) {
+                std::move(done)(reply.status());
+                return;
+              }
+              if (reply->is_error()) {
+                std::move(done)(ErrorReply(*reply));
+                return;
+              }
+              if (!reply->is_array() || reply->elements.size() != n + 3) {
+                std::move(done)(absl::InternalError("redis: unexpected reply to decide.lua"));
+                return;
+              }
+              StoreResult result;
+              result.allowed = reply->elements[0].integer == 1;
+              result.used.resize(n);
+              for (size_t i = 0; i < n; ++i) result.used[i] = reply->elements[i + 1].integer;
+              std::move(done)(std::move(result));
+            });
+}
+
+void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
+  const size_t n = req.plan->limits.size();
+  struct State {
+    size_t pending;
+    absl::Status status;
+    std::vector<LimitUsage> usage;
+    UsageCallback done;
+  };
+  auto state = std::make_shared<State>(
+      State{.pending = n + 1, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
+  auto finish = [state](absl::Status s) {
+    if (!s.ok() && state->status.ok()) state->status = s;
+    if (--state->pending > 0) return;
+    if (state->status.ok()) {
+      std::move(state->done)(std::move(state->usage));
+    } else {
+      std::move(state->done)(state->status);
+    }
+  };
+  Connection* conn = connection_for_thread_();
+  // One MGET for the counters (all keys share one hash tag), one HKEYS per flag hash.
+  std::vector<std::string> mget = {"MGET"};
+  for (size_t i = 0; i < n; ++i) mget.push_back(CounterKey(req, i));
+  conn->Send(std::move(mget), [state, finish, n](absl::StatusOr<Reply> r) mutable {
+    if (!r.ok()) return finish(r.status());
+    if (r->is_error()) return finish(ErrorReply(*r));
+    for (size_t i = 0; i < n && i < r->elements.size(); ++i) {
+      const Reply& e = r->elements[i];
+      if (e.is_string()) state->usage[i].used = std::stoll(e.str);
+    }
+    finish(absl::OkStatus());
+  });
+  for (size_t i = 0; i < n; ++i) {
+    conn->Send({"HKEYS", FlagsKey(req, i)}, [state, finish, i](absl::StatusOr<Reply> r) mutable {
+      if (!r.ok()) return finish(r.status());
+      if (r->is_error()) return finish(ErrorReply(*r));
+      for (const Reply& e : r->elements) state->usage[i].fired.push_back(std::stoi(e.str));
+      std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
+      finish(absl::OkStatus());
+    });
+  }
+}
+
+void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_index,
+                       StatusCallback done) {
+  std::vector<std::string> del = {"DEL"};
+  for (size_t i = 0; i < req.plan->limits.size(); ++i) {
+    if (limit_index.has_value() && *limit_index != i) continue;
+    del.push_back(CounterKey(req, i));
+    del.push_back(FlagsKey(req, i));
+  }
+  connection_for_thread_()->Send(std::move(del),
+                                 [done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+                                   if (!r.ok()) return std::move(done)(r.status());
+                                   if (r->is_error()) return std::move(done)(ErrorReply(*r));
+                                   std::move(done)(absl::OkStatus());
+                                 });
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,64 @@
+// The Redis store: DESIGN §1 on a shared Redis, one round trip (one EVALSHA of decide.lua) per
+// decision. Keys and the script's contract: docs/redis.md and decide.lua's header.
+//
+// Each io_context thread has its own Connection; the store asks `connection_for_thread` for the
+// calling thread's, so a callback always runs on the thread that made the call (after the reply
+// arrives; never inside the call).
+#ifndef SLUICE_STORE_REDIS_REDIS_STORE_H_
+#define SLUICE_STORE_REDIS_REDIS_STORE_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "sluice/common/clock.h"
+#include "sluice/limiter/store.h"
+#include "sluice/store/redis/connection.h"
+
+namespace sluice::redis {
+
+struct RedisStoreOptions {
+  std::string key_prefix = "sl";
+  // Subjects are spread over this many hash tags (and outbox streams). Fixed at deployment:
+  // changing it moves every subject's keys.
+  int buckets = 64;
+  int64_t outbox_max = 100'000;              // per bucket; a full outbox refuses and re-arms
+  absl::Duration grace = absl::Seconds(60);  // keys live this long past their window's end
+  // Redis's clock. Expiry instants are `redis_clock.Now() + (window end + grace - request now)`:
+  // with the Redis-synced clock as the limiter's clock (production) that is exactly window end +
+  // grace; a test may drive the limiter with a fake clock while Redis keeps real time.
+  const Clock* redis_clock = nullptr;
+};
+
+class RedisStore final : public Store {
+ public:
+  // `connection_for_thread` returns the calling thread's connection (never null).
+  RedisStore(std::function<Connection*()> connection_for_thread, RedisStoreOptions options);
+
+  void Decide(const StoreRequest& req, DecideCallback done) override;
+  void Usage(const StoreRequest& req, UsageCallback done) override;
+  void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
+             StatusCallback done) override;
+
+  // Key layout (docs/redis.md).
+  [[nodiscard]] int BucketOf(std::string_view subject) const;
+  [[nodiscard]] std::string Tag(std::string_view subject) const;
+  [[nodiscard]] std::string CounterKey(const StoreRequest& req, size_t i) const;
+  [[nodiscard]] std::string FlagsKey(const StoreRequest& req, size_t i) const;
+  [[nodiscard]] std::string OutboxKey(int bucket) const;
+  // SHA-1 (hex) of decide.lua, for EVALSHA.
+  [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
+
+ private:
+  std::vector<std::string> DecideCommand(const StoreRequest& req) const;
+
+  std::function<Connection*()> connection_for_thread_;
+  RedisStoreOptions options_;
+  std::string script_sha_;
+};
+
+}  // namespace sluice::redis
+
+#endif  // SLUICE_STORE_REDIS_REDIS_STORE_H_
