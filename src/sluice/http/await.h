@@ -49,24 +49,26 @@ boost::asio::awaitable<T> AwaitCallback(Start start) {
       co_return ready;
     }
   }
+  // A named initiation object, not a temporary inside the co_await expression: GCC 12 destroys
+  // such temporaries twice when the coroutine suspends.
+  auto initiation = [executor, state](auto handler) mutable {
+    auto resume = [executor, handler = std::move(handler)](T result) mutable {
+      boost::asio::post(executor,
+                        [handler = std::move(handler), result = std::move(result)]() mutable {
+                          std::move(handler)(std::move(result));
+                        });
+    };
+    std::unique_lock lock(state->mu);
+    if (state->value.has_value()) {  // completed between the check and here
+      T result = std::move(*state->value);
+      lock.unlock();
+      resume(std::move(result));
+    } else {
+      state->waiter = std::move(resume);
+    }
+  };
   T outcome = co_await boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(T)>(
-      [executor, state](auto handler) mutable {
-        auto resume = [executor, handler = std::move(handler)](T result) mutable {
-          boost::asio::post(executor,
-                            [handler = std::move(handler), result = std::move(result)]() mutable {
-                              std::move(handler)(std::move(result));
-                            });
-        };
-        std::unique_lock lock(state->mu);
-        if (state->value.has_value()) {  // completed between the check and here
-          T result = std::move(*state->value);
-          lock.unlock();
-          resume(std::move(result));
-        } else {
-          state->waiter = std::move(resume);
-        }
-      },
-      boost::asio::use_awaitable);
+      std::move(initiation), boost::asio::use_awaitable);
   co_return outcome;
 }
 

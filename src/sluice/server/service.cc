@@ -23,11 +23,17 @@
 #include "sluice/store/memory/maintainer.h"
 #include "sluice/store/memory/memory_store.h"
 #include "sluice/store/memory/snapshot.h"
+#include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/redis_store.h"
 
 namespace sluice::server {
 namespace asio = boost::asio;
 
 namespace {
+
+// The calling io_context thread's Redis connection (null on other threads and with the memory
+// store).
+thread_local redis::Connection* t_redis_connection = nullptr;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
@@ -98,16 +104,35 @@ int Serve(const std::string& config_path) {
 
   config::Config cfg;
   SystemClock clock;
-  MemoryStore store;
-
-  absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
-      LoadFrontend(config_path, &store, &clock, &cfg);
-  if (!initial.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(initial.status());
+  MemoryStore memory_store;
+  // The store is chosen from the file before anything is built on it.
+  absl::StatusOr<config::Config> peek = config::LoadConfigFile(config_path);
+  if (!peek.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(peek.status());
     return config::kExitConfigError;
   }
-  if (cfg.store.type != config::StoreType::kMemory) {
-    Log(LogLevel::kError, "store.type redis is not available in this build; use memory");
+  const bool use_redis = peek->store.type == config::StoreType::kRedis;
+  redis::ConnectionOptions redis_options;
+  if (use_redis) {
+    absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(peek->store.redis.url);
+    if (!parsed.ok()) {
+      Log(LogLevel::kError, "invalid configuration").Error(parsed.status());
+      return config::kExitConfigError;
+    }
+    redis_options = *parsed;
+    redis_options.command_timeout = absl::ToChronoMilliseconds(peek->store.redis.timeout);
+  }
+  // Each io_context thread talks to Redis over its own connection.
+  std::vector<std::unique_ptr<redis::Connection>> redis_connections;
+  redis::RedisStore redis_store(
+      [] { return t_redis_connection; },
+      {.key_prefix = peek->store.redis.key_prefix, .redis_clock = &clock});
+  Store* store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store;
+
+  absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
+      LoadFrontend(config_path, store, &clock, &cfg);
+  if (!initial.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(initial.status());
     return config::kExitConfigError;
   }
   absl::StatusOr<asio::ip::tcp::endpoint> data_endpoint = http::ParseEndpoint(cfg.server.listen);
@@ -119,10 +144,10 @@ int Serve(const std::string& config_path) {
     return config::kExitConfigError;
   }
 
-  const std::string& snapshot = cfg.store.memory.snapshot_path;
+  const std::string snapshot = use_redis ? std::string() : cfg.store.memory.snapshot_path;
   if (!snapshot.empty()) {
     SnapshotStats stats;
-    absl::Status s = LoadSnapshot(snapshot, store, &stats);
+    absl::Status s = LoadSnapshot(snapshot, memory_store, &stats);
     if (s.ok()) {
       Log(LogLevel::kInfo, "snapshot loaded")
           .Str("path", snapshot)
@@ -136,7 +161,7 @@ int Serve(const std::string& config_path) {
       return kExitFailure;
     }
   }
-  MemoryStoreMaintainer maintainer(&store, &clock,
+  MemoryStoreMaintainer maintainer(&memory_store, &clock,
                                    {.snapshot_path = snapshot,
                                     .snapshot_interval = cfg.store.memory.snapshot_interval,
                                     .on_error = [](const absl::Status& s) {
@@ -145,14 +170,15 @@ int Serve(const std::string& config_path) {
 
   metrics::Registry registry;
   http::HttpMetrics http_metrics(registry);
-  registry.AddCallbackGauge("sluice_memory_subjects",
-                            "Subjects with live counters in the memory store.",
-                            [&store] { return static_cast<double>(store.subject_count()); });
-  registry.AddCallbackGauge("sluice_outbox_depth", "Alert events waiting for delivery.",
-                            [&store] { return static_cast<double>(store.outbox().size()); });
-  registry.AddCallbackGauge("sluice_outbox_refused_total",
-                            "Alert events refused because the outbox was full (re-armed).",
-                            [&store] { return static_cast<double>(store.outbox().refused()); });
+  registry.AddCallbackGauge(
+      "sluice_memory_subjects", "Subjects with live counters in the memory store.",
+      [&memory_store] { return static_cast<double>(memory_store.subject_count()); });
+  registry.AddCallbackGauge(
+      "sluice_outbox_depth", "Alert events waiting for delivery.",
+      [&memory_store] { return static_cast<double>(memory_store.outbox().size()); });
+  registry.AddCallbackGauge(
+      "sluice_outbox_refused_total", "Alert events refused because the outbox was full (re-armed).",
+      [&memory_store] { return static_cast<double>(memory_store.outbox().refused()); });
   registry.AddCallbackGauge(
       "sluice_snapshot_failures", "Snapshot saves that failed since start.",
       [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
@@ -184,8 +210,20 @@ int Serve(const std::string& config_path) {
     return kExitFailure;
   }
 
+  if (use_redis) {
+    for (auto& io : contexts) {
+      redis_connections.push_back(std::make_unique<redis::Connection>(*io, redis_options));
+    }
+  }
   std::vector<std::thread> workers;
-  for (auto& io : contexts) workers.emplace_back([ctx = io.get()] { ctx->run(); });
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    redis::Connection* conn = use_redis ? redis_connections[i].get() : nullptr;
+    workers.emplace_back([ctx = contexts[i].get(), conn] {
+      t_redis_connection = conn;
+      if (conn != nullptr) conn->Start();
+      ctx->run();
+    });
+  }
 
   // Signals are handled on the main thread's own io_context.
   asio::io_context control(1);
@@ -207,7 +245,7 @@ int Serve(const std::string& config_path) {
         if (sig == SIGHUP) {
           config::Config next;
           absl::StatusOr<std::shared_ptr<const http::Frontend>> fe =
-              LoadFrontend(config_path, &store, &clock, &next);
+              LoadFrontend(config_path, store, &clock, &next);
           if (!fe.ok()) {
             Log(LogLevel::kError, "reload refused; keeping the running configuration")
                 .Error(fe.status());
@@ -234,7 +272,7 @@ int Serve(const std::string& config_path) {
   Log(LogLevel::kInfo, "sluice started")
       .Str("version", SLUICE_VERSION)
       .Str("config", config_path)
-      .Str("store", "memory")
+      .Str("store", use_redis ? "redis" : "memory")
       .Str("listen", cfg.server.listen)
       .Int("port", data_server.port())
       .Str("admin_listen", cfg.server.admin_listen)
@@ -249,6 +287,7 @@ int Serve(const std::string& config_path) {
   // still hold, which refer to the servers), then the servers.
   data_server.ReleaseAcceptors();
   admin_server.ReleaseAcceptors();
+  redis_connections.clear();
   contexts.clear();
   absl::Status saved = maintainer.Stop();
   if (!saved.ok()) {
