@@ -127,10 +127,10 @@ class RedisScriptTest(unittest.TestCase):
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000):
+    def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000, deadline_ms=0):
         """EVALs the script; returns the raw reply list."""
         counters, flags, outbox = keys_for(subject, plan, limits)
-        argv = [cost, self.now * 1000 + 123, outbox_max, len(limits), subject, plan]
+        argv = [cost, self.now * 1000 + 123, outbox_max, deadline_ms, len(limits), subject, plan]
         for l in limits:
             start = self.now - self.now % l["window_len"]
             end = start + l["window_len"]
@@ -160,6 +160,14 @@ class RedisScriptTest(unittest.TestCase):
         return [k.decode() for k in self.redis.call("KEYS", "*")]
 
     # --- admission -----------------------------------------------------------------------------
+
+    def test_a_decision_past_its_deadline_changes_nothing(self):
+        # The caller gave up (and answered degraded) before Redis ran the script.
+        reply = self.raw([limit("m", 10, [100])], cost=10, deadline_ms=(self.now - 5) * 1000)
+        self.assertEqual(reply, [-1])
+        self.assertEqual(self.all_keys(), [])
+        future = (int(time.time()) + 60) * 1000
+        self.assertEqual(self.decide([limit("m", 10)], deadline_ms=future)[0], True)
 
     def test_admits_up_to_the_quota_then_denies(self):
         lim = [limit("per_minute", 3)]

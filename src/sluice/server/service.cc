@@ -124,9 +124,10 @@ int Serve(const std::string& config_path) {
   }
   // Each io_context thread talks to Redis over its own connection.
   std::vector<std::unique_ptr<redis::Connection>> redis_connections;
-  redis::RedisStore redis_store(
-      [] { return t_redis_connection; },
-      {.key_prefix = peek->store.redis.key_prefix, .redis_clock = &clock});
+  redis::RedisStore redis_store([] { return t_redis_connection; },
+                                {.key_prefix = peek->store.redis.key_prefix,
+                                 .redis_clock = &clock,
+                                 .decision_deadline = peek->store.redis.timeout});
   Store* store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store;
 
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =

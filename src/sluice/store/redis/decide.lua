@@ -18,9 +18,14 @@
 --   2  now_ms          Unix milliseconds (corrected clock); only the event's occurred_at_ms
 --   3  outbox_max      the outbox's capacity; at XLEN >= outbox_max an event is refused and its
 --                      flag stays armed (it fires at a later request once there is room)
---   4  N               number of limits
---   5  subject         string
---   6  plan            string (plan name)
+--   4  deadline_ms     Unix milliseconds (Redis's clock) after which the caller has stopped waiting
+--                      and answered without Redis; then the script changes nothing and replies
+--                      {-1}. 0: no deadline. (A Redis that stalls, e.g. SIGSTOP, runs the commands
+--                      queued in its socket buffers when it resumes; without this they would
+--                      charge requests that were already answered as degraded.)
+--   5  N               number of limits
+--   6  subject         string
+--   7  plan            string (plan name)
 --   then for each limit i = 1..N, in plan order:
 --      name            string (limit name)
 --      quota           >= 1
@@ -30,7 +35,8 @@
 --      T               number of thresholds of this limit
 --      T pairs         percent (1..100), count = ceil(quota * percent / 100), precomputed by caller
 --
--- Reply (integers only): { allowed (0|1), used_1, ..., used_N, fired, refused }
+-- Reply (integers only): { allowed (0|1), used_1, ..., used_N, fired, refused }, or { -1 } when
+-- the deadline had passed (nothing was read or written)
 --   used_i   counter i after this request (incremented if admitted, unchanged if denied)
 --   fired    events written to the outbox by this call
 --   refused  thresholds that crossed but were not recorded because the outbox was full
@@ -46,9 +52,10 @@
 local cost = tonumber(ARGV[1])
 local now_ms = ARGV[2]
 local outbox_max = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local subject = ARGV[5]
-local plan = ARGV[6]
+local deadline_ms = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local subject = ARGV[6]
+local plan = ARGV[7]
 
 if cost == nil or cost < 0 or cost ~= math.floor(cost) then
   return redis.error_reply('ERR sluice decide: bad cost')
@@ -60,8 +67,17 @@ if outbox_max == nil then
   return redis.error_reply('ERR sluice decide: bad outbox_max')
 end
 
+if deadline_ms == nil then
+  return redis.error_reply('ERR sluice decide: bad deadline_ms')
+end
+if deadline_ms > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline_ms then
+    return { -1 }
+  end
+end
 local limits = {}
-local a = 7
+local a = 8
 for i = 1, n do
   local t = tonumber(ARGV[a + 5])
   local limit = {

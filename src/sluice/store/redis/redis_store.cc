@@ -97,7 +97,7 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   const Plan& plan = *req.plan;
   const size_t n = plan.limits.size();
   std::vector<std::string> argv;
-  argv.reserve(3 + 2 * n + 1 + 6 + 8 * n);
+  argv.reserve(3 + 2 * n + 1 + 7 + 8 * n);
   argv.push_back("EVALSHA");
   argv.push_back(script_sha_);
   argv.push_back(absl::StrCat(2 * n + 1));
@@ -109,6 +109,10 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   argv.push_back(absl::StrCat(req.cost));
   argv.push_back(absl::StrCat(absl::ToUnixMillis(req.now)));
   argv.push_back(absl::StrCat(options_.outbox_max));
+  argv.push_back(options_.decision_deadline == absl::ZeroDuration()
+                     ? std::string("0")
+                     : absl::StrCat(absl::ToUnixMillis(redis_now + options_.decision_deadline +
+                                                       options_.clock_allowance)));
   argv.push_back(absl::StrCat(n));
   argv.push_back(std::string(req.subject));
   argv.push_back(plan.name);
@@ -133,26 +137,31 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
 
 void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
   const size_t n = req.plan->limits.size();
-  RunScript(connection_for_thread_(), DecideCommand(req),
-            [n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
-              if (!reply.ok()) {
-                std::move(done)(reply.status());
-                return;
-              }
-              if (reply->is_error()) {
-                std::move(done)(ErrorReply(*reply));
-                return;
-              }
-              if (!reply->is_array() || reply->elements.size() != n + 3) {
-                std::move(done)(absl::InternalError("redis: unexpected reply to decide.lua"));
-                return;
-              }
-              StoreResult result;
-              result.allowed = reply->elements[0].integer == 1;
-              result.used.resize(n);
-              for (size_t i = 0; i < n; ++i) result.used[i] = reply->elements[i + 1].integer;
-              std::move(done)(std::move(result));
-            });
+  RunScript(
+      connection_for_thread_(), DecideCommand(req),
+      [n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+        if (!reply.ok()) {
+          std::move(done)(reply.status());
+          return;
+        }
+        if (reply->is_error()) {
+          std::move(done)(ErrorReply(*reply));
+          return;
+        }
+        if (reply->is_array() && reply->elements.size() == 1 && reply->elements[0].integer == -1) {
+          std::move(done)(absl::DeadlineExceededError("redis: decision arrived too late"));
+          return;
+        }
+        if (!reply->is_array() || reply->elements.size() != n + 3) {
+          std::move(done)(absl::InternalError("redis: unexpected reply to decide.lua"));
+          return;
+        }
+        StoreResult result;
+        result.allowed = reply->elements[0].integer == 1;
+        result.used.resize(n);
+        for (size_t i = 0; i < n; ++i) result.used[i] = reply->elements[i + 1].integer;
+        std::move(done)(std::move(result));
+      });
 }
 
 void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {

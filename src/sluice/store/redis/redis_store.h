@@ -30,6 +30,12 @@ struct RedisStoreOptions {
   // with the Redis-synced clock as the limiter's clock (production) that is exactly window end +
   // grace; a test may drive the limiter with a fake clock while Redis keeps real time.
   const Clock* redis_clock = nullptr;
+  // How long the caller waits for a decision (store.redis.timeout); zero: no deadline. A decision
+  // that reaches Redis later than this (plus `clock_allowance`, for skew between this host's and
+  // Redis's clocks until the Redis-synced clock exists) changes nothing: the caller has already
+  // answered it as degraded, so it must not be charged when a stalled Redis resumes.
+  absl::Duration decision_deadline = absl::ZeroDuration();
+  absl::Duration clock_allowance = absl::Seconds(1);
 };
 
 class RedisStore final : public Store {
