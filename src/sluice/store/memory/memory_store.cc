@@ -156,6 +156,7 @@ void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
     // A peek changes nothing. A denial changes nothing but may fire a 100% threshold of a limit
     // that denied; an admission adds the cost everywhere and may fire any threshold.
     if (req.cost > 0) {
+      bool wrote = false;  // the expiry is computed once, and only when something was written
       for (size_t i = 0; i < n; ++i) {
         const Limit& limit = plan.limits[i];
         const WindowBounds& w = req.windows[i];
@@ -188,8 +189,9 @@ void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
         c.used = after;
         c.fired = static_cast<uint16_t>(fired | newly);
         result.used[i] = after;
-        entry->expires = std::max(entry->expires, ExpiryFor(req, options_.grace));
+        wrote = true;
       }
+      if (wrote) entry->expires = std::max(entry->expires, ExpiryFor(req, options_.grace));
     }
   }
   std::move(done)(std::move(result));
