@@ -55,9 +55,29 @@ class RedisServer:
         self.dir.cleanup()
 
 
-def redis_yaml(port, policy="allow"):
-    return (f'store:\n  type: redis\n  redis: {{ url: "redis://127.0.0.1:{port}/0", timeout: 20ms }}\n'
+def redis_yaml(port, policy="allow", timeout="20ms"):
+    return (f'store:\n  type: redis\n  redis: {{ url: "redis://127.0.0.1:{port}/0", timeout: {timeout} }}\n'
             f"on_store_error: {policy}\n")
+
+
+def metric(svc, name):
+    """Sum of every series of metric `name` (labels ignored) on `svc`'s /metrics."""
+    status, _, body = svc.request("GET", "/metrics",
+                                  headers={"Authorization": "Bearer test-admin-token"}, admin=True)
+    assert status == 200, status
+    text = body.decode() if isinstance(body, bytes) else body
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def metric_lines(svc, name):
+    status, _, body = svc.request("GET", "/metrics",
+                                  headers={"Authorization": "Bearer test-admin-token"}, admin=True)
+    text = body.decode() if isinstance(body, bytes) else body
+    return [line for line in text.splitlines() if line.startswith(name)]
 
 
 def commandstat(client, name):
@@ -74,10 +94,10 @@ class RedisStoreTest(unittest.TestCase):
         self.addCleanup(self.redis.close)
         self.dirs = []
 
-    def service(self, policy="allow"):
+    def service(self, policy="allow", timeout="20ms"):
         d = tempfile.TemporaryDirectory(prefix="sluice-it-")
         self.addCleanup(d.cleanup)
-        svc = harness.Service(redis_yaml(self.redis.port, policy) + PLANS, d.name)
+        svc = harness.Service(redis_yaml(self.redis.port, policy, timeout) + PLANS, d.name)
         svc.__enter__()
         self.addCleanup(svc.__exit__)
         if policy == "allow":
@@ -96,15 +116,19 @@ class RedisStoreTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "sluice never connected to redis")
 
     def test_two_processes_admit_exactly_the_quota_and_record_each_alert_once(self):
-        a, b = self.service(), self.service()
+        # A generous store timeout: this test is about exactness, and a decision answered degraded
+        # (allowed uncounted, under on_store_error: allow) on a loaded 2-core machine would blur it.
+        a, b = self.service(timeout="500ms"), self.service(timeout="500ms")
 
         def one(i):
             svc = a if i % 2 else b
-            return svc.check({"subject": "hot", "plan": "free"})[2]["allowed"]
+            body = svc.check({"subject": "hot", "plan": "free"})[2]
+            return body["allowed"], body["degraded"]
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
             results = list(pool.map(one, range(400)))
-        self.assertEqual(results.count(True), 60)
+        self.assertEqual([r for r in results if r[1]], [], "degraded decisions")
+        self.assertEqual(results.count((True, False)), 60)
         client = self.redis.client()
         events = []
         for key in client.call("KEYS", "sl:*:outbox"):
@@ -123,6 +147,94 @@ class RedisStoreTest(unittest.TestCase):
         after = {c: commandstat(client, c) for c in ("evalsha", "eval", "script|load")}
         self.assertEqual(after["evalsha"] - before["evalsha"], 50)
         self.assertEqual(sum(after.values()) - total_before, 50)
+
+    def test_a_denied_subject_costs_no_redis_command_until_its_window_resets(self):
+        svc = self.service()
+        for _ in range(60):
+            self.assertTrue(svc.check({"subject": "spent", "plan": "free"})[2]["allowed"])
+        status, _, body = svc.check({"subject": "spent", "plan": "free"})
+        self.assertEqual((status, body["allowed"]), (200, False))
+        client = self.redis.client()
+        before = commandstat(client, "evalsha")
+        hits_before = metric(svc, "sluice_overlimit_cache_hits_total")
+        for _ in range(50):
+            status, headers, body = svc.check({"subject": "spent", "plan": "free"})
+            self.assertEqual((body["allowed"], body["degraded"]), (False, False))
+            self.assertEqual(body["limits"][0]["used"], 60)
+            until_hour_end = 3600 - time.time() % 3600  # the 1h window is aligned to the epoch
+            self.assertAlmostEqual(body["retry_after"], until_hour_end, delta=2)
+        self.assertEqual(commandstat(client, "evalsha"), before)
+        # Each of the 50 was answered from the cache (both service threads share it).
+        self.assertEqual(metric(svc, "sluice_overlimit_cache_hits_total") - hits_before, 50)
+        # Another subject still reaches Redis.
+        self.assertTrue(svc.check({"subject": "fresh", "plan": "free"})[2]["allowed"])
+        self.assertEqual(commandstat(client, "evalsha"), before + 1)
+        # An admin reset forgets the cached denial.
+        status, _, _ = svc.request("DELETE", "/v1/usage/spent?plan=free",
+                                   headers={"Authorization": "Bearer test-admin-token"}, admin=True)
+        self.assertIn(status, (200, 204))
+        self.assertTrue(svc.check({"subject": "spent", "plan": "free"})[2]["allowed"])
+
+    def test_redis_restart_under_load_reaches_no_client_as_an_error(self):
+        svc = self.service()
+        stop = time.monotonic() + 4
+        failures = []
+
+        def hammer(worker):
+            n = ok = 0
+            while time.monotonic() < stop:
+                try:
+                    status, _, body = svc.check({"subject": f"r{worker}-{n % 20}", "plan": "free"})
+                    if status != 200:
+                        failures.append(status)
+                    ok += 1
+                except Exception as e:  # a broken connection or a timeout is a failure
+                    failures.append(repr(e))
+                n += 1
+            return ok
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            futures = [pool.submit(hammer, w) for w in range(8)]
+            time.sleep(1)  # let the load run before the restart; the load itself is time-bounded
+            self.redis.stop()
+            time.sleep(0.5)  # Redis stays down for half a second
+            self.redis.start()
+            answered = sum(f.result() for f in futures)
+        self.assertEqual(failures, [])
+        self.assertGreater(answered, 100)
+        # Decisions during the outage were degraded and counted by reason.
+        reasons = metric_lines(svc, "sluice_store_errors_total{")
+        self.assertTrue(any('reason="connection"' in line for line in reasons), reasons)
+        # Back to normal within 2 s of the restart (the load ran for > 2 s after it).
+        self.assertFalse(svc.check({"subject": "after", "plan": "free"})[2]["degraded"])
+
+    def test_a_stalled_redis_opens_the_breaker_and_closes_it_when_it_resumes(self):
+        svc = self.service()
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: self.redis.proc.send_signal(signal.SIGCONT))
+        latencies = []
+        for i in range(30):
+            start = time.monotonic()
+            status, _, body = svc.check({"subject": f"st{i}", "plan": "free"})
+            latencies.append(time.monotonic() - start)
+            self.assertEqual((status, body["degraded"]), (200, True))
+        reasons = metric_lines(svc, "sluice_store_errors_total{")
+        self.assertTrue(any('reason="timeout"' in line for line in reasons), reasons)
+        self.assertTrue(any('reason="circuit_open"' in line for line in reasons), reasons)
+        # With the breaker open nothing waits for the 20 ms timeout: most answers are immediate.
+        latencies.sort()
+        self.assertLess(latencies[len(latencies) // 2], 0.015, latencies)
+        self.redis.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 2
+        while svc.check({"subject": "resumed", "plan": "free", "cost": 0})[2]["degraded"]:
+            self.assertLess(time.monotonic(), deadline, "breaker still open 2 s after resume")
+            time.sleep(0.02)  # polling for recovery, bounded by the deadline above
+
+    def test_the_clock_offset_to_redis_is_measured_at_start(self):
+        svc = self.service()
+        line = json.loads(svc.server.wait_for_line("redis clock offset measured"))
+        # Same host: the clocks agree to within the round trip.
+        self.assertLess(abs(line["offset_us"]), 50_000)
 
     def test_every_key_but_the_outbox_has_a_ttl(self):
         svc = self.service()

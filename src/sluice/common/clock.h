@@ -4,6 +4,9 @@
 #ifndef SLUICE_COMMON_CLOCK_H_
 #define SLUICE_COMMON_CLOCK_H_
 
+#include <atomic>
+#include <cstdint>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -22,6 +25,24 @@ class Clock {
 class SystemClock final : public Clock {
  public:
   [[nodiscard]] absl::Time Now() const override;
+};
+
+// Another clock shifted by an offset that can be changed at any time: the Redis-synced clock is an
+// OffsetClock over SystemClock whose offset (Redis TIME minus local time) the Redis store measures
+// at connect and periodically (store/redis/clock_sync.h). Lock-free.
+class OffsetClock final : public Clock {
+ public:
+  explicit OffsetClock(const Clock* base) : base_(base) {}
+  [[nodiscard]] absl::Time Now() const override;
+  void SetOffset(absl::Duration offset);
+  [[nodiscard]] absl::Duration offset() const;
+  // True once SetOffset has been called (the offset was measured at least once).
+  [[nodiscard]] bool synced() const { return synced_.load(std::memory_order_acquire); }
+
+ private:
+  const Clock* base_;
+  std::atomic<int64_t> offset_ns_{0};
+  std::atomic<bool> synced_{false};
 };
 
 // A clock that moves only when told to. Starts at `start`.

@@ -24,5 +24,18 @@ TEST(SystemClockTest, FollowsTheHostClock) {
   EXPECT_LT(now - before, absl::Seconds(5));
 }
 
+TEST(OffsetClockTest, ShiftsItsBaseByTheLatestOffset) {
+  FakeClock base(absl::FromUnixSeconds(1000));
+  OffsetClock clock(&base);
+  EXPECT_FALSE(clock.synced());
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(1000));
+  clock.SetOffset(absl::Milliseconds(-250));
+  EXPECT_TRUE(clock.synced());
+  EXPECT_EQ(clock.Now(), absl::FromUnixMillis(999750));
+  base.Advance(absl::Seconds(1));
+  EXPECT_EQ(clock.Now(), absl::FromUnixMillis(1000750));
+  EXPECT_EQ(clock.offset(), absl::Milliseconds(-250));
+}
+
 }  // namespace
 }  // namespace sluice

@@ -140,7 +140,10 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
                                           {"route", "code"})),
       store_errors_(registry.AddCounterFamily(
           "sluice_store_errors_total",
-          "Decisions answered by on_store_error because the store failed, by plan.", {"plan"})),
+          "Decisions answered by on_store_error because the store failed, by plan and reason "
+          "(timeout, connection, circuit_open, overloaded, late, busy, oom, loading, readonly, "
+          "other).",
+          {"plan", "reason"})),
       decision_seconds_(registry.AddHistogram(
           "sluice_decision_duration_seconds", "Time to decide, from request parsed to decision.",
           {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1})),
@@ -148,7 +151,9 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
 
 void HttpMetrics::CountDecision(const std::string& plan, const Decision& d) {
   decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
-  if (d.degraded) store_errors_.WithLabels({plan}).Inc();
+  if (d.degraded) {
+    store_errors_.WithLabels({plan, std::string(StoreFailureName(d.failure))}).Inc();
+  }
 }
 
 void HttpMetrics::CountRequest(std::string_view route, unsigned status) {

@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "sluice/limiter/plan.h"
+#include "sluice/limiter/store.h"
 
 namespace sluice {
 
@@ -27,6 +28,7 @@ struct Decision {
   // True when the store failed and the answer follows on_store_error; `limits` then carries quotas
   // and windows but used = 0 and remaining = quota, since the counters are unknown.
   bool degraded = false;
+  StoreFailure failure = StoreFailure::kOther;  // why, when degraded
   int64_t retry_after = 0;  // denial: seconds until every violated limit has reset; else 0
   absl::InlinedVector<LimitDecision, 4> limits;  // plan order
 

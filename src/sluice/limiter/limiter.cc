@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
@@ -62,7 +63,12 @@ absl::Status ValidateSubject(std::string_view subject) {
 }  // namespace
 
 Limiter::Limiter(PlanSet plans, Store* store, const Clock* clock, LimiterOptions options)
-    : plans_(std::move(plans)), store_(store), clock_(clock), options_(options) {}
+    : plans_(std::move(plans)), store_(store), clock_(clock), options_(options) {
+  if (options_.overlimit_cache_capacity > 0) {
+    cache_ = std::make_unique<OverLimitCache>(options_.overlimit_cache_capacity,
+                                              options_.overlimit_stats);
+  }
+}
 
 void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   if (absl::Status s = ValidateSubject(req.subject); !s.ok()) {
@@ -82,22 +88,55 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   }
   const absl::Time now = clock_->Now();
   Windows windows = WindowsFor(*plan, now);
-  StoreRequest store_req{
-      .subject = req.subject, .plan = plan, .cost = req.cost, .now = now, .windows = windows};
   Decision skeleton = SkeletonDecision(*plan, windows, now);
   const int64_t cost = req.cost;
-  const config::OnStoreError policy = options_.on_store_error;
-  store_->Decide(store_req, [skeleton = std::move(skeleton), cost, policy,
-                             done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-    if (!result.ok()) {
-      skeleton.degraded = true;
-      skeleton.allowed = policy == config::OnStoreError::kAllow;
+  if (cache_ != nullptr) {
+    OverLimitCache::Entry known;
+    if (cache_->CertainDenial(*plan, req.subject, cost, now, windows, &known)) {
+      StoreResult result{.allowed = false};
+      for (size_t i = 0; i < windows.size(); ++i) {
+        // A limit whose window moved on since the denial has an unknown, fresh counter.
+        result.used.push_back(known.window_start[i] == windows[i].start ? known.used[i] : 0);
+      }
+      ApplyCounters(result, cost, skeleton);
       std::move(done)(std::move(skeleton));
       return;
     }
-    ApplyCounters(*result, cost, skeleton);
-    std::move(done)(std::move(skeleton));
-  });
+  }
+  StoreRequest store_req{
+      .subject = req.subject, .plan = plan, .cost = req.cost, .now = now, .windows = windows};
+  const config::OnStoreError policy = options_.on_store_error;
+  // What remembering a denial needs once the answer arrives (the request is gone by then).
+  struct Remember {
+    OverLimitCache* cache = nullptr;
+    std::string subject;
+    Windows windows;
+  };
+  Remember remember;
+  if (cache_ != nullptr) {
+    remember = {.cache = cache_.get(), .subject = std::string(req.subject), .windows = windows};
+  }
+  store_->Decide(store_req,
+                 [skeleton = std::move(skeleton), cost, policy, now, remember = std::move(remember),
+                  done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
+                   if (!result.ok()) {
+                     skeleton.degraded = true;
+                     skeleton.failure = StoreFailureOf(result.status());
+                     skeleton.allowed = policy == config::OnStoreError::kAllow;
+                     std::move(done)(std::move(skeleton));
+                     return;
+                   }
+                   ApplyCounters(*result, cost, skeleton);
+                   if (!skeleton.allowed && remember.cache != nullptr) {
+                     absl::Time until = absl::InfinitePast();
+                     for (const LimitDecision& l : skeleton.limits) {
+                       if (l.violated) until = std::max(until, l.window_end);
+                     }
+                     remember.cache->Remember(*skeleton.plan, remember.subject, now,
+                                              remember.windows, result->used, until);
+                   }
+                   std::move(done)(std::move(skeleton));
+                 });
 }
 
 absl::StatusOr<const Plan*> Limiter::Resolve(std::string_view subject,
@@ -130,6 +169,7 @@ void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::s
     std::move(done)(plan.status());
     return;
   }
+  if (cache_ != nullptr) cache_->Forget(**plan, subject);
   std::optional<size_t> index;
   if (!limit.empty()) {
     int i = (*plan)->FindLimit(limit);

@@ -1,9 +1,11 @@
 // The Limiter turns (subject, plan, cost) into a Decision: it validates the request, computes every
-// window from its Clock, asks the Store, and applies on_store_error when the store fails.
+// window from its Clock, asks the Store (unless the over-limit cache already knows the answer), and
+// applies on_store_error when the store fails.
 #ifndef SLUICE_LIMITER_LIMITER_H_
 #define SLUICE_LIMITER_LIMITER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "absl/functional/any_invocable.h"
@@ -11,6 +13,7 @@
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/decision.h"
+#include "sluice/limiter/overlimit_cache.h"
 #include "sluice/limiter/plan.h"
 #include "sluice/limiter/store.h"
 
@@ -28,6 +31,10 @@ using DecisionCallback = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
 
 struct LimiterOptions {
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
+  // Entries of the over-limit cache (overlimit_cache.h); 0 turns it off. Worth it when the store is
+  // remote: a denied client that keeps asking is then answered without a round trip.
+  size_t overlimit_cache_capacity = 0;
+  OverLimitCacheStats* overlimit_stats = nullptr;  // may be null; must outlive the Limiter
 };
 
 // Thread-safe and immutable; a reload builds a new Limiter. `store` and `clock` must outlive it.
@@ -50,6 +57,8 @@ class Limiter {
 
   [[nodiscard]] const PlanSet& plans() const { return plans_; }
   [[nodiscard]] const Clock& clock() const { return *clock_; }
+  // Entries in the over-limit cache (0 when it is off).
+  [[nodiscard]] size_t overlimit_cache_size() const { return cache_ ? cache_->size() : 0; }
 
  private:
   // The plan for an admin request on `subject`, or the error naming the bad field.
@@ -60,6 +69,7 @@ class Limiter {
   Store* store_;
   const Clock* clock_;
   LimiterOptions options_;
+  std::unique_ptr<OverLimitCache> cache_;  // null when off
 };
 
 }  // namespace sluice

@@ -51,6 +51,30 @@ struct LimitUsage {
   std::vector<int> fired;  // percents of the thresholds already fired in this window, ascending
 };
 
+// Why a store call failed, for the degraded-decision metrics (sluice_store_errors_total{reason}).
+// A store tags the Status it returns with WithStoreFailure(); untagged errors count as kOther.
+enum class StoreFailure : uint8_t {
+  kOther,
+  kTimeout,      // no answer within the store's timeout
+  kConnection,   // not connected, or the connection was lost before the answer
+  kCircuitOpen,  // the circuit breaker is open: the store was not asked
+  kOverloaded,   // too many requests already waiting on the store
+  kLate,         // the answer came after the caller had stopped waiting; nothing was changed
+  kBusy,         // Redis BUSY (a script or module runs too long)
+  kOutOfMemory,  // Redis OOM (maxmemory reached)
+  kLoading,      // Redis LOADING (restarting, dataset not loaded yet)
+  kReadOnly,     // Redis READONLY / MASTERDOWN (a replica, or a failover in progress)
+};
+inline constexpr int kStoreFailureKinds = 10;
+
+// "other", "timeout", "connection", "circuit_open", "overloaded", "late", "busy", "oom",
+// "loading", "readonly".
+[[nodiscard]] std::string_view StoreFailureName(StoreFailure f);
+// `status` (not OK) tagged with `kind`.
+[[nodiscard]] absl::Status WithStoreFailure(absl::Status status, StoreFailure kind);
+// The kind a store tagged `status` with; kOther when untagged.
+[[nodiscard]] StoreFailure StoreFailureOf(const absl::Status& status);
+
 using DecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreResult>) &&>;
 using UsageCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<LimitUsage>>) &&>;
 using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;

@@ -325,7 +325,17 @@ HistogramFamily& Registry::AddHistogramFamily(std::string_view name, std::string
 
 void Registry::AddCallbackGauge(std::string_view name, std::string_view help,
                                 std::function<double()> sample) {
-  std::string problem = CheckNames(name, {}, false);
+  AddCallback(name, help, std::move(sample), /*counter=*/false);
+}
+
+void Registry::AddCallbackCounter(std::string_view name, std::string_view help,
+                                  std::function<double()> sample) {
+  AddCallback(name, help, std::move(sample), /*counter=*/true);
+}
+
+void Registry::AddCallback(std::string_view name, std::string_view help,
+                           std::function<double()> sample, bool counter) {
+  std::string problem = CheckNames(name, {}, /*is_histogram=*/false);
   if (problem.empty() && !sample) problem = "callback gauge without a callback";
   std::lock_guard lock(mu_);
   if (problem.empty() && std::any_of(entries_.begin(), entries_.end(),
@@ -336,7 +346,11 @@ void Registry::AddCallbackGauge(std::string_view name, std::string_view help,
     Reject(name, problem, std::move(sample));
     return;
   }
-  entries_.push_back({std::string(name), std::string(help), std::move(sample)});
+  if (counter) {
+    entries_.push_back({std::string(name), std::string(help), CallbackCounter{std::move(sample)}});
+  } else {
+    entries_.push_back({std::string(name), std::string(help), std::move(sample)});
+  }
 }
 
 std::string Registry::Render() const {
@@ -357,6 +371,11 @@ std::string Registry::Render() const {
             out += "gauge\n";
             AppendSeries(out, e.name, "", "");
             AppendDouble(out, metric());
+            out += '\n';
+          } else if constexpr (std::is_same_v<M, CallbackCounter>) {
+            out += "counter\n";
+            AppendSeries(out, e.name, "", "");
+            AppendDouble(out, metric.sample());
             out += '\n';
           } else {
             using T = typename M::element_type;

@@ -195,16 +195,25 @@ class Registry {
   // Render), is thread-safe, and does not call into this Registry (Render holds its lock).
   void AddCallbackGauge(std::string_view name, std::string_view help,
                         std::function<double()> sample);
+  // The same for a counter kept elsewhere (e.g. an atomic in a module that cannot depend on
+  // metrics/): rendered with `# TYPE counter`. `sample` must never decrease.
+  void AddCallbackCounter(std::string_view name, std::string_view help,
+                          std::function<double()> sample);
 
   // All metrics in registration order, each with `# HELP` and `# TYPE` lines; the children of a
   // family in label-value order.
   [[nodiscard]] std::string Render() const;
 
  private:
+  struct CallbackCounter {
+    std::function<double()> sample;
+  };
+  void AddCallback(std::string_view name, std::string_view help, std::function<double()> sample,
+                   bool counter);
   using Metric =
       std::variant<std::unique_ptr<Counter>, std::unique_ptr<Gauge>, std::unique_ptr<Histogram>,
                    std::unique_ptr<CounterFamily>, std::unique_ptr<GaugeFamily>,
-                   std::unique_ptr<HistogramFamily>, std::function<double()>>;
+                   std::unique_ptr<HistogramFamily>, std::function<double()>, CallbackCounter>;
   struct Entry {
     std::string name;
     std::string help;

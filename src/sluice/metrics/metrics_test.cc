@@ -171,6 +171,18 @@ TEST(RegistryTest, CallbackGaugeIsSampledAtRenderTime) {
   EXPECT_THAT(registry.Render(), HasSubstr("sluice_outbox_depth 9\n"));
 }
 
+TEST(RegistryTest, CallbackCounterIsRenderedAsACounter) {
+  Registry registry;
+  double hits = 3;
+  registry.AddCallbackCounter("sluice_hits_total", "Hits.", [&hits] { return hits; });
+  EXPECT_EQ(registry.Render(),
+            "# HELP sluice_hits_total Hits.\n"
+            "# TYPE sluice_hits_total counter\n"
+            "sluice_hits_total 3\n");
+  hits = 5;
+  EXPECT_THAT(registry.Render(), HasSubstr("sluice_hits_total 5\n"));
+}
+
 TEST(RegistryTest, CallbackGaugeRendersNanAndInfinitiesInPrometheusSpelling) {
   Registry registry;
   registry.AddCallbackGauge("nan", "n", [] { return std::numeric_limits<double>::quiet_NaN(); });

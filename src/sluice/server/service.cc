@@ -23,6 +23,7 @@
 #include "sluice/store/memory/maintainer.h"
 #include "sluice/store/memory/memory_store.h"
 #include "sluice/store/memory/snapshot.h"
+#include "sluice/store/redis/clock_sync.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/redis_store.h"
 
@@ -39,10 +40,20 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr auto kDrainDeadline = std::chrono::seconds(10);
 
+// Over-limit cache entries with a remote store (DESIGN §3); ~200 bytes each.
+constexpr size_t kOverLimitCacheCapacity = 100'000;
+
+// What every Limiter a service builds (one per reload) shares.
+struct LimiterContext {
+  Store* store = nullptr;
+  const Clock* clock = nullptr;
+  size_t overlimit_cache_capacity = 0;
+  OverLimitCacheStats* overlimit_stats = nullptr;
+};
+
 // Everything a reload may change, built from a validated config.
 absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config::Config& cfg,
-                                                                    Store* store,
-                                                                    const Clock* clock) {
+                                                                    const LimiterContext& lc) {
   absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
   if (!plans.ok()) return plans.status();
   absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(cfg);
@@ -57,19 +68,22 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   if (fe->admin_token.empty()) {
     if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) fe->admin_token = env;
   }
-  fe->limiter = std::make_unique<Limiter>(std::move(*plans), store, clock,
-                                          LimiterOptions{.on_store_error = cfg.on_store_error});
+  fe->limiter = std::make_unique<Limiter>(
+      std::move(*plans), lc.store, lc.clock,
+      LimiterOptions{.on_store_error = cfg.on_store_error,
+                     .overlimit_cache_capacity = lc.overlimit_cache_capacity,
+                     .overlimit_stats = lc.overlimit_stats});
   fe->keys = std::move(*keys);
   fe->proxies = std::move(*proxies);
   return std::shared_ptr<const http::Frontend>(std::move(fe));
 }
 
 absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::string& path,
-                                                                   Store* store, const Clock* clock,
+                                                                   const LimiterContext& lc,
                                                                    config::Config* out) {
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
   if (!cfg.ok()) return cfg.status();
-  absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, store, clock);
+  absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, lc);
   if (fe.ok()) *out = std::move(*cfg);
   return fe;
 }
@@ -104,6 +118,9 @@ int Serve(const std::string& config_path) {
 
   config::Config cfg;
   SystemClock clock;
+  // With Redis, Redis's clock decides windows (DESIGN §1): the host clock shifted by the offset
+  // measured with TIME (redis::ClockSync).
+  OffsetClock redis_clock(&clock);
   MemoryStore memory_store;
   // The store is chosen from the file before anything is built on it.
   absl::StatusOr<config::Config> peek = config::LoadConfigFile(config_path);
@@ -126,12 +143,20 @@ int Serve(const std::string& config_path) {
   std::vector<std::unique_ptr<redis::Connection>> redis_connections;
   redis::RedisStore redis_store([] { return t_redis_connection; },
                                 {.key_prefix = peek->store.redis.key_prefix,
-                                 .redis_clock = &clock,
-                                 .decision_deadline = peek->store.redis.timeout});
-  Store* store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store;
+                                 .redis_clock = &redis_clock,
+                                 .decision_deadline = peek->store.redis.timeout,
+                                 .clock_allowance = absl::Milliseconds(100),
+                                 .sync_state = &redis_clock});
+  OverLimitCacheStats overlimit_stats;
+  const LimiterContext limiter_context{
+      .store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store,
+      .clock = use_redis ? static_cast<const Clock*>(&redis_clock) : &clock,
+      // An in-process store answers a denial as fast as the cache would.
+      .overlimit_cache_capacity = use_redis ? kOverLimitCacheCapacity : 0,
+      .overlimit_stats = &overlimit_stats};
 
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
-      LoadFrontend(config_path, store, &clock, &cfg);
+      LoadFrontend(config_path, limiter_context, &cfg);
   if (!initial.ok()) {
     Log(LogLevel::kError, "invalid configuration").Error(initial.status());
     return config::kExitConfigError;
@@ -177,12 +202,20 @@ int Serve(const std::string& config_path) {
   registry.AddCallbackGauge(
       "sluice_outbox_depth", "Alert events waiting for delivery.",
       [&memory_store] { return static_cast<double>(memory_store.outbox().size()); });
-  registry.AddCallbackGauge(
+  registry.AddCallbackCounter(
       "sluice_outbox_refused_total", "Alert events refused because the outbox was full (re-armed).",
       [&memory_store] { return static_cast<double>(memory_store.outbox().refused()); });
   registry.AddCallbackGauge(
       "sluice_snapshot_failures", "Snapshot saves that failed since start.",
       [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
+  registry.AddCallbackCounter(
+      "sluice_overlimit_cache_hits_total",
+      "Denials answered from the over-limit cache without asking the store.",
+      [&overlimit_stats] { return static_cast<double>(overlimit_stats.hits.load()); });
+  registry.AddCallbackCounter(
+      "sluice_overlimit_cache_full_total",
+      "Denials not remembered because the over-limit cache was full.",
+      [&overlimit_stats] { return static_cast<double>(overlimit_stats.full.load()); });
   registry.AddGaugeFamily("sluice_build_info", "Build information.", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
@@ -216,12 +249,21 @@ int Serve(const std::string& config_path) {
       redis_connections.push_back(std::make_unique<redis::Connection>(*io, redis_options));
     }
   }
+  // The first thread's connection also measures Redis's clock.
+  std::unique_ptr<redis::ClockSync> clock_sync;
+  if (use_redis) {
+    clock_sync =
+        std::make_unique<redis::ClockSync>(*contexts.front(), redis_connections.front().get(),
+                                           &clock, &redis_clock, redis::ClockSyncOptions{});
+  }
   std::vector<std::thread> workers;
   for (size_t i = 0; i < contexts.size(); ++i) {
     redis::Connection* conn = use_redis ? redis_connections[i].get() : nullptr;
-    workers.emplace_back([ctx = contexts[i].get(), conn] {
+    redis::ClockSync* sync = i == 0 ? clock_sync.get() : nullptr;
+    workers.emplace_back([ctx = contexts[i].get(), conn, sync] {
       t_redis_connection = conn;
       if (conn != nullptr) conn->Start();
+      if (sync != nullptr) sync->Start();
       ctx->run();
     });
   }
@@ -246,7 +288,7 @@ int Serve(const std::string& config_path) {
         if (sig == SIGHUP) {
           config::Config next;
           absl::StatusOr<std::shared_ptr<const http::Frontend>> fe =
-              LoadFrontend(config_path, store, &clock, &next);
+              LoadFrontend(config_path, limiter_context, &next);
           if (!fe.ok()) {
             Log(LogLevel::kError, "reload refused; keeping the running configuration")
                 .Error(fe.status());
@@ -288,6 +330,7 @@ int Serve(const std::string& config_path) {
   // still hold, which refer to the servers), then the servers.
   data_server.ReleaseAcceptors();
   admin_server.ReleaseAcceptors();
+  clock_sync.reset();
   redis_connections.clear();
   contexts.clear();
   absl::Status saved = maintainer.Stop();

@@ -121,7 +121,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         socket_(io),
         deadline_timer_(io),
         backoff_timer_(io),
-        connect_timer_(io) {}
+        connect_timer_(io),
+        probe_timer_(io) {}
 
   void Start() {
     if (started_ || stopped_) return;
@@ -137,6 +138,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     deadline_timer_.cancel(ignored);
     backoff_timer_.cancel(ignored);
     connect_timer_.cancel(ignored);
+    probe_timer_.cancel(ignored);
   }
 
   void Send(std::vector<std::string> argv, Callback done) {
@@ -144,6 +146,27 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       Complete(std::move(done), absl::UnavailableError("redis: not connected"));
       return;
     }
+    if (circuit_open_) {
+      Complete(std::move(done), absl::UnavailableError(ToAbsl(kCircuitOpenMessage)));
+      return;
+    }
+    Enqueue(argv, std::move(done));
+  }
+
+  bool connected() const { return connected_; }
+  bool circuit_open() const { return circuit_open_; }
+  uint64_t circuit_opened() const { return circuit_opened_; }
+  uint64_t writes() const { return writes_; }
+  uint64_t commands_sent() const { return commands_sent_; }
+
+ private:
+  struct Pending {
+    Callback done;
+    Clock::time_point deadline;
+    bool cancelled = false;  // timed out: the reply will still come and is dropped
+  };
+
+  void Enqueue(const std::vector<std::string>& argv, Callback done) {
     if (pending_.size() >= options_.max_pending) {
       Complete(std::move(done), absl::ResourceExhaustedError(absl::StrCat(
                                     "redis: ", pending_.size(), " commands outstanding")));
@@ -157,16 +180,42 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     if (!writing_) StartWrite();
   }
 
-  bool connected() const { return connected_; }
-  uint64_t writes() const { return writes_; }
-  uint64_t commands_sent() const { return commands_sent_; }
+  // The breaker counts consecutive timeouts; any command answered in time resets the count.
+  void OnTimeout() {
+    ++consecutive_timeouts_;
+    if (!circuit_open_ && options_.breaker_failures > 0 &&
+        consecutive_timeouts_ >= options_.breaker_failures) {
+      circuit_open_ = true;
+      ++circuit_opened_;
+      ScheduleProbe();
+    }
+  }
 
- private:
-  struct Pending {
-    Callback done;
-    Clock::time_point deadline;
-    bool cancelled = false;  // timed out: the reply will still come and is dropped
-  };
+  void OnAnswered() {
+    consecutive_timeouts_ = 0;
+    if (circuit_open_) {
+      circuit_open_ = false;
+      boost::system::error_code ignored;
+      probe_timer_.cancel(ignored);
+    }
+  }
+
+  // While open, one PING per interval: answered in time, it closes the breaker (OnAnswered via
+  // Deliver); timed out, the next one follows. A lost connection closes the breaker too (Drop):
+  // the reconnect starts from a clean state.
+  void ScheduleProbe() {
+    probe_timer_.expires_after(options_.breaker_probe_interval);
+    probe_timer_.async_wait(
+        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
+          if (ec || self->stopped_ || generation != self->generation_ || !self->circuit_open_) {
+            return;
+          }
+          if (self->pending_.size() < self->options_.max_pending) {
+            self->Enqueue({"PING"}, [](absl::StatusOr<Reply>) {});
+          }
+          self->ScheduleProbe();
+        });
+  }
 
   void Complete(Callback done, absl::StatusOr<Reply> result) {
     asio::post(io_, [done = std::move(done), result = std::move(result)]() mutable {
@@ -216,6 +265,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       Pending& p = pending_[expired_++];
       p.cancelled = true;
       Complete(std::move(p.done), absl::DeadlineExceededError("redis: command timed out"));
+      OnTimeout();
     }
     ArmDeadline();
   }
@@ -228,6 +278,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     if (p.cancelled) {
       --expired_;
     } else {
+      OnAnswered();
       Complete(std::move(p.done), std::move(reply));
     }
     return true;
@@ -237,6 +288,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   // handlers of its operations still in flight stale.
   void Drop() {
     connected_ = false;
+    circuit_open_ = false;
+    consecutive_timeouts_ = 0;
     writing_ = false;
     ++generation_;
     out_.clear();
@@ -349,6 +402,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   asio::steady_timer deadline_timer_;
   asio::steady_timer backoff_timer_;
   asio::steady_timer connect_timer_;
+  asio::steady_timer probe_timer_;
   ReplyReader reader_;
   std::array<char, 16 * 1024> buffer_{};
 
@@ -361,6 +415,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   bool connected_ = false;
   bool writing_ = false;
   bool deadline_armed_ = false;
+  bool circuit_open_ = false;
+  int consecutive_timeouts_ = 0;
+  uint64_t circuit_opened_ = 0;
   uint64_t writes_ = 0;
   uint64_t commands_sent_ = 0;
 };
@@ -378,6 +435,8 @@ void Connection::Send(std::vector<std::string> argv, Callback done) {
 }
 
 bool Connection::connected() const { return impl_->connected(); }
+bool Connection::circuit_open() const { return impl_->circuit_open(); }
+uint64_t Connection::circuit_opened() const { return impl_->circuit_opened(); }
 uint64_t Connection::writes() const { return impl_->writes(); }
 uint64_t Connection::commands_sent() const { return impl_->commands_sent(); }
 

@@ -31,7 +31,16 @@ struct ConnectionOptions {
   std::chrono::milliseconds reconnect_min{50};
   std::chrono::milliseconds reconnect_max{2000};
   size_t max_pending = 10000;  // commands sent but not answered (timed-out ones included)
+  // Circuit breaker: after `breaker_failures` consecutive timeouts the connection stops waiting on
+  // Redis: commands fail at once (Unavailable, kCircuitOpenMessage) while a PING probes every
+  // `breaker_probe_interval`; the first probe answered within `command_timeout` closes it again.
+  // 0 turns the breaker off.
+  int breaker_failures = 3;
+  std::chrono::milliseconds breaker_probe_interval{50};
 };
+
+// The message of the Unavailable status a command gets while the circuit breaker is open.
+inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 
 // Parses `redis://[user:password@]host[:port][/db]` (a password alone: `redis://:password@host`).
 // The host may be an IPv6 literal in brackets. `rediss://` is rejected (no TLS yet). Fields the URL
@@ -47,6 +56,7 @@ struct ConnectionOptions {
 //     (its reply will still arrive and is then discarded).
 //   - Unavailable: not connected when sent, or the connection was lost or stopped before the reply.
 //   - ResourceExhausted: `max_pending` commands are already outstanding.
+//   - Unavailable with kCircuitOpenMessage: the circuit breaker is open (see ConnectionOptions).
 class Connection {
  public:
   using Callback = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
@@ -68,6 +78,10 @@ class Connection {
 
   // True once connected and the AUTH/SELECT handshake succeeded.
   [[nodiscard]] bool connected() const;
+  // True while the circuit breaker is open.
+  [[nodiscard]] bool circuit_open() const;
+  // Times the breaker opened since Start().
+  [[nodiscard]] uint64_t circuit_opened() const;
   // Writes started (each carries every command queued since the previous one).
   [[nodiscard]] uint64_t writes() const;
   // Commands put on the wire (queued for a write), handshake excluded.

@@ -260,6 +260,60 @@ TEST_F(ConnectionTest, CommandsOverMaxPendingAreRejected) {
   EXPECT_EQ(codes[2], absl::StatusCode::kOk);
 }
 
+TEST_F(ConnectionTest, BreakerOpensAfterConsecutiveTimeoutsAndClosesWhenRedisAnswersAgain) {
+  ConnectionOptions options = Options();
+  options.command_timeout = 30ms;
+  options.breaker_failures = 3;
+  options.breaker_probe_interval = 20ms;
+  Connection conn(io_, options);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  server_.Pause();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(conn.circuit_open());
+    auto r = Call(conn, {"PING"});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  }
+  EXPECT_TRUE(conn.circuit_open());
+  EXPECT_EQ(conn.circuit_opened(), 1u);
+
+  // Open: no waiting at all.
+  const auto start = Clock::now();
+  auto fast = Call(conn, {"PING"});
+  EXPECT_LT(Clock::now() - start, 10ms);
+  EXPECT_EQ(fast.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(std::string(fast.status().message()), kCircuitOpenMessage);
+
+  // Probes keep timing out while Redis is stopped: still open.
+  RunUntil([] { return false; }, 100ms);
+  EXPECT_TRUE(conn.circuit_open());
+
+  server_.Resume();
+  ASSERT_TRUE(RunUntil([&] { return !conn.circuit_open(); }, 1s));
+  auto after = Call(conn, {"ECHO", "back"});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->str, "back");
+}
+
+TEST_F(ConnectionTest, AnAnswerInTimeResetsTheTimeoutCount) {
+  ConnectionOptions options = Options();
+  options.command_timeout = 30ms;
+  options.breaker_failures = 2;
+  Connection conn(io_, options);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+  for (int round = 0; round < 3; ++round) {
+    server_.Pause();
+    EXPECT_EQ(Call(conn, {"PING"}).status().code(), absl::StatusCode::kDeadlineExceeded);
+    server_.Resume();
+    // The late reply to the timed-out PING arrives first and is dropped; this one is in time.
+    ASSERT_TRUE(Call(conn, {"PING"}).ok());
+  }
+  EXPECT_FALSE(conn.circuit_open());
+  EXPECT_EQ(conn.circuit_opened(), 0u);
+}
+
 TEST(ParseRedisUrlTest, ReadsUserPasswordHostPortAndDb) {
   auto options = ParseRedisUrl("redis://alice:s3cr:et@redis.internal:6380/3");
   ASSERT_TRUE(options.ok()) << options.status();

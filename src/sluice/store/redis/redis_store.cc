@@ -26,17 +26,41 @@ std::string Sha1Hex(std::string_view data) {
   return out;
 }
 
-// A Redis error reply as a Status. Errors that mean "Redis cannot serve now" (BUSY, LOADING, OOM,
-// READONLY, MASTERDOWN, connection trouble) are Unavailable; anything else is Internal.
+// A Redis error reply as a Status, tagged with its kind for the metrics. Errors that mean "Redis
+// cannot serve now" (BUSY, LOADING, OOM, READONLY, MASTERDOWN, ...) are Unavailable; anything else
+// is Internal.
 absl::Status ErrorReply(const Reply& reply) {
-  static constexpr std::string_view kTransient[] = {
-      "BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"};
-  for (std::string_view prefix : kTransient) {
+  static constexpr std::pair<std::string_view, StoreFailure> kTransient[] = {
+      {"BUSY", StoreFailure::kBusy},           {"LOADING", StoreFailure::kLoading},
+      {"OOM", StoreFailure::kOutOfMemory},     {"READONLY", StoreFailure::kReadOnly},
+      {"MASTERDOWN", StoreFailure::kReadOnly}, {"TRYAGAIN", StoreFailure::kOther},
+      {"CLUSTERDOWN", StoreFailure::kOther}};
+  for (const auto& [prefix, kind] : kTransient) {
     if (reply.str.starts_with(prefix)) {
-      return absl::UnavailableError(absl::StrCat("redis: ", reply.str));
+      return WithStoreFailure(absl::UnavailableError(absl::StrCat("redis: ", reply.str)), kind);
     }
   }
   return absl::InternalError(absl::StrCat("redis: ", reply.str));
+}
+
+// A failure of the connection (no reply at all) tagged with its kind.
+absl::Status ConnectionFailure(const absl::Status& s) {
+  StoreFailure kind = StoreFailure::kOther;
+  switch (s.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      kind = StoreFailure::kTimeout;
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      kind = StoreFailure::kOverloaded;
+      break;
+    case absl::StatusCode::kUnavailable:
+      kind = ToStd(s.message()) == kCircuitOpenMessage ? StoreFailure::kCircuitOpen
+                                                       : StoreFailure::kConnection;
+      break;
+    default:
+      break;
+  }
+  return WithStoreFailure(s, kind);
 }
 
 // Runs EVALSHA `argv`; on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) loads the script and
@@ -109,10 +133,13 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   argv.push_back(absl::StrCat(req.cost));
   argv.push_back(absl::StrCat(absl::ToUnixMillis(req.now)));
   argv.push_back(absl::StrCat(options_.outbox_max));
-  argv.push_back(options_.decision_deadline == absl::ZeroDuration()
-                     ? std::string("0")
-                     : absl::StrCat(absl::ToUnixMillis(redis_now + options_.decision_deadline +
-                                                       options_.clock_allowance)));
+  const absl::Duration allowance = options_.sync_state == nullptr || options_.sync_state->synced()
+                                       ? options_.clock_allowance
+                                       : options_.unsynced_allowance;
+  argv.push_back(
+      options_.decision_deadline == absl::ZeroDuration()
+          ? std::string("0")
+          : absl::StrCat(absl::ToUnixMillis(redis_now + options_.decision_deadline + allowance)));
   argv.push_back(absl::StrCat(n));
   argv.push_back(std::string(req.subject));
   argv.push_back(plan.name);
@@ -141,7 +168,7 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
       connection_for_thread_(), DecideCommand(req),
       [n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
-          std::move(done)(reply.status());
+          std::move(done)(ConnectionFailure(reply.status()));
           return;
         }
         if (reply->is_error()) {
@@ -149,7 +176,9 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
           return;
         }
         if (reply->is_array() && reply->elements.size() == 1 && reply->elements[0].integer == -1) {
-          std::move(done)(absl::DeadlineExceededError("redis: decision arrived too late"));
+          std::move(done)(
+              WithStoreFailure(absl::DeadlineExceededError("redis: decision arrived too late"),
+                               StoreFailure::kLate));
           return;
         }
         if (!reply->is_array() || reply->elements.size() != n + 3) {
@@ -188,7 +217,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   std::vector<std::string> mget = {"MGET"};
   for (size_t i = 0; i < n; ++i) mget.push_back(CounterKey(req, i));
   conn->Send(std::move(mget), [state, finish, n](absl::StatusOr<Reply> r) mutable {
-    if (!r.ok()) return finish(r.status());
+    if (!r.ok()) return finish(ConnectionFailure(r.status()));
     if (r->is_error()) return finish(ErrorReply(*r));
     for (size_t i = 0; i < n && i < r->elements.size(); ++i) {
       const Reply& e = r->elements[i];
@@ -198,7 +227,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   });
   for (size_t i = 0; i < n; ++i) {
     conn->Send({"HKEYS", FlagsKey(req, i)}, [state, finish, i](absl::StatusOr<Reply> r) mutable {
-      if (!r.ok()) return finish(r.status());
+      if (!r.ok()) return finish(ConnectionFailure(r.status()));
       if (r->is_error()) return finish(ErrorReply(*r));
       for (const Reply& e : r->elements) state->usage[i].fired.push_back(std::stoi(e.str));
       std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
@@ -217,7 +246,9 @@ void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_inde
   }
   connection_for_thread_()->Send(std::move(del),
                                  [done = std::move(done)](absl::StatusOr<Reply> r) mutable {
-                                   if (!r.ok()) return std::move(done)(r.status());
+                                   if (!r.ok()) {
+                                     return std::move(done)(ConnectionFailure(r.status()));
+                                   }
                                    if (r->is_error()) return std::move(done)(ErrorReply(*r));
                                    std::move(done)(absl::OkStatus());
                                  });

@@ -26,16 +26,22 @@ struct RedisStoreOptions {
   int buckets = 64;
   int64_t outbox_max = 100'000;              // per bucket; a full outbox refuses and re-arms
   absl::Duration grace = absl::Seconds(60);  // keys live this long past their window's end
-  // Redis's clock. Expiry instants are `redis_clock.Now() + (window end + grace - request now)`:
-  // with the Redis-synced clock as the limiter's clock (production) that is exactly window end +
-  // grace; a test may drive the limiter with a fake clock while Redis keeps real time.
+  // Redis's clock (the Redis-synced clock, store/redis/clock_sync.h). Expiry instants are
+  // `redis_clock.Now() + (window end + grace - request now)`: with the Redis-synced clock as the
+  // limiter's clock (production) that is exactly window end + grace; a test may drive the limiter
+  // with a fake clock while Redis keeps real time.
   const Clock* redis_clock = nullptr;
   // How long the caller waits for a decision (store.redis.timeout); zero: no deadline. A decision
-  // that reaches Redis later than this (plus `clock_allowance`, for skew between this host's and
-  // Redis's clocks until the Redis-synced clock exists) changes nothing: the caller has already
+  // that reaches Redis later than this (plus `clock_allowance`: the synced clock's error is half
+  // a round trip, and Redis's own clock may step) changes nothing: the caller has already
   // answered it as degraded, so it must not be charged when a stalled Redis resumes.
   absl::Duration decision_deadline = absl::ZeroDuration();
   absl::Duration clock_allowance = absl::Seconds(1);
+  // When set (production: the Redis-synced clock, which is also `redis_clock`), `clock_allowance`
+  // applies once it has measured Redis's clock, and `unsynced_allowance` before (the host's clock
+  // may be off by more than a round trip until then).
+  const OffsetClock* sync_state = nullptr;
+  absl::Duration unsynced_allowance = absl::Seconds(1);
 };
 
 class RedisStore final : public Store {

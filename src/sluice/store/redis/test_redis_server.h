@@ -84,6 +84,14 @@ class RedisServer {
     pid_ = -1;
   }
 
+  // SIGSTOP / SIGCONT: a server that keeps its connections but stops answering.
+  void Pause() {
+    if (pid_ > 0) kill(pid_, SIGSTOP);
+  }
+  void Resume() {
+    if (pid_ > 0) kill(pid_, SIGCONT);
+  }
+
  private:
   pid_t pid_ = -1;
 };

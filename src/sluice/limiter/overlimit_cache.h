@@ -1,0 +1,87 @@
+// The over-limit cache: after the store denies a subject under a plan, later requests that are
+// certain to be denied as well are answered without asking the store, until the violated limits
+// reset (DESIGN §3). A client hammering after its quota is spent then costs no Redis round trip.
+//
+// Why this is exact, not a guess: within a window a counter only grows (a denial changes nothing,
+// and other instances only add), so if used_i + cost > quota_i held for the cached counter of limit
+// i in window w, it holds for any later request with at least that cost in w. A request with a
+// smaller cost, or one arriving after the violated window ended, goes to the store. Two things can
+// lower a counter inside a window: an admin reset (the Limiter drops the entry in this process;
+// other instances keep theirs until it expires — at most until the window's end) and a reload that
+// raises a quota (a reload builds a new Limiter with an empty cache).
+//
+// Bounded: at most `capacity` entries; when a shard is full, expired entries are swept and, if it
+// is still full, the new entry is not stored (counted as `full`). Thread-safe.
+#ifndef SLUICE_LIMITER_OVERLIMIT_CACHE_H_
+#define SLUICE_LIMITER_OVERLIMIT_CACHE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/limiter/window.h"
+
+namespace sluice {
+
+// Counts shared by every cache a service builds over its reloads (for /metrics).
+struct OverLimitCacheStats {
+  std::atomic<uint64_t> hits{0};     // decisions answered from the cache
+  std::atomic<uint64_t> inserts{0};  // denials remembered
+  std::atomic<uint64_t> full{0};     // denials not remembered because the cache was full
+};
+
+class OverLimitCache {
+ public:
+  // What the cache knows of one subject under one plan: the counters reported by the denial that
+  // stored it and the windows they belong to, in plan order.
+  struct Entry {
+    absl::Time until;  // when the last violated limit resets; the entry is dead from then on
+    absl::InlinedVector<int64_t, 4> used;
+    absl::InlinedVector<absl::Time, 4> window_start;
+  };
+
+  // `stats` may be null; otherwise it must outlive the cache.
+  OverLimitCache(size_t capacity, OverLimitCacheStats* stats);
+
+  // Remembers that `plan`/`subject` was denied at `now` with counters `used` in `windows`, until
+  // `until`.
+  void Remember(const Plan& plan, std::string_view subject, absl::Time now,
+                absl::Span<const WindowBounds> windows, absl::Span<const int64_t> used,
+                absl::Time until);
+
+  // The cached counters if a request costing `cost` at `now` (whose windows are `windows`) is
+  // certain to be denied; otherwise false. `cost` 0 never is (a peek must see the store).
+  [[nodiscard]] bool CertainDenial(const Plan& plan, std::string_view subject, int64_t cost,
+                                   absl::Time now, absl::Span<const WindowBounds> windows,
+                                   Entry* out);
+
+  // Drops what is known of `plan`/`subject` (after an admin reset).
+  void Forget(const Plan& plan, std::string_view subject);
+
+  [[nodiscard]] size_t size() const;
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::string, Entry> entries;  // key: plan name, '\0', subject
+  };
+  Shard& ShardFor(const std::string& key);
+
+  const size_t per_shard_;
+  OverLimitCacheStats* stats_;
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_LIMITER_OVERLIMIT_CACHE_H_

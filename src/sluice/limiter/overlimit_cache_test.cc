@@ -1,0 +1,201 @@
+#include "sluice/limiter/overlimit_cache.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sluice/limiter/limiter.h"
+
+namespace sluice {
+namespace {
+
+// A store with exact all-or-nothing counters (no alerts, no expiry) that counts its calls, or
+// fails every call with `failure` when set.
+class CountingStore final : public Store {
+ public:
+  void Decide(const StoreRequest& req, DecideCallback done) override {
+    ++decides;
+    if (failure.has_value()) {
+      std::move(done)(WithStoreFailure(absl::UnavailableError("down"), *failure));
+      return;
+    }
+    std::vector<int64_t>& used = Counters(req);
+    StoreResult result{.allowed = true};
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (used[i] + req.cost > req.plan->limits[i].quota) result.allowed = false;
+    }
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (result.allowed) used[i] += req.cost;
+      result.used.push_back(used[i]);
+    }
+    std::move(done)(std::move(result));
+  }
+  void Usage(const StoreRequest&, UsageCallback done) override {
+    std::move(done)(absl::UnimplementedError("not needed"));
+  }
+  void Reset(const StoreRequest& req, std::optional<size_t>, StatusCallback done) override {
+    Counters(req).assign(req.plan->limits.size(), 0);
+    std::move(done)(absl::OkStatus());
+  }
+
+  int decides = 0;
+  std::optional<StoreFailure> failure;
+
+ private:
+  std::vector<int64_t>& Counters(const StoreRequest& req) {
+    std::string key = std::string(req.subject);
+    for (const WindowBounds& w : req.windows) key += ":" + std::to_string(w.id);
+    std::vector<int64_t>& used = counters_[key];
+    used.resize(req.plan->limits.size());
+    return used;
+  }
+  std::map<std::string, std::vector<int64_t>> counters_;
+};
+
+class OverLimitCacheTest : public ::testing::Test {
+ protected:
+  OverLimitCacheTest() {
+    config::Config cfg;
+    cfg.plans.push_back(
+        {.name = "free",
+         .limits = {{.name = "per_minute", .quota = 10, .window = *config::ParseWindow("1m")},
+                    {.name = "daily", .quota = 1000, .window = *config::ParseWindow("day")}}});
+    limiter_.emplace(*PlanSet::FromConfig(cfg), &store_, &clock_,
+                     LimiterOptions{.overlimit_cache_capacity = 1000, .overlimit_stats = &stats_});
+  }
+
+  Decision Decide(std::string_view subject, int64_t cost = 1) {
+    std::optional<absl::StatusOr<Decision>> out;
+    limiter_->Decide({.subject = subject, .plan = "free", .cost = cost},
+                     [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+    EXPECT_TRUE(out.has_value() && out->ok());
+    return **out;
+  }
+  void Spend(std::string_view subject, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(Decide(subject).allowed);
+  }
+
+  CountingStore store_;
+  OverLimitCacheStats stats_;
+  // 2026-11-30T23:59:30Z: 30 s before the minute and the day end.
+  FakeClock clock_{absl::FromUnixSeconds(1796083170)};
+  std::optional<Limiter> limiter_;
+};
+
+TEST_F(OverLimitCacheTest, RepeatedDenialIsAnsweredWithoutTheStore) {
+  Spend("u", 10);
+  Decision first = Decide("u");
+  ASSERT_FALSE(first.allowed);
+  const int calls = store_.decides;
+
+  Decision again = Decide("u");
+  EXPECT_EQ(store_.decides, calls);
+  EXPECT_FALSE(again.allowed);
+  EXPECT_FALSE(again.degraded);
+  EXPECT_TRUE(again.limits[0].violated);
+  EXPECT_FALSE(again.limits[1].violated);
+  EXPECT_EQ(again.limits[0].used, 10);
+  EXPECT_EQ(again.limits[1].used, 10);
+  EXPECT_EQ(again.retry_after, 30);
+  EXPECT_EQ(stats_.hits.load(), 1u);
+  EXPECT_EQ(stats_.inserts.load(), 1u);
+}
+
+TEST_F(OverLimitCacheTest, ASmallerCostThatMayFitGoesToTheStore) {
+  Spend("u", 8);
+  ASSERT_FALSE(Decide("u", 5).allowed);
+  const int calls = store_.decides;
+  EXPECT_TRUE(Decide("u", 2).allowed);
+  EXPECT_EQ(store_.decides, calls + 1);
+}
+
+TEST_F(OverLimitCacheTest, ThePeekAlwaysSeesTheStore) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  const int calls = store_.decides;
+  Decide("u", 0);
+  EXPECT_EQ(store_.decides, calls + 1);
+}
+
+TEST_F(OverLimitCacheTest, TheStoreIsAskedAgainOnceTheViolatedWindowEnds) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  clock_.Advance(absl::Seconds(30));
+  const int calls = store_.decides;
+  EXPECT_TRUE(Decide("u").allowed);
+  EXPECT_EQ(store_.decides, calls + 1);
+}
+
+TEST_F(OverLimitCacheTest, OtherSubjectsAreNotAffected) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  EXPECT_TRUE(Decide("v").allowed);
+}
+
+TEST_F(OverLimitCacheTest, AnAdminResetForgetsTheDenial) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  std::optional<absl::Status> reset;
+  limiter_->Reset("u", "free", "", [&](absl::Status s) { reset = s; });
+  ASSERT_TRUE(reset.has_value() && reset->ok());
+  EXPECT_TRUE(Decide("u").allowed);
+}
+
+TEST_F(OverLimitCacheTest, DegradedAnswersAreNotRemembered) {
+  store_.failure = StoreFailure::kTimeout;
+  Decision d = Decide("u");
+  EXPECT_TRUE(d.degraded);
+  EXPECT_EQ(d.failure, StoreFailure::kTimeout);
+  EXPECT_EQ(limiter_->overlimit_cache_size(), 0u);
+}
+
+TEST(OverLimitCacheBound, HoldsAtMostItsCapacityAndCountsWhatItRefused) {
+  config::Config cfg;
+  cfg.plans.push_back(
+      {.name = "p", .limits = {{.name = "m", .quota = 1, .window = *config::ParseWindow("1m")}}});
+  PlanSet plans = *PlanSet::FromConfig(cfg);
+  const Plan& plan = *plans.Find("p");
+  OverLimitCacheStats stats;
+  OverLimitCache cache(32, &stats);
+  const absl::Time now = absl::FromUnixSeconds(1796083170);
+  const WindowBounds w{.id = 1, .start = now - absl::Seconds(30), .end = now + absl::Seconds(30)};
+  const int64_t used[] = {1};
+  for (int i = 0; i < 1000; ++i) {
+    cache.Remember(plan, "s" + std::to_string(i), now, {&w, 1}, used, w.end);
+  }
+  EXPECT_LE(cache.size(), 32u);
+  EXPECT_EQ(stats.inserts.load() + stats.full.load(), 1000u);
+  EXPECT_GT(stats.full.load(), 0u);
+
+  // Once those entries are dead, new denials displace them.
+  const absl::Time later = w.end + absl::Seconds(1);
+  const WindowBounds w2{.id = 2, .start = w.end, .end = w.end + absl::Seconds(60)};
+  const uint64_t full_before = stats.full.load();
+  for (int i = 0; i < 16; ++i) {
+    cache.Remember(plan, "t" + std::to_string(i), later, {&w2, 1}, used, w2.end);
+  }
+  EXPECT_LE(cache.size(), 32u);
+  OverLimitCache::Entry e;
+  int found = 0;
+  for (int i = 0; i < 16; ++i) {
+    found += cache.CertainDenial(plan, "t" + std::to_string(i), 1, later, {&w2, 1}, &e) ? 1 : 0;
+  }
+  EXPECT_EQ(found + static_cast<int>(stats.full.load() - full_before), 16);
+  EXPECT_GT(found, 0);
+}
+
+TEST(StoreFailureTag, RoundTripsThroughAStatus) {
+  for (int i = 0; i < kStoreFailureKinds; ++i) {
+    const auto kind = static_cast<StoreFailure>(i);
+    EXPECT_EQ(StoreFailureOf(WithStoreFailure(absl::UnavailableError("x"), kind)), kind);
+  }
+  EXPECT_EQ(StoreFailureOf(absl::UnavailableError("untagged")), StoreFailure::kOther);
+  EXPECT_EQ(StoreFailureName(StoreFailure::kCircuitOpen), "circuit_open");
+}
+
+}  // namespace
+}  // namespace sluice

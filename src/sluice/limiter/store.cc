@@ -1,0 +1,37 @@
+#include "sluice/limiter/store.h"
+
+#include <optional>
+
+#include "absl/strings/cord.h"
+#include "sluice/common/strings.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::string_view kPayloadUrl = "sluice/store_failure";
+constexpr std::string_view kNames[kStoreFailureKinds] = {
+    "other", "timeout", "connection", "circuit_open", "overloaded",
+    "late",  "busy",    "oom",        "loading",      "readonly"};
+
+}  // namespace
+
+std::string_view StoreFailureName(StoreFailure f) {
+  const auto i = static_cast<size_t>(f);
+  return i < std::size(kNames) ? kNames[i] : kNames[0];
+}
+
+absl::Status WithStoreFailure(absl::Status status, StoreFailure kind) {
+  status.SetPayload(ToAbsl(kPayloadUrl), absl::Cord(ToAbsl(StoreFailureName(kind))));
+  return status;
+}
+
+StoreFailure StoreFailureOf(const absl::Status& status) {
+  auto payload = status.GetPayload(ToAbsl(kPayloadUrl));
+  if (!payload.has_value()) return StoreFailure::kOther;
+  for (int i = 0; i < kStoreFailureKinds; ++i) {
+    if (*payload == ToAbsl(kNames[i])) return static_cast<StoreFailure>(i);
+  }
+  return StoreFailure::kOther;
+}
+
+}  // namespace sluice
