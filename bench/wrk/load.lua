@@ -1,0 +1,88 @@
+-- wrk script for bench/run: requests spread round-robin over N API keys (GET /v1/authorize) or N
+-- subjects (POST /v1/check), optionally paced to a fixed offered rate, and a machine-readable
+-- summary line (SLUICE_JSON {...}) with p50/p99/p99.9 at the end.
+--
+-- Environment (read by every wrk thread):
+--   SLUICE_BENCH_KEYS      number of keys/subjects (default 10000)
+--   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>) or "check" (subject user-<i>)
+--   SLUICE_BENCH_PLAN      plan name for "check" (default bench)
+--   SLUICE_BENCH_RATE      offered requests/s per wrk thread; 0 or unset: as fast as possible
+--
+-- Pacing: each thread keeps one schedule (slot k is due at t0 + k / rate). After a response wrk
+-- asks delay() before the connection's next request; the connection takes the next slot and waits
+-- until it is due (0 when the schedule is behind: it catches up as fast as the connections allow).
+-- wrk's timers have 1 ms granularity and its latency clock starts when the request is written, so
+-- a request sent late because every connection was busy does not count its wait: `late` and
+-- `max_lag_ms` report how far the schedule slipped (coordinated omission is visible, not hidden).
+local ffi = require("ffi")
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } sluice_timespec_t;
+int clock_gettime(int clk_id, sluice_timespec_t *tp);
+]]
+local ts = ffi.new("sluice_timespec_t")
+local function now_ms()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+local n = tonumber(os.getenv("SLUICE_BENCH_KEYS") or "10000")
+local mode = os.getenv("SLUICE_BENCH_MODE") or "authorize"
+local plan = os.getenv("SLUICE_BENCH_PLAN") or "bench"
+local rate = tonumber(os.getenv("SLUICE_BENCH_RATE") or "0")
+local counter = 0
+late = 0
+max_lag_ms = 0
+
+if mode == "check" then
+  wrk.method = "POST"
+  wrk.path = "/v1/check"
+  wrk.headers["Content-Type"] = "application/json"
+  request = function()
+    local body = '{"subject":"user-' .. (counter % n) .. '","plan":"' .. plan .. '"}'
+    counter = counter + 1
+    return wrk.format("POST", "/v1/check", nil, body)
+  end
+else
+  request = function()
+    wrk.headers["X-API-Key"] = "bench-key-" .. (counter % n)
+    counter = counter + 1
+    return wrk.format("GET", "/v1/authorize")
+  end
+end
+
+if rate > 0 then
+  local interval = 1000.0 / rate
+  local next_at = nil
+  delay = function()
+    local t = now_ms()
+    if next_at == nil then next_at = t end
+    next_at = next_at + interval
+    local d = next_at - t
+    if d < 0 then
+      late = late + 1
+      if -d > max_lag_ms then max_lag_ms = -d end
+      return 0
+    end
+    return math.floor(d)
+  end
+end
+
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+end
+
+function done(summary, latency, requests)
+  local l, lag = 0, 0
+  for _, t in ipairs(threads) do
+    l = l + (t:get("late") or 0)
+    lag = math.max(lag, t:get("max_lag_ms") or 0)
+  end
+  local e = summary.errors
+  io.write(string.format(
+    'SLUICE_JSON {"requests":%d,"duration_us":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,' ..
+    '"p999_us":%d,"max_us":%d,"status_errors":%d,"socket_errors":%d,"late":%d,"max_lag_ms":%.1f}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9), latency.max, e.status,
+    e.connect + e.read + e.write + e.timeout, l, lag))
+end
