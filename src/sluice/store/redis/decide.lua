@@ -44,9 +44,10 @@
 -- Outbox entry fields (all strings): type=quota.threshold_reached, subject, plan, limit,
 --   threshold, used, quota, window_start, window_end (Unix seconds), occurred_at_ms.
 --
--- Expiry: counters and flag hashes get EXPIREAT expire_at in the call that writes them, so no key
--- this script writes is ever left without a TTL. The outbox stream is the exception by design: it
--- is one long-lived key per bucket, bounded by outbox_max, emptied by the dispatcher (XACK + XDEL).
+-- Expiry: counters get EXPIREAT expire_at in the call that creates them, flag hashes in every call
+-- that writes them, so no key this script writes is ever left without a TTL. The outbox stream is
+-- the exception by design: it is one long-lived key per bucket, bounded by outbox_max, emptied by
+-- the dispatcher (XACK + XDEL).
 -- Values are Lua doubles: exact up to 2^53, far above any quota + cost.
 
 local cost = tonumber(ARGV[1])
@@ -138,7 +139,10 @@ if cost > 0 then
     local violated = allowed == 0 and used[i] + cost > limit.quota
     if allowed == 1 then
       used[i] = redis.call('INCRBY', KEYS[i], cost)
-      redis.call('EXPIREAT', KEYS[i], limit.expire_at)
+      -- INCRBY returning the cost means it created the key (a counter is never written
+      -- otherwise): give it its expiry now, in the same atomic step. An existing counter already
+      -- has the same one (same window, same expire_at), so skipping it saves a command per limit.
+      if used[i] == cost then redis.call('EXPIREAT', KEYS[i], limit.expire_at) end
     end
     if allowed == 1 or violated then
       for _, th in ipairs(limit.thresholds) do
