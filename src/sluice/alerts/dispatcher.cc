@@ -1,0 +1,545 @@
+#include "sluice/alerts/dispatcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/alerts/retry.h"
+#include "sluice/common/log.h"
+
+namespace sluice::alerts {
+
+struct Dispatcher::SinkState {
+  enum class Phase { kWaiting, kInFlight, kDone };
+  Phase phase = Phase::kWaiting;
+  int attempts = 0;
+  absl::Time next_attempt;
+  std::string last_detail;
+};
+
+struct Dispatcher::Tracked {
+  OutboxItem item;
+  std::string id;  // item.event.Id()
+  Contact contact;
+  std::vector<SinkState> sinks;
+  size_t remaining = 0;                       // sinks not done
+  int in_flight = 0;                          // sink calls queued or running
+  bool abandoned = false;                     // the lease was lost: finish the calls, never ack
+  absl::Time ack_due = absl::InfinitePast();  // when done: next time to try Ack()
+};
+
+struct Dispatcher::Task {
+  uint64_t key = 0;
+  size_t sink = 0;
+  int attempt = 0;
+  AlertEvent event;
+  Contact contact;
+};
+
+struct Dispatcher::Result {
+  uint64_t key = 0;
+  size_t sink = 0;
+  int attempt = 0;
+  Outcome outcome;
+};
+
+struct Dispatcher::Metrics {
+  explicit Metrics(metrics::Registry& r)
+      : fetched(r.AddCounter("sluice_alert_events_fetched_total",
+                             "Alert events taken from the outbox (claimed ones included).")),
+        acked(r.AddCounter("sluice_alert_events_acked_total",
+                           "Alert events removed from the outbox after every sink was done.")),
+        deliveries(r.AddCounterFamily("sluice_alert_deliveries_total",
+                                      "Alert delivery results by sink and outcome.",
+                                      {"sink", "outcome"})),
+        source_errors(r.AddCounter("sluice_alert_source_errors_total",
+                                   "Failed outbox operations (fetch, claim, renew, ack, stats).")),
+        dead_letters(
+            r.AddGauge("sluice_alert_dead_letters", "Deliveries in the dead-letter list.")),
+        dead_letters_dropped(
+            r.AddCounter("sluice_alert_dead_letters_dropped_total",
+                         "Dead letters pushed out of the bounded list by newer ones.")),
+        in_flight(r.AddGauge("sluice_alert_events_in_flight",
+                             "Alert events held by the dispatcher, not yet acked.")),
+        depth(r.AddGauge("sluice_alert_outbox_depth",
+                         "Undelivered alert events in the outbox, held ones included.")),
+        oldest_age(r.AddGauge("sluice_alert_outbox_oldest_age_seconds",
+                              "Age of the oldest undelivered alert event; 0 when none.")) {}
+
+  metrics::Counter& fetched;
+  metrics::Counter& acked;
+  metrics::CounterFamily& deliveries;
+  metrics::Counter& source_errors;
+  metrics::Gauge& dead_letters;
+  metrics::Counter& dead_letters_dropped;
+  metrics::Gauge& in_flight;
+  metrics::Gauge& depth;
+  metrics::Gauge& oldest_age;
+};
+
+namespace {
+
+std::string_view OutcomeName(Outcome::Kind kind) {
+  switch (kind) {
+    case Outcome::Kind::kDelivered:
+      return "delivered";
+    case Outcome::Kind::kSkipped:
+      return "skipped";
+    case Outcome::Kind::kRetry:
+      return "retry";
+    case Outcome::Kind::kPermanent:
+      return "permanent";
+    case Outcome::Kind::kGone:
+      return "gone";
+  }
+  return "unknown";
+}
+
+std::chrono::nanoseconds ToChrono(absl::Duration d) {
+  return absl::ToChronoNanoseconds(std::max(d, absl::ZeroDuration()));
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(OutboxSource* source, std::vector<Sink*> sinks, const Clock* clock,
+                       DispatcherOptions options)
+    : source_(source),
+      sinks_(std::move(sinks)),
+      clock_(clock),
+      options_(std::move(options)),
+      own_dead_letters_(options_.dead_letters ? nullptr : std::make_unique<DeadLetterList>()),
+      dead_letters_(options_.dead_letters ? options_.dead_letters : own_dead_letters_.get()),
+      own_registry_(options_.metrics ? nullptr : std::make_unique<metrics::Registry>()),
+      metrics_(std::make_unique<Metrics>(options_.metrics ? *options_.metrics : *own_registry_)),
+      own_random_(options_.random ? nullptr : std::make_unique<absl::BitGen>()),
+      random_(options_.random ? *options_.random : absl::BitGenRef(*own_random_)),
+      running_per_sink_(sinks_.size(), 0),
+      disabled_(sinks_.size(), false) {}
+
+Dispatcher::~Dispatcher() { Stop(); }
+
+void Dispatcher::Start() {
+  std::lock_guard lock(mu_);
+  if (started_) return;
+  started_ = true;
+  const int workers = std::max(1, options_.workers);
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  coordinator_ = std::thread([this] { CoordinatorLoop(); });
+}
+
+void Dispatcher::RequestStop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  coordinator_cv_.notify_all();
+  worker_cv_.notify_all();
+}
+
+void Dispatcher::Stop() {
+  RequestStop();
+  if (coordinator_.joinable()) coordinator_.join();
+  for (std::thread& w : workers_) {
+    if (w.joinable()) w.join();
+  }
+}
+
+void Dispatcher::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  coordinator_cv_.notify_all();
+}
+
+std::vector<PendingDelivery> Dispatcher::Pending() const {
+  std::lock_guard lock(mu_);
+  std::vector<PendingDelivery> out;
+  for (const auto& [key, t] : tracked_) {
+    if (t.abandoned) continue;
+    for (size_t s = 0; s < t.sinks.size(); ++s) {
+      const SinkState& st = t.sinks[s];
+      if (st.phase == SinkState::Phase::kDone) continue;
+      out.push_back(PendingDelivery{.event_id = t.id,
+                                    .sink = sinks_[s]->name(),
+                                    .attempts = st.attempts,
+                                    .next_attempt = st.next_attempt,
+                                    .in_flight = st.phase == SinkState::Phase::kInFlight});
+    }
+  }
+  return out;
+}
+
+std::vector<DeadLetter> Dispatcher::DeadLetters() const { return dead_letters_->Snapshot(); }
+
+std::vector<std::string> Dispatcher::DisabledSinks() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (size_t s = 0; s < sinks_.size(); ++s) {
+    if (disabled_[s]) out.push_back(sinks_[s]->name());
+  }
+  return out;
+}
+
+uint64_t Dispatcher::acked() const {
+  std::lock_guard lock(mu_);
+  return acked_;
+}
+
+void Dispatcher::Count(size_t sink, std::string_view outcome) {
+  metrics_->deliveries.WithLabels({sinks_[sink]->name(), outcome}).Inc();
+}
+
+void Dispatcher::WorkerLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    worker_cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+    // Stop() starts no new call; the coordinator puts queued tasks back.
+    if (stopping_) return;
+    Task task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    Outcome outcome = sinks_[task.sink]->Deliver(task.event, task.contact, task.attempt);
+    lock.lock();
+    results_.push_back(Result{.key = task.key,
+                              .sink = task.sink,
+                              .attempt = task.attempt,
+                              .outcome = std::move(outcome)});
+    coordinator_cv_.notify_all();
+  }
+}
+
+void Dispatcher::CoordinatorLoop() {
+  const absl::Duration lease = source_->lease();
+  const bool leased = lease != absl::InfiniteDuration();
+  const absl::Duration renew_every = leased ? lease / 3 : absl::InfiniteDuration();
+  const absl::Duration claim_every = leased ? lease / 2 : absl::InfiniteDuration();
+  absl::Time next_fetch = absl::InfinitePast();
+  absl::Time next_claim = leased ? absl::InfinitePast() : absl::InfiniteFuture();
+  absl::Time next_renew = clock_->Now() + renew_every;
+  absl::Time next_stats = absl::InfinitePast();
+
+  std::unique_lock lock(mu_);
+  while (true) {
+    absl::Time now = clock_->Now();
+    if (woken_) {
+      woken_ = false;
+      next_fetch = absl::InfinitePast();  // Wake(): look at the outbox now
+    }
+    while (!results_.empty()) {
+      Result r = std::move(results_.front());
+      results_.pop_front();
+      ApplyLocked(std::move(r), now);
+    }
+    const bool stopping = stopping_;
+    if (stopping && !tasks_.empty()) {
+      // Queued calls never started: put them back (they are "new calls" Stop() forbids).
+      for (Task& task : tasks_) {
+        Tracked& t = tracked_.at(task.key);
+        SinkState& st = t.sinks[task.sink];
+        st.phase = SinkState::Phase::kWaiting;
+        --st.attempts;
+        --t.in_flight;
+        --running_;
+        --running_per_sink_[task.sink];
+      }
+      tasks_.clear();
+    }
+
+    // Decide what to ask the source, then ask it without holding the lock.
+    std::vector<std::pair<uint64_t, OutboxHandle>> to_ack;
+    for (auto it = tracked_.begin(); it != tracked_.end();) {
+      Tracked& t = it->second;
+      if (t.in_flight == 0 && t.abandoned) {
+        it = tracked_.erase(it);
+        continue;
+      }
+      if (t.in_flight == 0 && t.remaining == 0 && (stopping || t.ack_due <= now)) {
+        to_ack.emplace_back(it->first, t.item.handle);
+      }
+      ++it;
+    }
+    if (stopping && running_ == 0 && to_ack.empty()) break;
+
+    const size_t room = options_.max_events_in_flight > tracked_.size()
+                            ? options_.max_events_in_flight - tracked_.size()
+                            : 0;
+    const bool want_fetch = !stopping && room > 0 && now >= next_fetch;
+    const bool want_claim = !stopping && room > 0 && now >= next_claim;
+    const bool want_renew = !stopping && now >= next_renew;
+    std::vector<OutboxHandle> held;
+    if (want_renew) {
+      for (const auto& [key, t] : tracked_) {
+        if (!t.abandoned) held.push_back(t.item.handle);
+      }
+    }
+    const bool want_stats = !stopping && now >= next_stats;
+    lock.unlock();
+
+    std::vector<uint64_t> acked_keys;
+    std::vector<uint64_t> failed_acks;
+    for (const auto& [key, handle] : to_ack) {
+      const absl::Status st = source_->Ack(handle);
+      if (st.ok()) {
+        acked_keys.push_back(key);
+      } else {
+        metrics_->source_errors.Inc();
+        Log(LogLevel::kWarn, "alert outbox ack failed").Str("handle", handle.id).Error(st);
+        failed_acks.push_back(key);
+      }
+    }
+
+    std::vector<std::pair<OutboxItem, Contact>> fresh;
+    auto take = [&](absl::StatusOr<std::vector<OutboxItem>> items, std::string_view what) {
+      if (!items.ok()) {
+        metrics_->source_errors.Inc();
+        Log(LogLevel::kWarn, "alert outbox read failed").Str("op", what).Error(items.status());
+        return false;
+      }
+      for (OutboxItem& item : *items) {
+        Contact contact = options_.contacts ? options_.contacts(item.event.subject) : Contact{};
+        fresh.emplace_back(std::move(item), std::move(contact));
+      }
+      return true;
+    };
+    if (want_claim) {
+      const size_t before = fresh.size();
+      const size_t ask = std::min(room, options_.fetch_batch);
+      const bool ok = take(source_->Claim(ask), "claim");
+      // A full batch: there may be more abandoned entries, look again at once.
+      next_claim = ok && fresh.size() - before == ask ? now : now + claim_every;
+    }
+    if (want_fetch && fresh.size() < room) {
+      const size_t before = fresh.size();
+      const size_t ask = std::min(room - fresh.size(), options_.fetch_batch);
+      const bool ok = take(source_->Fetch(ask), "fetch");
+      next_fetch = ok && fresh.size() - before == ask ? now : now + options_.poll_interval;
+    }
+    absl::StatusOr<std::vector<OutboxHandle>> lost = std::vector<OutboxHandle>{};
+    if (want_renew) {
+      if (!held.empty()) lost = source_->Renew(held);
+      if (lost.ok()) {
+        next_renew = now + renew_every;
+      } else {
+        metrics_->source_errors.Inc();
+        Log(LogLevel::kWarn, "alert outbox renew failed").Error(lost.status());
+        next_renew = now + options_.poll_interval;
+      }
+    }
+    if (want_stats) {
+      absl::StatusOr<OutboxStats> stats = source_->Stats();
+      if (stats.ok()) {
+        metrics_->depth.Set(stats->depth);
+        metrics_->oldest_age.Set(
+            stats->oldest_event
+                ? std::max<int64_t>(0, absl::ToInt64Seconds(now - *stats->oldest_event))
+                : 0);
+      } else {
+        metrics_->source_errors.Inc();
+      }
+      next_stats = now + options_.stats_interval;
+    }
+
+    lock.lock();
+    now = clock_->Now();
+    for (uint64_t key : acked_keys) {
+      tracked_.erase(key);
+      ++acked_;
+      metrics_->acked.Inc();
+    }
+    for (uint64_t key : failed_acks) {
+      if (stopping) {
+        tracked_.erase(key);  // left in the outbox: delivered again later, at-least-once
+      } else {
+        tracked_.at(key).ack_due = now + options_.poll_interval;
+      }
+    }
+    if (lost.ok()) {
+      for (const OutboxHandle& h : *lost) {
+        for (auto& [key, t] : tracked_) {
+          if (t.abandoned || !(t.item.handle == h)) continue;
+          t.abandoned = true;
+          for (size_t s = 0; s < t.sinks.size(); ++s) {
+            if (t.sinks[s].phase == SinkState::Phase::kWaiting) {
+              t.sinks[s].phase = SinkState::Phase::kDone;
+              Count(s, "abandoned");
+            }
+          }
+          Log(LogLevel::kWarn, "alert event taken over by another consumer")
+              .Str("event", t.id)
+              .Str("handle", h.id);
+        }
+      }
+    }
+    TrackLocked(std::move(fresh), now);
+    StartDueLocked(now);
+    metrics_->in_flight.Set(static_cast<int64_t>(tracked_.size()));
+
+    if (results_.empty() && !woken_) {
+      absl::Duration wait = options_.poll_interval;
+      if (!stopping_) {
+        absl::Time wake = NextDueLocked();
+        if (tracked_.size() < options_.max_events_in_flight) {
+          wake = std::min({wake, next_fetch, next_claim});
+        }
+        wake = std::min({wake, next_renew, next_stats});
+        wait = std::min(wake - now, wait);
+      }
+      const bool was_stopping = stopping_;
+      coordinator_cv_.wait_for(lock, ToChrono(wait), [&] {
+        return !results_.empty() || woken_ || (stopping_ && !was_stopping);
+      });
+    }
+  }
+}
+
+void Dispatcher::TrackLocked(std::vector<std::pair<OutboxItem, Contact>> items, absl::Time now) {
+  for (auto& [item, contact] : items) {
+    metrics_->fetched.Inc();
+    const bool held = std::any_of(tracked_.begin(), tracked_.end(), [&](const auto& kv) {
+      return !kv.second.abandoned && kv.second.item.handle == item.handle;
+    });
+    if (held) continue;  // e.g. claimed back after our own renewals failed for a whole lease
+
+    Tracked& t = tracked_[next_key_++];
+    t.id = item.event.Id();
+    t.item = std::move(item);
+    t.contact = std::move(contact);
+    t.sinks.resize(sinks_.size());
+    t.remaining = sinks_.size();
+    for (size_t s = 0; s < sinks_.size(); ++s) {
+      t.sinks[s].next_attempt = now;
+      if (disabled_[s]) {
+        FinishLocked(t, s, "disabled");
+      } else if (options_.max_deliveries > 0 && t.item.deliveries > options_.max_deliveries) {
+        DeadLetterLocked(
+            t, s, absl::StrCat("handed out ", t.item.deliveries, " times without being finished"),
+            now);
+      }
+    }
+  }
+}
+
+void Dispatcher::FinishLocked(Tracked& t, size_t sink, std::string_view outcome) {
+  SinkState& st = t.sinks[sink];
+  if (st.phase == SinkState::Phase::kDone) return;
+  st.phase = SinkState::Phase::kDone;
+  --t.remaining;
+  if (!outcome.empty()) Count(sink, outcome);
+}
+
+void Dispatcher::DeadLetterLocked(Tracked& t, size_t sink, std::string reason, absl::Time now) {
+  Log(LogLevel::kWarn, "alert delivery dead-lettered")
+      .Str("event", t.id)
+      .Str("sink", sinks_[sink]->name())
+      .Str("reason", reason)
+      .Int("attempts", t.sinks[sink].attempts);
+  const uint64_t dropped_before = dead_letters_->dropped();
+  dead_letters_->Add(DeadLetter{.event = t.item.event,
+                                .sink = sinks_[sink]->name(),
+                                .reason = std::move(reason),
+                                .attempts = t.sinks[sink].attempts,
+                                .failed_at = now});
+  metrics_->dead_letters_dropped.Inc(dead_letters_->dropped() - dropped_before);
+  metrics_->dead_letters.Set(static_cast<int64_t>(dead_letters_->size()));
+  FinishLocked(t, sink, "dead");
+}
+
+void Dispatcher::DisableSinkLocked(size_t sink) {
+  if (disabled_[sink]) return;
+  disabled_[sink] = true;
+  Log(LogLevel::kWarn, "alert sink disabled until reload (gone)").Str("sink", sinks_[sink]->name());
+  for (auto& [key, t] : tracked_) {
+    if (!t.abandoned && t.sinks[sink].phase == SinkState::Phase::kWaiting) {
+      FinishLocked(t, sink, "disabled");
+    }
+  }
+}
+
+void Dispatcher::ApplyLocked(Result r, absl::Time now) {
+  --running_;
+  --running_per_sink_[r.sink];
+  Tracked& t = tracked_.at(r.key);
+  --t.in_flight;
+  SinkState& st = t.sinks[r.sink];
+  st.phase = SinkState::Phase::kWaiting;
+  st.last_detail = r.outcome.detail;
+  Count(r.sink, OutcomeName(r.outcome.kind));
+  if (t.abandoned) {
+    st.phase = SinkState::Phase::kDone;
+    return;
+  }
+  switch (r.outcome.kind) {
+    case Outcome::Kind::kDelivered:
+    case Outcome::Kind::kSkipped:
+      FinishLocked(t, r.sink, "");
+      return;
+    case Outcome::Kind::kGone:
+      FinishLocked(t, r.sink, "");
+      DisableSinkLocked(r.sink);
+      return;
+    case Outcome::Kind::kPermanent:
+      DeadLetterLocked(t, r.sink, absl::StrCat("permanent: ", r.outcome.detail), now);
+      return;
+    case Outcome::Kind::kRetry:
+      break;
+  }
+  if (disabled_[r.sink]) {
+    FinishLocked(t, r.sink, "disabled");
+  } else if (r.attempt >= options_.retry.max_attempts) {
+    DeadLetterLocked(
+        t, r.sink, absl::StrCat("gave up after ", r.attempt, " attempts: ", r.outcome.detail), now);
+  } else {
+    st.next_attempt =
+        now + NextRetryDelay(options_.retry, r.attempt, r.outcome.retry_after, random_);
+  }
+}
+
+void Dispatcher::StartDueLocked(absl::Time now) {
+  if (stopping_) return;
+  const int workers = std::max(1, options_.workers);
+  const int per_sink = std::clamp(options_.max_calls_per_sink, 1, workers);
+  for (auto& [key, t] : tracked_) {
+    if (running_ >= workers) return;
+    if (t.abandoned) continue;
+    for (size_t s = 0; s < t.sinks.size() && running_ < workers; ++s) {
+      SinkState& st = t.sinks[s];
+      if (st.phase != SinkState::Phase::kWaiting || st.next_attempt > now ||
+          running_per_sink_[s] >= per_sink) {
+        continue;
+      }
+      st.phase = SinkState::Phase::kInFlight;
+      ++st.attempts;
+      ++t.in_flight;
+      ++running_;
+      ++running_per_sink_[s];
+      tasks_.push_back(Task{.key = key,
+                            .sink = s,
+                            .attempt = st.attempts,
+                            .event = t.item.event,
+                            .contact = t.contact});
+      worker_cv_.notify_one();
+    }
+  }
+}
+
+absl::Time Dispatcher::NextDueLocked() const {
+  const int workers = std::max(1, options_.workers);
+  const int per_sink = std::clamp(options_.max_calls_per_sink, 1, workers);
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [key, t] : tracked_) {
+    if (t.abandoned) continue;
+    if (t.remaining == 0 && t.in_flight == 0) next = std::min(next, t.ack_due);
+    for (size_t s = 0; s < t.sinks.size(); ++s) {
+      const SinkState& st = t.sinks[s];
+      if (st.phase != SinkState::Phase::kWaiting) continue;
+      // A due call that waits for a free worker is started when a result frees one.
+      if (running_ >= workers || running_per_sink_[s] >= per_sink) continue;
+      next = std::min(next, st.next_attempt);
+    }
+  }
+  return next;
+}
+
+}  // namespace sluice::alerts

@@ -1,0 +1,397 @@
+#include "sluice/store/redis/redis_outbox.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
+#include "sluice/common/strings.h"
+#include "sluice/store/redis/outbox_renew_script.h"
+
+namespace sluice::redis {
+namespace {
+
+constexpr std::string_view kEventType = "quota.threshold_reached";
+
+// Flat field list [f1, v1, f2, v2, …] of a stream entry -> AlertEvent (fields: decide.lua header).
+std::optional<AlertEvent> ParseEvent(const Reply& fields) {
+  if (!fields.is_array()) return std::nullopt;
+  std::map<std::string_view, std::string_view> f;
+  for (size_t i = 0; i + 1 < fields.elements.size(); i += 2) {
+    f[fields.elements[i].str] = fields.elements[i + 1].str;
+  }
+  auto text = [&](std::string_view name) -> std::optional<std::string_view> {
+    auto it = f.find(name);
+    if (it == f.end()) return std::nullopt;
+    return it->second;
+  };
+  auto number = [&](std::string_view name) -> std::optional<int64_t> {
+    std::optional<std::string_view> t = text(name);
+    int64_t v = 0;
+    if (!t || !absl::SimpleAtoi(ToAbsl(*t), &v)) return std::nullopt;
+    return v;
+  };
+  const std::optional<std::string_view> type = text("type"), subject = text("subject"),
+                                        plan = text("plan"), limit = text("limit");
+  const std::optional<int64_t> threshold = number("threshold"), used = number("used"),
+                               quota = number("quota"), start = number("window_start"),
+                               end = number("window_end"), occurred = number("occurred_at_ms");
+  if (!type || *type != kEventType || !subject || subject->empty() || !plan || !limit ||
+      !threshold || *threshold < 1 || *threshold > 100 || !used || !quota || !start || !end ||
+      !occurred) {
+    return std::nullopt;
+  }
+  return AlertEvent{.subject = std::string(*subject),
+                    .plan = std::string(*plan),
+                    .limit = std::string(*limit),
+                    .threshold = static_cast<int>(*threshold),
+                    .used = *used,
+                    .quota = *quota,
+                    .window_start = absl::FromUnixSeconds(*start),
+                    .window_end = absl::FromUnixSeconds(*end),
+                    .occurred_at = absl::FromUnixMillis(*occurred)};
+}
+
+std::string Millis(absl::Duration d) {
+  return absl::StrCat(std::max<int64_t>(0, absl::ToInt64Milliseconds(d)));
+}
+
+}  // namespace
+
+std::string OutboxStreamKey(std::string_view prefix, int bucket) {
+  return absl::StrCat(ToAbsl(prefix), ":{", bucket, "}:outbox");
+}
+
+std::string DefaultConsumerName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  absl::BitGen gen;
+  return absl::StrCat(host[0] ? host : "sluice", "-", getpid(), "-",
+                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
+}
+
+RedisOutbox::RedisOutbox(RedisOutboxOptions options) : options_(std::move(options)) {
+  if (options_.consumer.empty()) options_.consumer = DefaultConsumerName();
+  options_.buckets = std::max(1, options_.buckets);
+  for (int b = 0; b < options_.buckets; ++b) {
+    streams_.push_back(OutboxStreamKey(options_.key_prefix, b));
+    bucket_of_[streams_.back()] = b;
+  }
+  history_.assign(streams_.size(), std::string("0"));
+  claim_cursor_.assign(streams_.size(), "0-0");
+  connection_ = std::make_unique<Connection>(io_, options_.connection);
+  connection_->Start();
+}
+
+RedisOutbox::~RedisOutbox() {
+  connection_->Stop();
+  connection_.reset();
+  io_.restart();
+  io_.poll();  // callbacks posted by Stop() own their state; let them run here
+}
+
+std::vector<absl::StatusOr<Reply>> RedisOutbox::Run(std::vector<Argv> commands) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto timeout = options_.connection.command_timeout;
+  const auto connect_deadline = SteadyClock::now() + timeout;
+  while (!connection_->connected() && SteadyClock::now() < connect_deadline) {
+    io_.restart();
+    io_.run_one_for(std::chrono::milliseconds(10));
+  }
+
+  // Shared with the callbacks: each runs exactly once, but possibly after a hard deadline here.
+  struct Pending {
+    std::vector<std::optional<absl::StatusOr<Reply>>> replies;
+    size_t done = 0;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->replies.resize(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) {
+    connection_->Send(std::move(commands[i]), [pending, i](absl::StatusOr<Reply> reply) {
+      pending->replies[i] = std::move(reply);
+      ++pending->done;
+    });
+  }
+  // The connection answers every command within its timeout; this bound is only a safety net.
+  const auto hard_deadline = SteadyClock::now() + 2 * timeout + std::chrono::seconds(1);
+  while (pending->done < pending->replies.size() && SteadyClock::now() < hard_deadline) {
+    io_.restart();
+    io_.run_one_for(timeout);
+  }
+  std::vector<absl::StatusOr<Reply>> out;
+  for (auto& r : pending->replies) {
+    out.push_back(r ? std::move(*r) : absl::DeadlineExceededError("redis outbox: no reply"));
+  }
+  return out;
+}
+
+absl::StatusOr<Reply> RedisOutbox::RunOne(Argv command) {
+  std::vector<Argv> commands;
+  commands.push_back(std::move(command));
+  return std::move(Run(std::move(commands)).front());
+}
+
+absl::Status RedisOutbox::CheckReply(const absl::StatusOr<Reply>& reply) {
+  if (!reply.ok()) return reply.status();
+  if (!reply->is_error()) return absl::OkStatus();
+  if (absl::StartsWith(reply->str, "NOGROUP")) {
+    groups_ready_ = false;  // Redis lost the stream or the group: create them again
+    return absl::UnavailableError(absl::StrCat("redis outbox: ", reply->str));
+  }
+  return absl::InternalError(absl::StrCat("redis outbox: ", reply->str));
+}
+
+absl::Status RedisOutbox::EnsureGroups() {
+  if (groups_ready_) return absl::OkStatus();
+  std::vector<Argv> commands;
+  for (const std::string& stream : streams_) {
+    // Id 0: entries recorded before the group existed are delivered too.
+    commands.push_back({"XGROUP", "CREATE", stream, options_.group, "0", "MKSTREAM"});
+  }
+  for (const absl::StatusOr<Reply>& reply : Run(std::move(commands))) {
+    if (!reply.ok()) return reply.status();
+    if (reply->is_error() && !absl::StartsWith(reply->str, "BUSYGROUP")) {
+      return absl::InternalError(absl::StrCat("redis outbox: XGROUP CREATE: ", reply->str));
+    }
+  }
+  groups_ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool read_counts,
+                                      std::vector<alerts::OutboxItem>& out) {
+  if (!entries.is_array()) return absl::OkStatus();
+  const std::string& stream = streams_[bucket];
+  std::vector<Argv> cleanup;
+  const size_t first = out.size();
+  for (const Reply& entry : entries.elements) {
+    if (!entry.is_array() || entry.elements.size() != 2 || !entry.elements[0].is_string()) {
+      return absl::InternalError("redis outbox: unexpected stream entry shape");
+    }
+    const std::string& id = entry.elements[0].str;
+    if (entry.elements[1].is_nil()) {
+      // Deleted while pending (acked by another consumer that lost its lease): drop from the PEL.
+      cleanup.push_back({"XACK", stream, options_.group, id});
+      continue;
+    }
+    std::optional<AlertEvent> event = ParseEvent(entry.elements[1]);
+    if (!event) {
+      ++malformed_;
+      Log(LogLevel::kError, "malformed alert outbox entry removed")
+          .Str("stream", stream)
+          .Str("id", id);
+      cleanup.push_back({"XACK", stream, options_.group, id});
+      cleanup.push_back({"XDEL", stream, id});
+      continue;
+    }
+    out.push_back(alerts::OutboxItem{.handle = {.stream = static_cast<uint32_t>(bucket), .id = id},
+                                     .event = std::move(*event)});
+  }
+  if (read_counts) {
+    for (size_t i = first; i < out.size(); ++i) {
+      cleanup.push_back(
+          {"XPENDING", stream, options_.group, out[i].handle.id, out[i].handle.id, "1"});
+    }
+  }
+  if (cleanup.empty()) return absl::OkStatus();
+  std::vector<absl::StatusOr<Reply>> replies = Run(cleanup);
+  size_t r = 0;
+  for (size_t c = 0; c < cleanup.size(); ++c) {
+    if (cleanup[c][0] != "XPENDING") continue;
+    const absl::StatusOr<Reply>& reply = replies[c];
+    alerts::OutboxItem& item = out[first + r++];
+    // [[id, consumer, idle_ms, delivery_count]]
+    if (reply.ok() && reply->is_array() && !reply->elements.empty() &&
+        reply->elements[0].elements.size() == 4 && reply->elements[0].elements[3].is_integer()) {
+      item.deliveries = std::max<int64_t>(1, reply->elements[0].elements[3].integer);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::ReadGroup(
+    std::span<const int> buckets, std::span<const std::string> ids, size_t count, bool history) {
+  Argv argv = {"XREADGROUP",        "GROUP",  options_.group, options_.consumer, "COUNT",
+               absl::StrCat(count), "STREAMS"};
+  for (int b : buckets) argv.push_back(streams_[b]);
+  for (const std::string& id : ids) argv.push_back(id);
+  absl::StatusOr<Reply> reply = RunOne(std::move(argv));
+  if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+
+  std::vector<alerts::OutboxItem> out;
+  std::vector<bool> seen(streams_.size(), false);
+  if (reply->is_array()) {  // nil: nothing new in any stream
+    for (const Reply& per_stream : reply->elements) {
+      if (!per_stream.is_array() || per_stream.elements.size() != 2) {
+        return absl::InternalError("redis outbox: unexpected XREADGROUP reply");
+      }
+      auto it = bucket_of_.find(per_stream.elements[0].str);
+      if (it == bucket_of_.end()) continue;
+      const int b = it->second;
+      const Reply& entries = per_stream.elements[1];
+      if (absl::Status st = TakeEntries(b, entries, /*read_counts=*/history, out); !st.ok()) {
+        return st;
+      }
+      if (history) {
+        // Fewer than COUNT entries: this bucket's pending list has been read to its end.
+        // (TakeEntries checked the shape of every entry.)
+        if (entries.elements.size() < count) {
+          history_[b].reset();
+        } else {
+          history_[b] = entries.elements.back().elements[0].str;
+        }
+        seen[b] = true;
+      }
+    }
+  }
+  if (history) {
+    for (int b : buckets) {
+      if (!seen[b]) history_[b].reset();
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Fetch(size_t max) {
+  if (max == 0) return std::vector<alerts::OutboxItem>{};
+  if (absl::Status st = EnsureGroups(); !st.ok()) return st;
+  const size_t n = streams_.size();
+
+  // This consumer's own pending entries first (left by a previous RedisOutbox of this name).
+  while (
+      std::any_of(history_.begin(), history_.end(), [](const auto& h) { return h.has_value(); })) {
+    std::vector<int> buckets;
+    std::vector<std::string> ids;
+    for (size_t b = 0; b < n && buckets.size() < max; ++b) {
+      if (!history_[b]) continue;
+      buckets.push_back(static_cast<int>(b));
+      ids.push_back(*history_[b]);
+    }
+    absl::StatusOr<std::vector<alerts::OutboxItem>> items =
+        ReadGroup(buckets, ids, std::max<size_t>(1, max / buckets.size()), /*history=*/true);
+    if (!items.ok() || !items->empty()) return items;
+  }
+
+  // New entries. COUNT is per stream: name at most `max` streams, rotating, so that the total
+  // stays within `max` and no bucket is starved.
+  std::vector<int> buckets;
+  const size_t named = std::min(max, n);
+  for (size_t i = 0; i < named; ++i) {
+    buckets.push_back(static_cast<int>((next_fetch_bucket_ + i) % n));
+  }
+  next_fetch_bucket_ = (next_fetch_bucket_ + named) % n;
+  const std::vector<std::string> ids(buckets.size(), ">");
+  return ReadGroup(buckets, ids, max / named, /*history=*/false);
+}
+
+absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Claim(size_t max) {
+  std::vector<alerts::OutboxItem> out;
+  if (max == 0) return out;
+  if (absl::Status st = EnsureGroups(); !st.ok()) return st;
+  const std::string min_idle = Millis(options_.claim_min_idle);
+  for (size_t step = 0; step < streams_.size() && out.size() < max; ++step) {
+    const size_t b = next_claim_bucket_;
+    next_claim_bucket_ = (next_claim_bucket_ + 1) % streams_.size();
+    absl::StatusOr<Reply> reply =
+        RunOne({"XAUTOCLAIM", streams_[b], options_.group, options_.consumer, min_idle,
+                claim_cursor_[b], "COUNT", absl::StrCat(max - out.size())});
+    if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+    // Redis 7: [next_cursor, [[id, fields]…], [deleted ids]]; deleted ones leave the PEL by
+    // themselves.
+    if (!reply->is_array() || reply->elements.size() < 2 || !reply->elements[0].is_string()) {
+      return absl::InternalError("redis outbox: unexpected XAUTOCLAIM reply");
+    }
+    claim_cursor_[b] = reply->elements[0].str;
+    if (absl::Status st = TakeEntries(static_cast<int>(b), reply->elements[1],
+                                      /*read_counts=*/true, out);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return out;
+}
+
+absl::Status RedisOutbox::Ack(const alerts::OutboxHandle& handle) {
+  if (handle.stream >= streams_.size()) {
+    return absl::InvalidArgumentError("redis outbox: handle of another outbox");
+  }
+  const std::string& stream = streams_[handle.stream];
+  std::vector<absl::StatusOr<Reply>> replies =
+      Run({{"XACK", stream, options_.group, handle.id}, {"XDEL", stream, handle.id}});
+  for (const absl::StatusOr<Reply>& reply : replies) {
+    if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<alerts::OutboxHandle>> RedisOutbox::Renew(
+    std::span<const alerts::OutboxHandle> held) {
+  std::vector<alerts::OutboxHandle> lost;
+  std::map<uint32_t, std::vector<std::string>> by_stream;
+  for (const alerts::OutboxHandle& h : held) {
+    if (h.stream >= streams_.size()) {
+      lost.push_back(h);
+    } else {
+      by_stream[h.stream].push_back(h.id);
+    }
+  }
+  std::vector<Argv> commands;
+  for (const auto& [stream, ids] : by_stream) {
+    Argv argv = {
+        "EVAL",           std::string(kOutboxRenewScript), "1", streams_[stream], options_.group,
+        options_.consumer};
+    argv.insert(argv.end(), ids.begin(), ids.end());
+    commands.push_back(std::move(argv));
+  }
+  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
+  size_t i = 0;
+  for (const auto& [stream, ids] : by_stream) {
+    const absl::StatusOr<Reply>& reply = replies[i++];
+    if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+    if (!reply->is_array() || reply->elements.size() != ids.size()) {
+      return absl::InternalError("redis outbox: unexpected renew reply");
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (reply->elements[k].integer != 1) lost.push_back({.stream = stream, .id = ids[k]});
+    }
+  }
+  return lost;
+}
+
+absl::StatusOr<alerts::OutboxStats> RedisOutbox::Stats() {
+  std::vector<Argv> commands;
+  for (const std::string& stream : streams_) {
+    commands.push_back({"XLEN", stream});
+    commands.push_back({"XRANGE", stream, "-", "+", "COUNT", "1"});
+  }
+  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
+  alerts::OutboxStats stats;
+  for (size_t i = 0; i + 1 < replies.size(); i += 2) {
+    if (absl::Status st = CheckReply(replies[i]); !st.ok()) return st;
+    if (absl::Status st = CheckReply(replies[i + 1]); !st.ok()) return st;
+    stats.depth += replies[i]->integer;
+    const Reply& range = *replies[i + 1];
+    if (!range.is_array() || range.elements.empty()) continue;
+    const Reply& entry = range.elements[0];
+    if (entry.elements.size() != 2) continue;
+    std::optional<AlertEvent> event = ParseEvent(entry.elements[1]);
+    if (event && (!stats.oldest_event || event->occurred_at < *stats.oldest_event)) {
+      stats.oldest_event = event->occurred_at;
+    }
+  }
+  return stats;
+}
+
+}  // namespace sluice::redis
