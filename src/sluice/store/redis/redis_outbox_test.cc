@@ -1,8 +1,10 @@
 #include "sluice/store/redis/redis_outbox.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sluice/alerts/dispatcher.h"
+#include "sluice/common/clock.h"
 #include "sluice/store/redis/test_redis_server.h"
 
 namespace sluice::redis {
@@ -298,6 +302,50 @@ TEST_F(RedisOutboxTest, FailsCleanlyWhenRedisIsDown) {
   EXPECT_FALSE(outbox->Fetch(10).ok());
   EXPECT_FALSE(outbox->Claim(10).ok());
   EXPECT_FALSE(outbox->Stats().ok());
+}
+
+class RecordingSink final : public alerts::Sink {
+ public:
+  const std::string& name() const override { return name_; }
+  alerts::Outcome Deliver(const AlertEvent& event, const alerts::Contact&, int) override {
+    {
+      std::lock_guard lock(mu_);
+      subjects_.push_back(event.subject);
+    }
+    cv_.notify_all();
+    return {.kind = alerts::Outcome::Kind::kDelivered};
+  }
+  std::vector<std::string> WaitForCalls(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, 5s, [&] { return subjects_.size() >= n; });
+    return subjects_;
+  }
+
+ private:
+  const std::string name_ = "webhook";
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> subjects_;
+};
+
+TEST_F(RedisOutboxTest, DispatcherDeliversEveryBucketsEntriesAndEmptiesTheStreams) {
+  for (int i = 0; i < 6; ++i) Add(i % kBuckets, Event(absl::StrCat("user-", i)));
+  auto outbox = Outbox("a");
+  RecordingSink sink;
+  SystemClock clock;
+  alerts::Dispatcher dispatcher(outbox.get(), {&sink}, &clock,
+                                {.poll_interval = absl::Milliseconds(10)});
+  dispatcher.Start();
+
+  EXPECT_THAT(sink.WaitForCalls(6), ::testing::UnorderedElementsAre("user-0", "user-1", "user-2",
+                                                                    "user-3", "user-4", "user-5"));
+  // The coordinator acks right after the last result; Stop() acks whatever has finished.
+  dispatcher.Stop();
+  EXPECT_EQ(dispatcher.acked(), 6u);
+  for (int b = 0; b < kBuckets; ++b) {
+    EXPECT_EQ(Len(b), 0) << "bucket " << b;
+    EXPECT_EQ(PendingCount(b), 0) << "bucket " << b;
+  }
 }
 
 TEST(OutboxStreamKeyTest, MatchesTheStoreLayout) {
