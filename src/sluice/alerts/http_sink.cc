@@ -143,7 +143,14 @@ Outcome PostJson(const std::string& url, const std::vector<std::string>& headers
   if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && body_sink.capped && status > 0)) {
     return TransportFailure(code);
   }
-  return FromStatus(status, h, params.clock->Now(), params.options.max_retry_after);
+  Outcome out = FromStatus(status, h, params.clock->Now(), params.options.max_retry_after);
+  if (out.kind == Outcome::Kind::kGone && params.kind == HttpSinkParams::Kind::kSubjectWebhook) {
+    // One subject's endpoint is gone, not the sink: every subject has its own URL, so disabling
+    // the sink would silence all of them. This event is done for; the others still go out.
+    out.kind = Outcome::Kind::kPermanent;
+    out.detail = "http 410 (the subject's webhook is gone)";
+  }
+  return out;
 }
 
 }  // namespace

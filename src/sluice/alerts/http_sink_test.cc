@@ -185,6 +185,15 @@ TEST_F(HttpSinkTest, GoneIsGone) {
   EXPECT_EQ(outcome.detail, "http 410");
 }
 
+// Each subject has its own URL: one customer's 410 must not silence the sink for every subject.
+TEST_F(HttpSinkTest, AGoneSubjectWebhookIsPermanentForThatEventNotGone) {
+  receiver_.set_response({.status = 410});
+  HttpSink sink = Sink(HttpSinkParams::Kind::kSubjectWebhook, "");
+  const Outcome outcome = sink.Deliver(Event(), {.webhook = receiver_.Url()}, 1);
+  EXPECT_EQ(outcome.kind, Kind::kPermanent);
+  EXPECT_EQ(outcome.detail, "http 410 (the subject's webhook is gone)");
+}
+
 TEST_F(HttpSinkTest, OtherClientErrorsArePermanent) {
   EXPECT_EQ(DeliverAnswered({.status = 400}).kind, Kind::kPermanent);
   EXPECT_EQ(DeliverAnswered({.status = 401}).kind, Kind::kPermanent);

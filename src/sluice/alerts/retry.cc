@@ -51,9 +51,10 @@ absl::Duration DecorrelatedJitterDelay(const config::RetryConfig& retry, absl::D
 
 absl::Duration NextRetryDelay(const config::RetryConfig& retry, int attempt,
                               std::optional<absl::Duration> retry_after, absl::BitGenRef gen) {
-  absl::Duration delay = FullJitterDelay(retry, attempt, gen);
-  if (retry_after.has_value()) delay = std::max(delay, *retry_after);
-  return std::min(delay, retry.max_delay);
+  // The receiver knows best when it can take the event again: its Retry-After wins even over
+  // max_delay (retrying sooner would only earn another 429). It is already bounded by the sink.
+  const absl::Duration delay = std::min(FullJitterDelay(retry, attempt, gen), retry.max_delay);
+  return retry_after.has_value() ? std::max(delay, *retry_after) : delay;
 }
 
 std::optional<absl::Duration> ParseRetryAfter(std::string_view value, absl::Time now,

@@ -32,8 +32,9 @@ namespace sluice::alerts {
 [[nodiscard]] absl::Duration DecorrelatedJitterDelay(const config::RetryConfig& retry,
                                                      absl::Duration previous, absl::BitGenRef gen);
 
-// The wait before the next attempt: the jittered backoff, but at least what the receiver asked for
-// in Retry-After (already bounded by ParseRetryAfter), and at most max_delay.
+// The wait before the next attempt: the jittered backoff (at most max_delay), but at least what the
+// receiver asked for in Retry-After (already bounded by ParseRetryAfter and the sink's
+// max_retry_after), even when that is longer than max_delay.
 [[nodiscard]] absl::Duration NextRetryDelay(const config::RetryConfig& retry, int attempt,
                                             std::optional<absl::Duration> retry_after,
                                             absl::BitGenRef gen);

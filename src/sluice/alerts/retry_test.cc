@@ -106,9 +106,18 @@ TEST(NextRetryDelayTest, IgnoresAShorterRetryAfter) {
   }
 }
 
-TEST(NextRetryDelayTest, NeverBeyondMaxDelay) {
+TEST(NextRetryDelayTest, RetryAfterWinsOverMaxDelay) {
   std::mt19937_64 gen(5);
-  EXPECT_EQ(NextRetryDelay(Retry(), 1, absl::Hours(5), gen), absl::Hours(1));
+  config::RetryConfig short_retry = Retry();
+  short_retry.max_delay = absl::Seconds(30);
+  EXPECT_EQ(NextRetryDelay(short_retry, 1, absl::Minutes(2), gen), absl::Minutes(2));
+}
+
+TEST(NextRetryDelayTest, BackoffAloneNeverBeyondMaxDelay) {
+  std::mt19937_64 gen(5);
+  for (int attempt = 1; attempt < 40; ++attempt) {
+    ASSERT_LE(NextRetryDelay(Retry(), attempt, std::nullopt, gen), absl::Hours(1));
+  }
 }
 
 class ParseRetryAfterTest : public ::testing::Test {

@@ -36,7 +36,6 @@ absl::Status GlobalInit() {
 
 std::vector<std::unique_ptr<Sink>> BuildSinks(const config::AlertsConfig& config,
                                               const Clock* clock, SinkOptions options) {
-  options.max_retry_after = std::min(options.max_retry_after, config.retry.max_delay);
   std::vector<std::unique_ptr<Sink>> sinks;
   std::map<std::string, int> seen;
   const std::string* subject_secret = nullptr;

@@ -35,7 +35,8 @@ struct SinkOptions {
 // without one). The subject webhook is signed with the secret of the first webhook sink that has
 // one, or unsigned when none has: sluice.yaml has no per-key secret, and a receiver the operator
 // configured as both is then verifiable with the secret it already knows.
-// Retry-After is bounded by min(options.max_retry_after, config.retry.max_delay).
+// Retry-After is bounded by options.max_retry_after (it may exceed config.retry.max_delay: the
+// receiver knows when it can take the event again).
 // REQUIRES: `config` passed sluice.yaml validation (secrets decode, URLs have the right scheme); a
 // webhook sink whose secret does not decode fails every delivery as kPermanent instead of sending
 // unsigned. `clock` must outlive the sinks. GlobalInit() has been called.

@@ -95,12 +95,12 @@ TEST_F(BuildSinksTest, SubjectWebhookIsUnsignedWhenNoWebhookHasASecret) {
   EXPECT_FALSE(requests[0].HasHeader("webhook-signature"));
 }
 
-TEST_F(BuildSinksTest, RetryAfterIsBoundedByTheConfiguredMaxDelay) {
+TEST_F(BuildSinksTest, RetryAfterIsHonouredBeyondMaxDelayUpToTheSinkBound) {
   config_.retry.max_delay = absl::Minutes(2);
-  HttpReceiver receiver({.status = 429, .headers = {{"Retry-After", "3600"}}});
+  HttpReceiver receiver({.status = 429, .headers = {{"Retry-After", "600"}}});
   const Outcome outcome = SubjectWebhook()->Deliver(Event(), {.webhook = receiver.Url()}, 1);
   EXPECT_EQ(outcome.kind, Kind::kRetry);
-  EXPECT_EQ(outcome.retry_after, absl::Minutes(2));
+  EXPECT_EQ(outcome.retry_after, absl::Minutes(10));
 }
 
 TEST(GlobalInitTest, CanBeCalledMoreThanOnce) {

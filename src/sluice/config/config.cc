@@ -664,7 +664,12 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 
 absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry", "lease"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("lease"), alerts.lease));
+  if (alerts.lease < absl::Seconds(1)) {
+    return Error(f.Get("lease").path,
+                 absl::StrCat("must be at least 1s, got ", absl::FormatDuration(alerts.lease)));
+  }
   SLUICE_RETURN_IF_ERROR(ForEachItem(f.Get("sinks"), [&](const Field& item, size_t) {
     return ParseSink(item, alerts.sinks.emplace_back());
   }));

@@ -104,6 +104,9 @@ struct RetryConfig {
 struct AlertsConfig {
   std::vector<SinkConfig> sinks;
   RetryConfig retry;
+  // Redis store: how long an instance may hold an undelivered alert without renewing its claim
+  // (it renews every lease/3 while it retries) before another instance takes the alert over.
+  absl::Duration lease = absl::Seconds(60);
 };
 
 struct Config {

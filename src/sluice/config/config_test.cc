@@ -199,6 +199,15 @@ TEST_F(ConfigTest, OmittedSectionsTakeTheirDefaults) {
   EXPECT_EQ(config->alerts.retry.max_attempts, 10);
   EXPECT_EQ(config->alerts.retry.first_delay, absl::Seconds(5));
   EXPECT_EQ(config->alerts.retry.max_delay, absl::Hours(1));
+  EXPECT_EQ(config->alerts.lease, absl::Seconds(60));
+}
+
+TEST_F(ConfigTest, AlertLeaseIsReadAndBounded) {
+  absl::StatusOr<Config> config = ParseConfig(WithPlan("alerts:\n  lease: 5s\n"), "test.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->alerts.lease, absl::Seconds(5));
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  lease: 500ms\n")),
+            "test.yaml: alerts.lease: must be at least 1s, got 500ms");
 }
 
 TEST_F(ConfigTest, FieldWrittenWithoutValueTakesItsDefault) {

@@ -305,9 +305,10 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
     co_return res;
   }
   const bool metrics_path = path == "/metrics";
+  const bool dead_path = path == "/v1/alerts/dead" && dead_letters_ != nullptr;
   constexpr std::string_view kUsagePrefix = "/v1/usage/";
   const bool usage_path = path.substr(0, kUsagePrefix.size()) == kUsagePrefix;
-  if (!metrics_path && !usage_path) co_return NotFound(version);
+  if (!metrics_path && !usage_path && !dead_path) co_return NotFound(version);
 
   std::string_view authorization;
   if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
@@ -325,6 +326,10 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
     res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     res.body() = registry_->Render();
     co_return res;
+  }
+  if (dead_path) {
+    if (!get) co_return MethodNotAllowed("GET", version);
+    co_return JsonResponse(200, dead_letters_(), version, true);
   }
   if (!get && req.method() != bhttp::verb::delete_)
     co_return MethodNotAllowed("GET, DELETE", version);

@@ -8,6 +8,7 @@
 #define SLUICE_HTTP_ROUTES_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -76,9 +77,13 @@ class DataPlane final : public RequestHandler {
 
 class AdminPlane final : public RequestHandler {
  public:
+  // `dead_letters` renders the body of GET /v1/alerts/dead (a JSON object); null: 404.
   AdminPlane(const FrontendHolder* frontend, HttpMetrics* metrics,
-             const metrics::Registry* registry)
-      : frontend_(frontend), metrics_(metrics), registry_(registry) {}
+             const metrics::Registry* registry, std::function<std::string()> dead_letters = nullptr)
+      : frontend_(frontend),
+        metrics_(metrics),
+        registry_(registry),
+        dead_letters_(std::move(dead_letters)) {}
   boost::asio::awaitable<Response> Handle(Request& req, const Peer& peer) override;
 
  private:
@@ -90,6 +95,7 @@ class AdminPlane final : public RequestHandler {
   const FrontendHolder* frontend_;
   HttpMetrics* metrics_;
   const metrics::Registry* registry_;
+  std::function<std::string()> dead_letters_;
 };
 
 // True if `authorization` is "Bearer <token>" with the admin token. Constant time in the token's

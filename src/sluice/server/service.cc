@@ -13,6 +13,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "sluice/alerts/dead_letters.h"
+#include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
@@ -20,11 +22,13 @@
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
+#include "sluice/server/alert_delivery.h"
 #include "sluice/store/memory/maintainer.h"
 #include "sluice/store/memory/memory_store.h"
 #include "sluice/store/memory/snapshot.h"
 #include "sluice/store/redis/clock_sync.h"
 #include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/redis_outbox.h"
 #include "sluice/store/redis/redis_store.h"
 
 namespace sluice::server {
@@ -222,7 +226,9 @@ int Serve(const std::string& config_path) {
 
   http::FrontendHolder frontend(std::move(*initial));
   http::DataPlane data_plane(&frontend, &http_metrics);
-  http::AdminPlane admin_plane(&frontend, &http_metrics, &registry);
+  alerts::DeadLetterList dead_letters;
+  http::AdminPlane admin_plane(&frontend, &http_metrics, &registry,
+                               [&dead_letters] { return DeadLettersJson(dead_letters); });
   http::HttpServer data_server(&data_plane, {});
   http::HttpServer admin_server(&admin_plane, {.max_connections = 64});
 
@@ -268,6 +274,21 @@ int Serve(const std::string& config_path) {
     });
   }
 
+  // Alert delivery runs on its own threads (DESIGN §4); a reload rebuilds it.
+  if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
+    Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
+    return kExitFailure;
+  }
+  const AlertDeliveryContext alert_context{.memory_outbox = &memory_store.outbox(),
+                                           .use_redis = use_redis,
+                                           .redis_connection = redis_options,
+                                           .redis_key_prefix = cfg.store.redis.key_prefix,
+                                           .redis_consumer = redis::DefaultConsumerName(),
+                                           .clock = &clock,
+                                           .registry = &registry,
+                                           .dead_letters = &dead_letters};
+  auto alert_delivery = std::make_unique<AlertDelivery>(cfg, alert_context);
+
   // Signals are handled on the main thread's own io_context.
   asio::io_context control(1);
   asio::signal_set signals(control, SIGTERM, SIGINT, SIGHUP);
@@ -295,6 +316,10 @@ int Serve(const std::string& config_path) {
           } else {
             WarnAboutRestartOnlyChanges(cfg, next);
             frontend.Set(std::move(*fe));
+            // Waits for the sink calls in flight (each bounded by its timeout); what they did
+            // not finish stays in the outbox for the new dispatcher.
+            alert_delivery.reset();
+            alert_delivery = std::make_unique<AlertDelivery>(next, alert_context);
             Log(LogLevel::kInfo, "configuration reloaded")
                 .Str("config", config_path)
                 .Int("plans", static_cast<int64_t>(next.plans.size()))
@@ -333,6 +358,8 @@ int Serve(const std::string& config_path) {
   clock_sync.reset();
   redis_connections.clear();
   contexts.clear();
+  // Before the final snapshot, so that what was delivered is acked and not saved.
+  alert_delivery.reset();
   absl::Status saved = maintainer.Stop();
   if (!saved.ok()) {
     Log(LogLevel::kError, "final snapshot failed").Error(saved);

@@ -1,0 +1,82 @@
+#include "sluice/server/alert_delivery.h"
+
+#include <string_view>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "nlohmann/json.hpp"
+#include "sluice/alerts/event_json.h"
+#include "sluice/alerts/memory_outbox_source.h"
+#include "sluice/alerts/sinks.h"
+#include "sluice/common/strings.h"
+#include "sluice/store/redis/redis_outbox.h"
+
+namespace sluice::server {
+namespace {
+
+// subject -> its email and webhook from keys[] (the first key of a subject that names one).
+using Contacts = absl::flat_hash_map<std::string, alerts::Contact>;
+
+Contacts ContactsOf(const config::Config& cfg) {
+  Contacts contacts;
+  for (const config::KeyConfig& key : cfg.keys) {
+    alerts::Contact& c = contacts[key.subject];
+    if (c.email.empty()) c.email = key.email;
+    if (c.webhook.empty()) c.webhook = key.webhook;
+  }
+  return contacts;
+}
+
+}  // namespace
+
+AlertDelivery::AlertDelivery(const config::Config& cfg, const AlertDeliveryContext& ctx) {
+  if (ctx.use_redis) {
+    // Its own connection, with a looser timeout than decisions: it moves batches, off the
+    // request path.
+    redis::ConnectionOptions connection = ctx.redis_connection;
+    connection.command_timeout = std::chrono::milliseconds(2000);
+    source_ = std::make_unique<redis::RedisOutbox>(
+        redis::RedisOutboxOptions{.connection = connection,
+                                  .key_prefix = ctx.redis_key_prefix,
+                                  .consumer = ctx.redis_consumer,
+                                  .claim_min_idle = cfg.alerts.lease});
+  } else {
+    source_ = std::make_unique<alerts::MemoryOutboxSource>(ctx.memory_outbox);
+  }
+  sinks_ = alerts::BuildSinks(cfg.alerts, ctx.clock, alerts::SinkOptions{});
+  std::vector<alerts::Sink*> sinks;
+  for (const auto& s : sinks_) sinks.push_back(s.get());
+  auto contacts = std::make_shared<const Contacts>(ContactsOf(cfg));
+  dispatcher_ = std::make_unique<alerts::Dispatcher>(
+      source_.get(), std::move(sinks), ctx.clock,
+      alerts::DispatcherOptions{
+          .retry = cfg.alerts.retry,
+          .contacts = [contacts](std::string_view subject) -> alerts::Contact {
+            auto it = contacts->find(ToAbsl(subject));
+            return it == contacts->end() ? alerts::Contact{} : it->second;
+          },
+          .dead_letters = ctx.dead_letters,
+          .metrics = ctx.registry});
+  dispatcher_->Start();
+}
+
+AlertDelivery::~AlertDelivery() { Stop(); }
+
+void AlertDelivery::Stop() {
+  if (dispatcher_ != nullptr) dispatcher_->Stop();
+}
+
+std::string DeadLettersJson(const alerts::DeadLetterList& list) {
+  nlohmann::json letters = nlohmann::json::array();
+  for (const alerts::DeadLetter& d : list.Snapshot()) {
+    letters.push_back({{"event", nlohmann::json::parse(alerts::EventJson(d.event))},
+                       {"sink", d.sink},
+                       {"reason", d.reason},
+                       {"attempts", d.attempts},
+                       {"failed_at", alerts::Rfc3339Millis(d.failed_at)}});
+  }
+  nlohmann::json out = {{"dead_letters", std::move(letters)}, {"dropped", list.dropped()}};
+  return out.dump();
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,60 @@
+// Alert delivery as the server runs it (DESIGN §4): the store's outbox as an OutboxSource, the
+// configured sinks, and a Dispatcher on its own threads. Built from a validated config at start and
+// again at every reload (new sinks and contacts; a sink disabled by a 410 comes back).
+#ifndef SLUICE_SERVER_ALERT_DELIVERY_H_
+#define SLUICE_SERVER_ALERT_DELIVERY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/alerts/dead_letters.h"
+#include "sluice/alerts/dispatcher.h"
+#include "sluice/alerts/outbox_source.h"
+#include "sluice/alerts/sink.h"
+#include "sluice/common/clock.h"
+#include "sluice/config/config.h"
+#include "sluice/metrics/metrics.h"
+#include "sluice/store/memory/outbox.h"
+#include "sluice/store/redis/connection.h"
+
+namespace sluice::server {
+
+// What stays the same across reloads.
+struct AlertDeliveryContext {
+  Outbox* memory_outbox = nullptr;  // the memory store's outbox, or
+  bool use_redis = false;           // the Redis store's streams:
+  redis::ConnectionOptions redis_connection;
+  std::string redis_key_prefix;
+  std::string redis_consumer;  // one name per process, so a reload resumes what it held
+  const Clock* clock = nullptr;
+  metrics::Registry* registry = nullptr;
+  alerts::DeadLetterList* dead_letters = nullptr;
+};
+
+class AlertDelivery {
+ public:
+  // Builds and starts delivery for `cfg`.
+  AlertDelivery(const config::Config& cfg, const AlertDeliveryContext& ctx);
+  // Stops (see Stop()).
+  ~AlertDelivery();
+  AlertDelivery(const AlertDelivery&) = delete;
+  AlertDelivery& operator=(const AlertDelivery&) = delete;
+
+  // Waits for the sink calls in progress (each bounded by its timeout), acks what they completed
+  // and leaves everything else in the outbox. Idempotent.
+  void Stop();
+
+ private:
+  std::unique_ptr<alerts::OutboxSource> source_;
+  std::vector<std::unique_ptr<alerts::Sink>> sinks_;
+  std::unique_ptr<alerts::Dispatcher> dispatcher_;
+};
+
+// The body of GET /v1/alerts/dead: {"dead_letters":[{"event":{…},"sink","reason","attempts",
+// "failed_at"}…],"dropped":N}, oldest first.
+[[nodiscard]] std::string DeadLettersJson(const alerts::DeadLetterList& list);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_ALERT_DELIVERY_H_
