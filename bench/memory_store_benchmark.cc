@@ -87,6 +87,22 @@ void BM_DecisionMillionSubjects(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// Cost as the number of active subjects grows (1 thread): the same scattered walk over `n` subjects,
+// all created before timing starts, so growth in cost with n (cache and TLB misses) is visible.
+void BM_DecisionScaling(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    Decide(g_fixture->subjects[i % n]);
+    i += 104729;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+void ActiveSubjects(const benchmark::State& state) {
+  FreshStore(state);
+  for (int64_t i = 0; i < state.range(0); ++i) Decide(g_fixture->subjects[i]);
+}
+
 // Heap bytes held per active subject after `n` subjects each made one decision.
 void BM_MemoryPerSubject(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
@@ -118,6 +134,13 @@ BENCHMARK(BM_DecisionMillionSubjects)
     ->Teardown(DropStore)
     ->Threads(1)
     ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_DecisionScaling)
+    ->Setup(ActiveSubjects)
+    ->Teardown(DropStore)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
     ->UseRealTime();
 BENCHMARK(BM_MemoryPerSubject)
     ->Arg(10'000)

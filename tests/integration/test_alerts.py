@@ -122,6 +122,7 @@ class MemoryStoreAlertsTest(Fixture):
         self.assertEqual(results.count(True), 100)
         self.wait_acked([svc], 2)
         self.assert_one_event_per_threshold_and_sink(100)
+        self.assertEqual(metric(svc, "sluice_alert_events_recorded_total"), 2)
         self.assertEqual(metric(svc, "sluice_alert_deliveries_total"), 8)
 
     def test_500_three_times_then_200_is_delivered_with_one_id_on_the_backoff_schedule(self):
@@ -302,6 +303,7 @@ class RedisStoreAlertsTest(Fixture):
         self.assertEqual(results.count(True), 100)
         self.wait_acked([a, b], 2)
         self.assert_one_event_per_threshold_and_sink(100)
+        self.assertEqual(sum(metric(s, "sluice_alert_events_recorded_total") for s in (a, b)), 2)
         client = self.redis.client()
         for key in client.call("KEYS", "sl:*:outbox"):
             self.assertEqual(client.call("XLEN", key), 0, key)  # acked and deleted

@@ -15,19 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "sluice/alerts/curl_handle.h"
 #include "sluice/alerts/event_json.h"
 
 namespace sluice::alerts {
 namespace {
-
-struct CurlDeleter {
-  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
-using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
 
 // Appends `item`; false when out of memory.
 bool Append(SlistPtr& list, const std::string& item) {

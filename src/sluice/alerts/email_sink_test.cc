@@ -11,6 +11,7 @@
 #include "sluice/alerts/sinks.h"
 #include "sluice/alerts/test_receiver.h"
 #include "sluice/common/clock.h"
+#include "sluice/limiter/sample_alert_event.h"
 
 namespace sluice::alerts {
 namespace {
@@ -24,17 +25,7 @@ using ::testing::Not;
 using ::testing::StartsWith;
 using Kind = Outcome::Kind;
 
-AlertEvent Event() {
-  return {.subject = "user-42",
-          .plan = "free",
-          .limit = "daily",
-          .threshold = 80,
-          .used = 4000,
-          .quota = 5000,
-          .window_start = absl::FromUnixSeconds(1'795'996'800),
-          .window_end = absl::FromUnixSeconds(1'796'083'200),
-          .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
-}
+AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 // The header lines of a DATA section, up to the blank line.
 std::vector<std::string> HeaderLines(const std::string& data) {

@@ -6,22 +6,13 @@
 
 #include "absl/time/time.h"
 #include "sluice/limiter/alert_event.h"
+#include "sluice/limiter/sample_alert_event.h"
 
 namespace sluice::alerts {
 namespace {
 
 // user-42 reached 80% of the free plan's daily limit on 2026-11-30 (UTC), as in DESIGN §2.
-AlertEvent Event() {
-  return {.subject = "user-42",
-          .plan = "free",
-          .limit = "daily",
-          .threshold = 80,
-          .used = 4000,
-          .quota = 5000,
-          .window_start = absl::FromUnixSeconds(1'795'996'800),
-          .window_end = absl::FromUnixSeconds(1'796'083'200),
-          .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
-}
+AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 TEST(EventJsonTest, IsTheDesignDocumentsJsonByteForByte) {
   EXPECT_EQ(EventJson(Event()),

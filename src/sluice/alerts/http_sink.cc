@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "sluice/alerts/curl_handle.h"
 #include "sluice/alerts/event_json.h"
 #include "sluice/alerts/retry.h"
 #include "sluice/alerts/webhook_signature.h"
@@ -29,15 +30,6 @@ using Kind = HttpSinkParams::Kind;
 
 // A receiver's body is never used; this much is read (and dropped) before the transfer is cut.
 constexpr size_t kMaxResponseBody = 64 * 1024;
-
-struct CurlDeleter {
-  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-using CurlPtr = std::unique_ptr<CURL, CurlDeleter>;
-using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
 
 struct BodySink {
   size_t received = 0;

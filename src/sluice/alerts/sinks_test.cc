@@ -12,6 +12,7 @@
 #include "sluice/alerts/webhook_signature.h"
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
+#include "sluice/limiter/sample_alert_event.h"
 
 namespace sluice::alerts {
 namespace {
@@ -24,17 +25,7 @@ using Type = config::SinkConfig::Type;
 
 constexpr char kSecret[] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-AlertEvent Event() {
-  return {.subject = "user-42",
-          .plan = "free",
-          .limit = "daily",
-          .threshold = 80,
-          .used = 4000,
-          .quota = 5000,
-          .window_start = absl::FromUnixSeconds(1'795'996'800),
-          .window_end = absl::FromUnixSeconds(1'796'083'200),
-          .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
-}
+AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 class BuildSinksTest : public ::testing::Test {
  protected:

@@ -1,4 +1,5 @@
 #include "sluice/limiter/alert_event.h"
+#include "sluice/limiter/sample_alert_event.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,17 +14,7 @@ namespace {
 using ::testing::MatchesRegex;
 
 // user-42 reached 80% of the free plan's daily limit on 2026-11-30 (UTC).
-AlertEvent Event() {
-  return {.subject = "user-42",
-          .plan = "free",
-          .limit = "daily",
-          .threshold = 80,
-          .used = 4000,
-          .quota = 5000,
-          .window_start = absl::FromUnixSeconds(1'795'996'800),
-          .window_end = absl::FromUnixSeconds(1'796'083'200),
-          .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
-}
+AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 TEST(AlertEventIdTest, IsQaFollowedBy32LowercaseHexDigits) {
   EXPECT_THAT(Event().Id(), MatchesRegex("qa_[0-9a-f]{32}"));

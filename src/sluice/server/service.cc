@@ -204,11 +204,22 @@ int Serve(const std::string& config_path) {
       "sluice_memory_subjects", "Subjects with live counters in the memory store.",
       [&memory_store] { return static_cast<double>(memory_store.subject_count()); });
   registry.AddCallbackGauge(
-      "sluice_outbox_depth", "Alert events waiting for delivery.",
+      "sluice_outbox_depth", "Alert events waiting for delivery in the memory store's outbox.",
       [&memory_store] { return static_cast<double>(memory_store.outbox().size()); });
   registry.AddCallbackCounter(
-      "sluice_outbox_refused_total", "Alert events refused because the outbox was full (re-armed).",
-      [&memory_store] { return static_cast<double>(memory_store.outbox().refused()); });
+      "sluice_alert_events_recorded_total",
+      "Alert events recorded in the outbox by this process's decisions.",
+      [&memory_store, &redis_store, use_redis] {
+        return static_cast<double>(use_redis ? redis_store.events_recorded()
+                                             : memory_store.outbox().recorded());
+      });
+  registry.AddCallbackCounter(
+      "sluice_outbox_refused_total",
+      "Thresholds not recorded because the outbox was full (they stay armed and fire later).",
+      [&memory_store, &redis_store, use_redis] {
+        return static_cast<double>(use_redis ? redis_store.events_refused()
+                                             : memory_store.outbox().refused());
+      });
   registry.AddCallbackGauge(
       "sluice_snapshot_failures", "Snapshot saves that failed since start.",
       [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });

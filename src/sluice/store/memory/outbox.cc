@@ -9,6 +9,7 @@ bool Outbox::Push(AlertEvent event) {
     return false;
   }
   events_.emplace(next_seq_++, std::move(event));
+  ++recorded_;
   return true;
 }
 
@@ -40,6 +41,11 @@ void Outbox::Restore(std::vector<Entry> entries) {
 size_t Outbox::size() const {
   absl::MutexLock lock(&mu_);
   return events_.size();
+}
+
+uint64_t Outbox::recorded() const {
+  absl::MutexLock lock(&mu_);
+  return recorded_;
 }
 
 uint64_t Outbox::refused() const {

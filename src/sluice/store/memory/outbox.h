@@ -43,6 +43,8 @@ class Outbox {
 
   [[nodiscard]] size_t size() const;
   [[nodiscard]] uint64_t refused() const;
+  // Events pushed since construction (a snapshot's restored events not included).
+  [[nodiscard]] uint64_t recorded() const;
   [[nodiscard]] size_t capacity() const { return capacity_; }
 
  private:
@@ -51,6 +53,7 @@ class Outbox {
   std::map<uint64_t, AlertEvent> events_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice

@@ -166,7 +166,7 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
   const size_t n = req.plan->limits.size();
   RunScript(
       connection_for_thread_(), DecideCommand(req),
-      [n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+      [this, n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
           std::move(done)(ConnectionFailure(reply.status()));
           return;
@@ -184,6 +184,12 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
         if (!reply->is_array() || reply->elements.size() != n + 3) {
           std::move(done)(absl::InternalError("redis: unexpected reply to decide.lua"));
           return;
+        }
+        if (const int64_t fired = reply->elements[n + 1].integer; fired > 0) {
+          recorded_.fetch_add(static_cast<uint64_t>(fired), std::memory_order_relaxed);
+        }
+        if (const int64_t refused = reply->elements[n + 2].integer; refused > 0) {
+          refused_.fetch_add(static_cast<uint64_t>(refused), std::memory_order_relaxed);
         }
         StoreResult result;
         result.allowed = reply->elements[0].integer == 1;

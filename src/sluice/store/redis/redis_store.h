@@ -7,6 +7,7 @@
 #ifndef SLUICE_STORE_REDIS_REDIS_STORE_H_
 #define SLUICE_STORE_REDIS_REDIS_STORE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -60,6 +61,10 @@ class RedisStore final : public Store {
   [[nodiscard]] std::string CounterKey(const StoreRequest& req, size_t i) const;
   [[nodiscard]] std::string FlagsKey(const StoreRequest& req, size_t i) const;
   [[nodiscard]] std::string OutboxKey(int bucket) const;
+  // Alert events the script recorded in the outbox streams, and thresholds it could not record
+  // because a stream was full (they stay armed), as reported by this process's decisions.
+  [[nodiscard]] uint64_t events_recorded() const { return recorded_.load(std::memory_order_relaxed); }
+  [[nodiscard]] uint64_t events_refused() const { return refused_.load(std::memory_order_relaxed); }
   // SHA-1 (hex) of decide.lua, for EVALSHA.
   [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
 
@@ -69,6 +74,8 @@ class RedisStore final : public Store {
   std::function<Connection*()> connection_for_thread_;
   RedisStoreOptions options_;
   std::string script_sha_;
+  std::atomic<uint64_t> recorded_{0};
+  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace sluice::redis
