@@ -206,6 +206,22 @@ class MemoryStoreAlertsTest(Fixture):
         self.assertEqual(len(set(starts)), 2, starts)
         self.assertEqual(len({event_of(r)["id"] for r in hooks}), 2)
 
+    def test_a_reload_that_changes_the_quota_does_not_resend_a_sent_threshold(self):
+        svc = self.service(alerts_yaml(self.http, alert_at="[50]", quota=10))
+        spend(svc, "alice", 5, workers=1)  # 50% of 10
+        self.wait_acked([svc], 1)
+        svc.rewrite(alerts_yaml(self.http, alert_at="[50]", quota=20))
+        svc.server.proc.send_signal(signal.SIGHUP)
+        svc.server.wait_for_line("configuration reloaded")
+        body = svc.check({"subject": "alice", "plan": "free", "cost": 0})[2]
+        self.assertEqual((body["limits"][0]["quota"], body["limits"][0]["used"]), (20, 5))
+        spend(svc, "alice", 10, workers=1)  # 15 of 20: past 50% again, in the same window
+        self.assertEqual(svc.check({"subject": "alice", "plan": "free", "cost": 0})[2][
+            "limits"][0]["used"], 15)
+        # The reloaded dispatcher had nothing left to do: the outbox holds no new event.
+        self.assertEqual(metric(svc, "sluice_alert_events_recorded_total"), 1)
+        self.assertEqual(len(self.http.on("/hook")), 1)
+
     def test_a_hung_receiver_does_not_slow_decisions(self):
         def p99_of_checks(svc, prefix, n=1500):
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)

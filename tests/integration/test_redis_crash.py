@@ -95,9 +95,23 @@ class RedisCrashTest(unittest.TestCase):
         no_ttl = [(k, ttl) for k, ttl in no_ttl if not ttl > 0]
         self.assertEqual(no_ttl, [], "keys without a positive TTL")
 
+    @staticmethod
+    def decision_histogram(svc):
+        """Cumulative bucket counts of sluice_decision_duration_seconds, by `le`."""
+        status, _, body = svc.request("GET", "/metrics", admin=True,
+                                      headers={"Authorization": "Bearer test-admin-token"})
+        assert status == 200, status
+        buckets = {}
+        for line in body.decode().splitlines():
+            if line.startswith("sluice_decision_duration_seconds_bucket{"):
+                le = line.split('le="')[1].split('"')[0]
+                buckets[le] = buckets.get(le, 0) + float(line.rsplit(" ", 1)[1])
+        return buckets
+
     def test_sigstopped_redis_answers_within_timeout(self):
         svc = self.start_service("allow")
         self.assertFalse(svc.check({"subject": "stop", "plan": "free"})[2]["degraded"])
+        before = self.decision_histogram(svc)
         os.kill(self.redis.proc.pid, signal.SIGSTOP)
         try:
             elapsed = []
@@ -115,6 +129,11 @@ class RedisCrashTest(unittest.TestCase):
                 time.sleep(stale_at - time.monotonic())
         finally:
             os.kill(self.redis.proc.pid, signal.SIGCONT)
+        # Server side, without this client's overhead: every one of the 30 decisions took at most
+        # the 20 ms timeout + 5 ms (the histogram's 25 ms bucket).
+        after = self.decision_histogram(svc)
+        self.assertEqual(after["+Inf"] - before["+Inf"], 30)
+        self.assertEqual(after["0.025"] - before["0.025"], 30, (before, after))
         median, worst = statistics.median(elapsed), max(elapsed)
         print(f"\nSIGSTOPped redis: median {median * 1000:.1f} ms, max {worst * 1000:.1f} ms")
         # 20 ms store timeout plus a 30 ms margin for this Python client (a fresh TCP connection,
