@@ -20,6 +20,7 @@ from receivers import HttpReceiver, SmtpReceiver, event_of, verify_webhook
 from test_redis import RedisServer, metric, redis_yaml
 
 SECRET = "whsec_" + base64.b64encode(b"sluice-integration-test-secret!!").decode()
+ALICE_SECRET = "whsec_" + base64.b64encode(b"alice's own webhook secret 1234").decode()
 TOKEN = {"Authorization": "Bearer test-admin-token"}
 
 
@@ -37,7 +38,7 @@ def alerts_yaml(http, smtp=None, retry="{ max_attempts: 4, first_delay: 200ms, m
         f"      - {{ name: daily, quota: {quota}, window: {window}, alert_at: {alert_at} }}\n"
         "keys:\n"
         f'  - {{ key: k-alice, subject: alice, plan: free, email: alice@example.com, '
-        f'webhook: "{http.url("/subject")}" }}\n'
+        f'webhook: "{http.url("/subject")}", webhook_secret: "{ALICE_SECRET}" }}\n'
         "alerts:\n"
         "  sinks:\n" + sinks +
         f"  retry: {retry}\n" + extra_alerts)
@@ -96,6 +97,9 @@ class Fixture(unittest.TestCase):
             self.assertTrue(ev["occurred_at"].endswith("Z"), ev)
         subject_hooks = self.http.on("/subject")
         self.assertEqual(sorted(event_of(r)["threshold"] for r in subject_hooks), [80, 100])
+        for r in subject_hooks:  # signed with alice's own secret, never the operator's
+            self.assertTrue(verify_webhook(ALICE_SECRET, r["headers"], r["body"]))
+            self.assertFalse(verify_webhook(SECRET, r["headers"], r["body"]))
         slack = self.http.on("/slack")
         self.assertEqual(len(slack), 2)
         texts = sorted(json.loads(r["body"])["text"] for r in slack)

@@ -134,12 +134,13 @@ class RedisStoreTest(unittest.TestCase):
         # are checked at the receivers in test_alerts.py.)
         deadline = time.monotonic() + 10
         while True:
-            fetched = sum(metric(s, "sluice_alert_events_fetched_total") for s in (a, b))
             acked = sum(metric(s, "sluice_alert_events_acked_total") for s in (a, b))
             if acked >= 2:
                 break
             self.assertLess(time.monotonic(), deadline, f"acked {acked} of 2")
             time.sleep(0.05)  # polling /metrics, bounded by the deadline above
+        # Read after the acks: an event is fetched before it is acked.
+        fetched = sum(metric(s, "sluice_alert_events_fetched_total") for s in (a, b))
         self.assertEqual((fetched, acked), (2, 2))
         client = self.redis.client()
         for key in client.call("KEYS", "sl:*:outbox"):

@@ -173,7 +173,20 @@ Outcome HttpSink::Deliver(const AlertEvent& event, const Contact& contact, int /
   if (url.empty()) {
     return {.kind = Outcome::Kind::kSkipped, .detail = "no webhook for this subject"};
   }
-  if (!key_.has_value()) {
+  // The subject's own webhook is signed with the subject's own secret: the operator's secret must
+  // never be handed to a customer (they could then forge events to the operator's webhook).
+  std::optional<std::string> subject_key;
+  if (params_.kind == Kind::kSubjectWebhook) {
+    if (contact.webhook_secret.empty()) {
+      subject_key = std::string();
+    } else if (absl::StatusOr<std::string> k = DecodeWebhookSecret(contact.webhook_secret);
+               k.ok()) {
+      subject_key = *std::move(k);
+    }
+  }
+  const std::optional<std::string>& key =
+      params_.kind == Kind::kSubjectWebhook ? subject_key : key_;
+  if (!key.has_value()) {
     return {.kind = Outcome::Kind::kPermanent, .detail = "webhook secret is not valid base64"};
   }
   const std::string body = EventJson(event);
@@ -183,8 +196,8 @@ Outcome HttpSink::Deliver(const AlertEvent& event, const Contact& contact, int /
   const int64_t timestamp = absl::ToUnixSeconds(params_.clock->Now());
   std::vector<std::string> headers = {absl::StrCat("webhook-id: ", id),
                                       absl::StrCat("webhook-timestamp: ", timestamp)};
-  if (!key_->empty()) {
-    headers.push_back(absl::StrCat("webhook-signature: ", SignWebhook(*key_, id, timestamp, body)));
+  if (!key->empty()) {
+    headers.push_back(absl::StrCat("webhook-signature: ", SignWebhook(*key, id, timestamp, body)));
   }
   return PostJson(url, headers, body, params_);
 }

@@ -25,9 +25,11 @@ struct HttpSinkParams {
     kSubjectWebhook,
   };
   Kind kind = Kind::kWebhook;
-  std::string name;    // Sink::name()
-  std::string url;     // http:// or https://; may carry credentials, so it is never logged
-  std::string secret;  // kWebhook, kSubjectWebhook: "whsec_" + base64, or "" for no signature
+  std::string name;  // Sink::name()
+  std::string url;   // http:// or https://; may carry credentials, so it is never logged
+  // kWebhook: "whsec_" + base64, or "" for no signature. kSubjectWebhook ignores it and signs with
+  // the contact's webhook_secret (unsigned when the contact has none).
+  std::string secret;
   const Clock* clock = nullptr;  // must outlive the sink
   SinkOptions options;
 };

@@ -280,8 +280,10 @@ TEST_F(HttpSinkTest, SlackTextEscapesControlCharacters) {
 
 TEST_F(HttpSinkTest, SubjectWebhookGoesToTheContactsUrlSigned) {
   HttpSink sink = Sink(HttpSinkParams::Kind::kSubjectWebhook, "");
-  const Outcome outcome =
-      sink.Deliver(Event(), {.email = "dev@example.com", .webhook = receiver_.Url("/mine")}, 1);
+  const Outcome outcome = sink.Deliver(
+      Event(),
+      {.email = "dev@example.com", .webhook = receiver_.Url("/mine"), .webhook_secret = kSecret},
+      1);
   EXPECT_EQ(outcome.kind, Kind::kDelivered);
   const std::vector<HttpRequest> requests = receiver_.WaitForRequests(1);
   ASSERT_EQ(requests.size(), 1u);

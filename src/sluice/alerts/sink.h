@@ -15,8 +15,9 @@ namespace sluice::alerts {
 
 // What the key registry knows about the event's subject (keys[].email, keys[].webhook).
 struct Contact {
-  std::string email;    // empty: none
-  std::string webhook;  // empty: none
+  std::string email;           // empty: none
+  std::string webhook;         // empty: none
+  std::string webhook_secret;  // keys[].webhook_secret ("whsec_" + base64); empty: unsigned
 };
 
 struct Outcome {

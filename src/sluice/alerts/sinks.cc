@@ -38,11 +38,9 @@ std::vector<std::unique_ptr<Sink>> BuildSinks(const config::AlertsConfig& config
                                               const Clock* clock, SinkOptions options) {
   std::vector<std::unique_ptr<Sink>> sinks;
   std::map<std::string, int> seen;
-  const std::string* subject_secret = nullptr;
   for (const config::SinkConfig& sink : config.sinks) {
     switch (sink.type) {
       case config::SinkConfig::Type::kWebhook:
-        if (subject_secret == nullptr && !sink.secret.empty()) subject_secret = &sink.secret;
         sinks.push_back(std::make_unique<HttpSink>(HttpSinkParams{
             .kind = HttpSinkParams::Kind::kWebhook,
             .name = NextName(seen, "webhook"),
@@ -76,7 +74,6 @@ std::vector<std::unique_ptr<Sink>> BuildSinks(const config::AlertsConfig& config
   sinks.push_back(std::make_unique<HttpSink>(HttpSinkParams{
       .kind = HttpSinkParams::Kind::kSubjectWebhook,
       .name = "subject_webhook",
-      .secret = subject_secret != nullptr ? *subject_secret : std::string(),
       .clock = clock,
       .options = options,
   }));

@@ -32,9 +32,8 @@ struct SinkOptions {
 // One sink per entry of `config.sinks`, in file order, named by type — "webhook", "slack",
 // "email" — with "_2", "_3", … for the second and later sink of a type; then always a
 // "subject_webhook" sink, which delivers to the subject's own keys[].webhook (and skips subjects
-// without one). The subject webhook is signed with the secret of the first webhook sink that has
-// one, or unsigned when none has: sluice.yaml has no per-key secret, and a receiver the operator
-// configured as both is then verifiable with the secret it already knows.
+// without one), signed with that subject's keys[].webhook_secret (unsigned without one) — never
+// with an operator's secret, which the customer would need to verify and could then forge with.
 // Retry-After is bounded by options.max_retry_after (it may exceed config.retry.max_delay: the
 // receiver knows when it can take the event again).
 // REQUIRES: `config` passed sluice.yaml validation (secrets decode, URLs have the right scheme); a

@@ -61,23 +61,25 @@ TEST_F(BuildSinksTest, NamesSinksByTypeAndNumbersRepeats) {
                                    "subject_webhook"));
 }
 
-TEST_F(BuildSinksTest, SubjectWebhookIsSignedWithTheFirstWebhookSecret) {
-  config_.sinks = {{.type = Type::kWebhook, .url = "http://127.0.0.1:1/unsigned"},
-                   {.type = Type::kWebhook, .url = "http://127.0.0.1:1/a", .secret = kSecret},
-                   {.type = Type::kWebhook,
-                    .url = "http://127.0.0.1:1/b",
-                    .secret = "whsec_c2Vjb25kLXNlY3JldC1ieXRlcy0xMjM0"}};
+TEST_F(BuildSinksTest, SubjectWebhookIsSignedWithTheSubjectsOwnSecretNotTheOperators) {
+  config_.sinks = {{.type = Type::kWebhook, .url = "http://127.0.0.1:1/a", .secret = kSecret}};
+  constexpr char kSubjectSecret[] = "whsec_c2Vjb25kLXNlY3JldC1ieXRlcy0xMjM0";
   HttpReceiver receiver;
-  const Outcome outcome = SubjectWebhook()->Deliver(Event(), {.webhook = receiver.Url()}, 1);
+  const Outcome outcome = SubjectWebhook()->Deliver(
+      Event(), {.webhook = receiver.Url(), .webhook_secret = kSubjectSecret}, 1);
   ASSERT_EQ(outcome.kind, Kind::kDelivered);
   const std::vector<HttpRequest> requests = receiver.WaitForRequests(1);
   ASSERT_EQ(requests.size(), 1u);
   const HttpRequest& r = requests[0];
-  EXPECT_TRUE(VerifyWebhook(DecodeWebhookSecret(kSecret).value_or(""), r.Header("webhook-id"),
-                            r.Header("webhook-timestamp"), r.body, r.Header("webhook-signature")));
+  EXPECT_TRUE(VerifyWebhook(DecodeWebhookSecret(kSubjectSecret).value_or(""),
+                            r.Header("webhook-id"), r.Header("webhook-timestamp"), r.body,
+                            r.Header("webhook-signature")));
+  EXPECT_FALSE(VerifyWebhook(DecodeWebhookSecret(kSecret).value_or(""), r.Header("webhook-id"),
+                             r.Header("webhook-timestamp"), r.body, r.Header("webhook-signature")));
 }
 
-TEST_F(BuildSinksTest, SubjectWebhookIsUnsignedWhenNoWebhookHasASecret) {
+TEST_F(BuildSinksTest, SubjectWebhookIsUnsignedWhenTheSubjectHasNoSecret) {
+  config_.sinks = {{.type = Type::kWebhook, .url = "http://127.0.0.1:1/a", .secret = kSecret}};
   HttpReceiver receiver;
   ASSERT_EQ(SubjectWebhook()->Deliver(Event(), {.webhook = receiver.Url()}, 1).kind,
             Kind::kDelivered);

@@ -530,8 +530,8 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
   std::unordered_map<std::string, size_t> seen_hashes;
   return ForEachItem(field, [&](const Field& item, size_t index) {
     Fields f;
-    SLUICE_RETURN_IF_ERROR(
-        ReadFields(item, {"key", "key_sha256", "subject", "plan", "email", "webhook"}, f));
+    SLUICE_RETURN_IF_ERROR(ReadFields(
+        item, {"key", "key_sha256", "subject", "plan", "email", "webhook", "webhook_secret"}, f));
     KeyConfig key;
     const Field plain = f.Get("key");
     const Field hashed = f.Get("key_sha256");
@@ -581,6 +581,15 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
     SLUICE_RETURN_IF_ERROR(ReadString(webhook, key.webhook));
     if (!key.webhook.empty() && !IsUrl(key.webhook, {"http://", "https://"})) {
       return Error(webhook.path, "must be an http:// or https:// URL");
+    }
+    const Field webhook_secret = f.Get("webhook_secret");
+    SLUICE_RETURN_IF_ERROR(ReadString(webhook_secret, key.webhook_secret));
+    if (!key.webhook_secret.empty() && !IsWebhookSecret(key.webhook_secret)) {
+      return Error(webhook_secret.path,
+                   "must be \"whsec_\" followed by base64 (Standard Webhooks)");
+    }
+    if (!key.webhook_secret.empty() && key.webhook.empty()) {
+      return Error(webhook_secret.path, "set without a webhook to sign");
     }
     keys.push_back(std::move(key));
     return absl::OkStatus();

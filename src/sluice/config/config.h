@@ -77,12 +77,13 @@ struct PlanConfig {
 };
 
 struct KeyConfig {
-  std::string key;         // plaintext key, or
-  std::string key_sha256;  // lowercase hex SHA-256 of the key (exactly one of the two)
-  std::string subject;     // a valid subject (DESIGN §1)
-  std::string plan;        // names a plan
-  std::string email;       // optional: where this subject's alerts go
-  std::string webhook;     // optional: this subject's own webhook URL
+  std::string key;             // plaintext key, or
+  std::string key_sha256;      // lowercase hex SHA-256 of the key (exactly one of the two)
+  std::string subject;         // a valid subject (DESIGN §1)
+  std::string plan;            // names a plan
+  std::string email;           // optional: where this subject's alerts go
+  std::string webhook;         // optional: this subject's own webhook URL
+  std::string webhook_secret;  // optional: signs `webhook` ("whsec_" + base64)
 };
 
 struct SinkConfig {

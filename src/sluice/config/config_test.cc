@@ -544,6 +544,22 @@ TEST_F(ConfigTest, KeyWebhookMustBeHttp) {
             "test.yaml: keys[0].webhook: must be an http:// or https:// URL");
 }
 
+TEST_F(ConfigTest, KeyWebhookSecretIsReadAndChecked) {
+  absl::StatusOr<Config> config = ParseConfig(
+      WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, webhook: \"https://e.com/h\", "
+               "webhook_secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n"),
+      "test.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->keys[0].webhook_secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, webhook: "
+                             "\"https://e.com/h\", webhook_secret: s3cr3t}\n")),
+            "test.yaml: keys[0].webhook_secret: must be \"whsec_\" followed by base64 (Standard "
+            "Webhooks)");
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, "
+                             "webhook_secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}\n")),
+            "test.yaml: keys[0].webhook_secret: set without a webhook to sign");
+}
+
 TEST(IsValidSubjectTest, AcceptsTheSubjectAlphabetUpTo200Bytes) {
   EXPECT_TRUE(IsValidSubject("user-42"));
   EXPECT_TRUE(IsValidSubject("ip:2001:db8::1/128"));

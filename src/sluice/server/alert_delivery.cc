@@ -22,7 +22,10 @@ Contacts ContactsOf(const config::Config& cfg) {
   for (const config::KeyConfig& key : cfg.keys) {
     alerts::Contact& c = contacts[key.subject];
     if (c.email.empty()) c.email = key.email;
-    if (c.webhook.empty()) c.webhook = key.webhook;
+    if (c.webhook.empty()) {
+      c.webhook = key.webhook;
+      c.webhook_secret = key.webhook_secret;
+    }
   }
   return contacts;
 }

@@ -206,13 +206,13 @@ int Serve(const std::string& config_path) {
   registry.AddCallbackGauge(
       "sluice_outbox_depth", "Alert events waiting for delivery in the memory store's outbox.",
       [&memory_store] { return static_cast<double>(memory_store.outbox().size()); });
-  registry.AddCallbackCounter(
-      "sluice_alert_events_recorded_total",
-      "Alert events recorded in the outbox by this process's decisions.",
-      [&memory_store, &redis_store, use_redis] {
-        return static_cast<double>(use_redis ? redis_store.events_recorded()
-                                             : memory_store.outbox().recorded());
-      });
+  registry.AddCallbackCounter("sluice_alert_events_recorded_total",
+                              "Alert events recorded in the outbox by this process's decisions.",
+                              [&memory_store, &redis_store, use_redis] {
+                                return static_cast<double>(use_redis
+                                                               ? redis_store.events_recorded()
+                                                               : memory_store.outbox().recorded());
+                              });
   registry.AddCallbackCounter(
       "sluice_outbox_refused_total",
       "Thresholds not recorded because the outbox was full (they stay armed and fire later).",
