@@ -103,10 +103,20 @@ def tree_cpu(pid):
     return total
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port not handed out before by this process (the kernel may offer the same
+    free port to two calls in a row)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh free port in 100 tries")
 
 
 def wait_listening(port, proc=None, deadline_s=15):

@@ -77,12 +77,22 @@ def tempdir():
     return tempfile.TemporaryDirectory(prefix="sluice-it-")
 
 
+_handed_out = set()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
+    handed out before (the kernel may offer the same free port to two calls in a row, e.g. for a
+    server's listen and admin_listen)."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise AssertionError("no fresh free port in 100 tries")
 
 
 class Service:
