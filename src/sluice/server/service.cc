@@ -13,6 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "absl/synchronization/notification.h"
 #include "sluice/alerts/dead_letters.h"
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
@@ -43,6 +44,8 @@ thread_local redis::Connection* t_redis_connection = nullptr;
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr auto kDrainDeadline = std::chrono::seconds(10);
+// How long the start waits for Redis to answer before serving anyway (degraded until it does).
+constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 
 // Over-limit cache entries with a remote store (DESIGN §3); ~200 bytes each.
 constexpr size_t kOverLimitCacheCapacity = 100'000;
@@ -267,11 +270,14 @@ int Serve(const std::string& config_path) {
     }
   }
   // The first thread's connection also measures Redis's clock.
+  // Redis answering is worth waiting for briefly before announcing the start: until then every
+  // decision would be answered per on_store_error.
+  absl::Notification redis_answered;
   std::unique_ptr<redis::ClockSync> clock_sync;
   if (use_redis) {
-    clock_sync =
-        std::make_unique<redis::ClockSync>(*contexts.front(), redis_connections.front().get(),
-                                           &clock, &redis_clock, redis::ClockSyncOptions{});
+    clock_sync = std::make_unique<redis::ClockSync>(
+        *contexts.front(), redis_connections.front().get(), &clock, &redis_clock,
+        redis::ClockSyncOptions{.on_first_sample = [&] { redis_answered.Notify(); }});
   }
   std::vector<std::thread> workers;
   for (size_t i = 0; i < contexts.size(); ++i) {
@@ -283,6 +289,12 @@ int Serve(const std::string& config_path) {
       if (sync != nullptr) sync->Start();
       ctx->run();
     });
+  }
+
+  if (use_redis && !redis_answered.WaitForNotificationWithTimeout(kRedisStartWait)) {
+    Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does")
+        .Str("url_host", redis_options.host)
+        .Int("url_port", redis_options.port);
   }
 
   // Alert delivery runs on its own threads (DESIGN §4); a reload rebuilds it.

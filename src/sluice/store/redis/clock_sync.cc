@@ -60,6 +60,7 @@ class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
         target_->SetOffset(offset);
         ++samples_;
         good = true;
+        if (samples_ == 1 && options_.on_first_sample) options_.on_first_sample();
         if (first || change > absl::Seconds(1) || change < absl::Seconds(-1)) {
           Log(first ? LogLevel::kInfo : LogLevel::kWarn, "redis clock offset measured")
               .Int("offset_us", absl::ToInt64Microseconds(offset))

@@ -10,6 +10,7 @@
 #define SLUICE_STORE_REDIS_CLOCK_SYNC_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -27,6 +28,9 @@ struct ClockSyncOptions {
   absl::Duration interval = absl::Seconds(30);
   absl::Duration retry = absl::Milliseconds(10);
   absl::Duration max_rtt = absl::Milliseconds(50);
+  // Called once, on the io_context thread, after the first good sample (Redis answered: the server
+  // waits for it before announcing that it has started). May be null.
+  std::function<void()> on_first_sample;
 };
 
 // Redis's TIME reply (seconds, microseconds) as an absl::Time.

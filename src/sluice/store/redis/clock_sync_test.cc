@@ -48,16 +48,19 @@ TEST(ClockSyncTest, MeasuresTheOffsetToRedisTime) {
     SystemClock host_;
   } local;
   OffsetClock synced(&local);
+  int first_samples = 0;
   ClockSync sync(io, &connection, &local, &synced,
                  {.interval = absl::Seconds(30),
                   .retry = absl::Milliseconds(10),
-                  .max_rtt = absl::Seconds(1)});
+                  .max_rtt = absl::Seconds(1),
+                  .on_first_sample = [&] { ++first_samples; }});
   sync.Start();
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (sync.samples() == 0 && std::chrono::steady_clock::now() < deadline) {
     io.run_one_for(50ms);
   }
   ASSERT_EQ(sync.samples(), 1u);
+  EXPECT_EQ(first_samples, 1);
   EXPECT_TRUE(synced.synced());
   const absl::Duration error = synced.Now() - SystemClock().Now();
   EXPECT_LT(absl::AbsDuration(error), absl::Milliseconds(50)) << error;
