@@ -87,8 +87,9 @@ void BM_DecisionMillionSubjects(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// Cost as the number of active subjects grows (1 thread): the same scattered walk over `n` subjects,
-// all created before timing starts, so growth in cost with n (cache and TLB misses) is visible.
+// Cost as the number of active subjects grows (1 thread): the same scattered walk over `n`
+// subjects, all created before timing starts, so growth in cost with n (cache and TLB misses) is
+// visible.
 void BM_DecisionScaling(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0));
   size_t i = 0;

@@ -299,5 +299,10 @@ TEST_F(HttpSinkTest, SubjectWebhookSkipsASubjectWithoutOne) {
   EXPECT_TRUE(receiver_.WaitForRequests(1, absl::Milliseconds(100)).empty());
 }
 
+TEST(GlobalInitTest, CanBeCalledMoreThanOnce) {
+  EXPECT_TRUE(GlobalInit().ok());
+  EXPECT_TRUE(GlobalInit().ok());
+}
+
 }  // namespace
 }  // namespace sluice::alerts

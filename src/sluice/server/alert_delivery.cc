@@ -1,11 +1,16 @@
 #include "sluice/server/alert_delivery.h"
 
+#include <map>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "sluice/alerts/email_sink.h"
 #include "sluice/alerts/event_json.h"
+#include "sluice/alerts/http_sink.h"
 #include "sluice/alerts/memory_outbox_source.h"
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/strings.h"
@@ -30,7 +35,60 @@ Contacts ContactsOf(const config::Config& cfg) {
   return contacts;
 }
 
+// "webhook", "webhook_2", "webhook_3", …
+std::string NextName(std::map<std::string, int>& seen, const std::string& type) {
+  const int n = ++seen[type];
+  return n == 1 ? type : absl::StrCat(type, "_", n);
+}
+
 }  // namespace
+
+std::vector<std::unique_ptr<alerts::Sink>> BuildSinks(const config::AlertsConfig& config,
+                                                      const Clock* clock,
+                                                      alerts::SinkOptions options) {
+  std::vector<std::unique_ptr<alerts::Sink>> sinks;
+  std::map<std::string, int> seen;
+  for (const config::SinkConfig& sink : config.sinks) {
+    switch (sink.type) {
+      case config::SinkConfig::Type::kWebhook:
+        sinks.push_back(std::make_unique<alerts::HttpSink>(alerts::HttpSinkParams{
+            .kind = alerts::HttpSinkParams::Kind::kWebhook,
+            .name = NextName(seen, "webhook"),
+            .url = sink.url,
+            .secret = sink.secret,
+            .clock = clock,
+            .options = options,
+        }));
+        break;
+      case config::SinkConfig::Type::kSlack:
+        sinks.push_back(std::make_unique<alerts::HttpSink>(alerts::HttpSinkParams{
+            .kind = alerts::HttpSinkParams::Kind::kSlack,
+            .name = NextName(seen, "slack"),
+            .url = sink.url,
+            .clock = clock,
+            .options = options,
+        }));
+        break;
+      case config::SinkConfig::Type::kEmail:
+        sinks.push_back(std::make_unique<alerts::EmailSink>(alerts::EmailSinkParams{
+            .name = NextName(seen, "email"),
+            .smtp_url = sink.smtp_url,
+            .from = sink.from,
+            .to = sink.to,
+            .clock = clock,
+            .options = options,
+        }));
+        break;
+    }
+  }
+  sinks.push_back(std::make_unique<alerts::HttpSink>(alerts::HttpSinkParams{
+      .kind = alerts::HttpSinkParams::Kind::kSubjectWebhook,
+      .name = "subject_webhook",
+      .clock = clock,
+      .options = options,
+  }));
+  return sinks;
+}
 
 AlertDelivery::AlertDelivery(const config::Config& cfg, const AlertDeliveryContext& ctx) {
   if (ctx.use_redis) {
@@ -46,7 +104,7 @@ AlertDelivery::AlertDelivery(const config::Config& cfg, const AlertDeliveryConte
   } else {
     source_ = std::make_unique<alerts::MemoryOutboxSource>(ctx.memory_outbox);
   }
-  sinks_ = alerts::BuildSinks(cfg.alerts, ctx.clock, alerts::SinkOptions{});
+  sinks_ = BuildSinks(cfg.alerts, ctx.clock, alerts::SinkOptions{});
   std::vector<alerts::Sink*> sinks;
   for (const auto& s : sinks_) sinks.push_back(s.get());
   auto contacts = std::make_shared<const Contacts>(ContactsOf(cfg));

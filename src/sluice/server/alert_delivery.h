@@ -12,6 +12,7 @@
 #include "sluice/alerts/dispatcher.h"
 #include "sluice/alerts/outbox_source.h"
 #include "sluice/alerts/sink.h"
+#include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/metrics/metrics.h"
@@ -50,6 +51,17 @@ class AlertDelivery {
   std::vector<std::unique_ptr<alerts::Sink>> sinks_;
   std::unique_ptr<alerts::Dispatcher> dispatcher_;
 };
+
+// One sink per entry of `config.sinks`, in file order, named by type — "webhook", "slack",
+// "email" — with "_2", "_3", … for the second and later sink of a type; then always a
+// "subject_webhook" sink, which delivers to the subject's own keys[].webhook (and skips subjects
+// without one), signed with that subject's keys[].webhook_secret (unsigned without one) — never
+// with an operator's secret, which the customer would need to verify and could then forge with.
+// REQUIRES: `config` passed sluice.yaml validation (secrets decode, URLs have the right scheme); a
+// webhook sink whose secret does not decode fails every delivery as kPermanent instead of sending
+// unsigned. `clock` must outlive the sinks. alerts::GlobalInit() has been called.
+[[nodiscard]] std::vector<std::unique_ptr<alerts::Sink>> BuildSinks(
+    const config::AlertsConfig& config, const Clock* clock, alerts::SinkOptions options);
 
 // The body of GET /v1/alerts/dead: {"dead_letters":[{"event":{…},"sink","reason","attempts",
 // "failed_at"}…],"dropped":N}, oldest first.

@@ -63,7 +63,9 @@ class RedisStore final : public Store {
   [[nodiscard]] std::string OutboxKey(int bucket) const;
   // Alert events the script recorded in the outbox streams, and thresholds it could not record
   // because a stream was full (they stay armed), as reported by this process's decisions.
-  [[nodiscard]] uint64_t events_recorded() const { return recorded_.load(std::memory_order_relaxed); }
+  [[nodiscard]] uint64_t events_recorded() const {
+    return recorded_.load(std::memory_order_relaxed);
+  }
   [[nodiscard]] uint64_t events_refused() const { return refused_.load(std::memory_order_relaxed); }
   // SHA-1 (hex) of decide.lua, for EVALSHA.
   [[nodiscard]] const std::string& script_sha() const { return script_sha_; }

@@ -1,4 +1,4 @@
-#include "sluice/alerts/sinks.h"
+#include "sluice/server/alert_delivery.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,8 +14,14 @@
 #include "sluice/config/config.h"
 #include "sluice/limiter/sample_alert_event.h"
 
-namespace sluice::alerts {
+namespace sluice::server {
 namespace {
+
+using alerts::DecodeWebhookSecret;
+using alerts::GlobalInit;
+using alerts::Outcome;
+using alerts::Sink;
+using alerts::VerifyWebhook;
 
 using ::sluice::alerts::loopback::HttpReceiver;
 using ::sluice::alerts::loopback::HttpRequest;
@@ -96,10 +102,5 @@ TEST_F(BuildSinksTest, RetryAfterIsHonouredBeyondMaxDelayUpToTheSinkBound) {
   EXPECT_EQ(outcome.retry_after, absl::Minutes(10));
 }
 
-TEST(GlobalInitTest, CanBeCalledMoreThanOnce) {
-  EXPECT_TRUE(GlobalInit().ok());
-  EXPECT_TRUE(GlobalInit().ok());
-}
-
 }  // namespace
-}  // namespace sluice::alerts
+}  // namespace sluice::server
