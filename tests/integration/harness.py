@@ -64,6 +64,7 @@ class Server:
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout)
         self._reader.join(timeout)
+        self._close_stderr()
         return code
 
     def kill(self):
@@ -71,6 +72,11 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self._reader.join(5)
+        self._close_stderr()
+
+    def _close_stderr(self):
+        if not self._reader.is_alive():
+            self.proc.stderr.close()
 
 
 def tempdir():

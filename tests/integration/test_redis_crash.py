@@ -88,6 +88,7 @@ class RedisCrashTest(unittest.TestCase):
             self.assertGreater(answered[0], 0, f"round {rnd}: no request answered before the kill")
 
         client = self.redis.client()
+        self.addCleanup(client.close)
         keys = client.call("KEYS", "*")
         counters = [k for k in keys if not k.endswith(b":outbox")]
         self.assertTrue(counters, f"no counter keys after {ROUNDS} rounds of load: {keys}")
