@@ -198,6 +198,11 @@ class Redis:
         i = self.info("cpu")
         return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
 
+    def reads_processed(self):
+        """Read events Redis handled since the last CONFIG RESETSTAT: a client's pipelined batch
+        is one read, so decisions per read is the pipeline depth Redis actually saw."""
+        return int(self.info("stats").get("total_reads_processed", 0))
+
     def commandstats(self):
         stats = {}
         for k, v in self.info("commandstats").items():
@@ -213,8 +218,9 @@ CLIENT_COMMANDS = ("evalsha", "eval", "incr", "expire")
 OWN_COMMANDS = ("info", "config", "dbsize", "flushall", "script", "ping", "client")
 
 
-def redis_costs(stats, decisions):
-    """Commands and Redis CPU per decision from INFO commandstats (after CONFIG RESETSTAT)."""
+def redis_costs(stats, decisions, reads=0):
+    """Commands and Redis CPU per decision from INFO commandstats (after CONFIG RESETSTAT), and
+    decisions per read event when `reads` (total_reads_processed) is given."""
     stats = {c: s for c, s in stats.items() if c.split("|")[0] not in OWN_COMMANDS}
     sent = sum(s["calls"] for c, s in stats.items() if c in CLIENT_COMMANDS)
     executed = sum(s["calls"] for s in stats.values())
@@ -223,6 +229,7 @@ def redis_costs(stats, decisions):
         "sent_commands_per_decision": sent / decisions if decisions else None,
         "executed_commands_per_decision": executed / decisions if decisions else None,
         "cmd_usec_per_decision": usec / decisions if decisions else None,
+        "decisions_per_read": decisions / reads if reads else None,
         "commandstats": stats,
     }
 
