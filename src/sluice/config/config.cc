@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -827,12 +828,22 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
       absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
 }
 
+// Every request's subject is checked (DESIGN §1), so this is a table, not a search per byte.
+constexpr std::array<bool, 256> kSubjectBytes = [] {
+  std::array<bool, 256> ok{};
+  for (char c = '0'; c <= '9'; ++c) ok[static_cast<unsigned char>(c)] = true;
+  for (char c = 'A'; c <= 'Z'; ++c) ok[static_cast<unsigned char>(c)] = true;
+  for (char c = 'a'; c <= 'z'; ++c) ok[static_cast<unsigned char>(c)] = true;
+  for (char c : std::string_view("._:@/+=-")) ok[static_cast<unsigned char>(c)] = true;
+  return ok;
+}();
+
 bool IsValidSubject(std::string_view subject) {
-  return !subject.empty() && subject.size() <= kMaxSubjectLength &&
-         AllOf(FromStd(subject), [](char c) {
-           return absl::ascii_isalnum(c) ||
-                  absl::string_view("._:@/+=-").find(c) != absl::string_view::npos;
-         });
+  if (subject.empty() || subject.size() > kMaxSubjectLength) return false;
+  for (char c : subject) {
+    if (!kSubjectBytes[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
 }
 
 }  // namespace sluice::config

@@ -575,6 +575,9 @@ TEST(IsValidSubjectTest, RejectsEmptyTooLongAndOtherCharacters) {
   EXPECT_FALSE(IsValidSubject(std::string_view("user\0", 5)));
   EXPECT_FALSE(IsValidSubject("usér"));
   EXPECT_FALSE(IsValidSubject("a,b"));
+  EXPECT_FALSE(IsValidSubject("\xff"));
+  EXPECT_FALSE(IsValidSubject("a#"));
+  EXPECT_FALSE(IsValidSubject("[a]"));
 }
 
 // ------------------------------------------------------------------------------------------

@@ -55,6 +55,29 @@ void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
   }
 }
 
+// Turns the store's answer into the decision and hands it to `done`; remembers a denial in
+// `cache` (when there is one) so that the same request is refused without the store next time.
+void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, int64_t cost,
+            config::OnStoreError policy, absl::Time now, OverLimitCache* cache,
+            std::string_view subject, const Windows& windows, DecisionCallback done) {
+  if (!result.ok()) {
+    skeleton.degraded = true;
+    skeleton.failure = StoreFailureOf(result.status());
+    skeleton.allowed = policy == config::OnStoreError::kAllow;
+    std::move(done)(std::move(skeleton));
+    return;
+  }
+  ApplyCounters(*result, cost, skeleton);
+  if (!skeleton.allowed && cache != nullptr) {
+    absl::Time until = absl::InfinitePast();
+    for (const LimitDecision& l : skeleton.limits) {
+      if (l.violated) until = std::max(until, l.window_end);
+    }
+    cache->Remember(*skeleton.plan, subject, now, windows, result->used, until);
+  }
+  std::move(done)(std::move(skeleton));
+}
+
 absl::Status ValidateSubject(std::string_view subject) {
   if (config::IsValidSubject(subject)) return absl::OkStatus();
   return absl::InvalidArgumentError("subject: must be 1-200 bytes of letters, digits and ._:@/+=-");
@@ -106,6 +129,12 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   StoreRequest store_req{
       .subject = req.subject, .plan = plan, .cost = req.cost, .now = now, .windows = windows};
   const config::OnStoreError policy = options_.on_store_error;
+  // An in-process store answers at once: no continuation to allocate.
+  if (std::optional<absl::StatusOr<StoreResult>> result = store_->DecideNow(store_req)) {
+    Finish(*std::move(result), std::move(skeleton), cost, policy, now, cache_.get(), req.subject,
+           windows, std::move(done));
+    return;
+  }
   // What remembering a denial needs once the answer arrives (the request is gone by then).
   struct Remember {
     OverLimitCache* cache = nullptr;
@@ -119,23 +148,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   store_->Decide(store_req,
                  [skeleton = std::move(skeleton), cost, policy, now, remember = std::move(remember),
                   done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-                   if (!result.ok()) {
-                     skeleton.degraded = true;
-                     skeleton.failure = StoreFailureOf(result.status());
-                     skeleton.allowed = policy == config::OnStoreError::kAllow;
-                     std::move(done)(std::move(skeleton));
-                     return;
-                   }
-                   ApplyCounters(*result, cost, skeleton);
-                   if (!skeleton.allowed && remember.cache != nullptr) {
-                     absl::Time until = absl::InfinitePast();
-                     for (const LimitDecision& l : skeleton.limits) {
-                       if (l.violated) until = std::max(until, l.window_end);
-                     }
-                     remember.cache->Remember(*skeleton.plan, remember.subject, now,
-                                              remember.windows, result->used, until);
-                   }
-                   std::move(done)(std::move(skeleton));
+                   Finish(std::move(result), std::move(skeleton), cost, policy, now, remember.cache,
+                          remember.subject, remember.windows, std::move(done));
                  });
 }
 

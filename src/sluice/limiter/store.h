@@ -89,6 +89,13 @@ class Store {
   // Counts (or peeks, for cost 0) one request atomically.
   virtual void Decide(const StoreRequest& req, DecideCallback done) = 0;
 
+  // The same as Decide for a store that answers in-process: the answer at once, with no callback
+  // to allocate (the limiter's fast path). nullopt (the default): nothing was done, call Decide.
+  virtual std::optional<absl::StatusOr<StoreResult>> DecideNow(const StoreRequest& req) {
+    (void)req;
+    return std::nullopt;
+  }
+
   // The current counters and fired thresholds of req.subject under req.plan; consumes nothing.
   virtual void Usage(const StoreRequest& req, UsageCallback done) = 0;
 

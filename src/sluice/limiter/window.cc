@@ -62,6 +62,12 @@ WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, 
 
 int64_t SecondsUntil(absl::Time end, absl::Time now) {
   if (end <= now) return 0;
+  // Window ends are whole seconds: then ceil(end - now) is end - floor(now), in integers (this
+  // runs for every limit of every decision; Duration arithmetic is out-of-line in the library).
+  const int64_t end_s = absl::ToUnixSeconds(end);
+  if (end != absl::InfiniteFuture() && absl::FromUnixSeconds(end_s) == end) {
+    return end_s - absl::ToUnixSeconds(now);  // ToUnixSeconds rounds toward the infinite past
+  }
   const absl::Duration left = end - now;
   if (left == absl::InfiniteDuration()) return std::numeric_limits<int64_t>::max();
   // Truncation is toward zero and `left` is positive, so add one for any fractional remainder.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -344,6 +345,17 @@ TEST(SecondsUntilTest, EndAtOrBeforeNowIsZero) {
 
 TEST(SecondsUntilTest, WorksBeforeTheEpoch) {
   EXPECT_EQ(SecondsUntil(absl::UnixEpoch(), absl::FromUnixMillis(-1500)), 2);
+  EXPECT_EQ(SecondsUntil(absl::FromUnixSeconds(-1), absl::FromUnixMillis(-3200)), 3);
+}
+
+TEST(SecondsUntilTest, EndBetweenWholeSecondsRoundsUp) {
+  EXPECT_EQ(SecondsUntil(absl::FromUnixMillis(1500), absl::FromUnixMillis(200)), 2);
+  EXPECT_EQ(SecondsUntil(absl::FromUnixMillis(1500), absl::FromUnixMillis(500)), 1);
+}
+
+TEST(SecondsUntilTest, InfiniteEndIsTheLargestCount) {
+  EXPECT_EQ(SecondsUntil(absl::InfiniteFuture(), absl::FromUnixSeconds(5)),
+            std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/hash/hash.h"
+#include "sluice/common/strings.h"
 
 namespace sluice {
 namespace {
@@ -24,7 +25,8 @@ struct Key {
 
 struct KeyHash {
   using is_transparent = void;
-  size_t operator()(const KeyView& k) const { return absl::HashOf(k.plan_tag, k.subject); }
+  // absl's string hash (std::string_view would go through std::hash, a library call).
+  size_t operator()(const KeyView& k) const { return absl::HashOf(k.plan_tag, ToAbsl(k.subject)); }
   size_t operator()(const Key& k) const { return (*this)(KeyView{k.plan_tag, k.subject}); }
 };
 
@@ -125,22 +127,32 @@ MemoryStore::MemoryStore(Options options)
 MemoryStore::~MemoryStore() = default;
 
 MemoryStore::Shard& MemoryStore::ShardFor(uint64_t plan_tag, std::string_view subject) const {
+  return ShardForHash(KeyHash{}(KeyView{plan_tag, subject}));
+}
+
+MemoryStore::Shard& MemoryStore::ShardForHash(size_t hash) const {
   if (shard_bits_ == 0) return shards_[0];
   // The top bits pick the shard; the map inside uses the low bits, so the two stay independent.
-  const size_t h = KeyHash{}(KeyView{plan_tag, subject});
-  return shards_[h >> (64 - shard_bits_)];
+  return shards_[hash >> (64 - shard_bits_)];
 }
 
 void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
+  std::move(done)(*DecideNow(req));
+}
+
+std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreRequest& req) {
   const Plan& plan = *req.plan;
   const size_t n = plan.limits.size();
   StoreResult result;
   result.used.resize(n);
 
-  Shard& shard = ShardFor(plan.tag, req.subject);
+  // One hash for both the shard and the lookup in it.
+  const KeyView key{plan.tag, req.subject};
+  const size_t hash = KeyHash{}(key);
+  Shard& shard = ShardForHash(hash);
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.map.find(KeyView{plan.tag, req.subject});
+    auto it = shard.map.find(key, hash);
     Entry* entry = it == shard.map.end() ? nullptr : &it->second;
     if (entry != nullptr && !Aligned(*entry, plan)) Realign(*entry, plan);
 
@@ -194,7 +206,7 @@ void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
       if (wrote) entry->expires = std::max(entry->expires, ExpiryFor(req, options_.grace));
     }
   }
-  std::move(done)(std::move(result));
+  return result;
 }
 
 void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {

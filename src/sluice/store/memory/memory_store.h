@@ -57,6 +57,7 @@ class MemoryStore final : public Store {
   ~MemoryStore() override;
 
   void Decide(const StoreRequest& req, DecideCallback done) override;
+  std::optional<absl::StatusOr<StoreResult>> DecideNow(const StoreRequest& req) override;
   void Usage(const StoreRequest& req, UsageCallback done) override;
   void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
              StatusCallback done) override;
@@ -77,6 +78,8 @@ class MemoryStore final : public Store {
  private:
   struct Shard;
   [[nodiscard]] Shard& ShardFor(uint64_t plan_tag, std::string_view subject) const;
+  // The shard for a key whose hash (KeyHash) is already known.
+  [[nodiscard]] Shard& ShardForHash(size_t hash) const;
 
   std::unique_ptr<Shard[]> shards_;
   size_t shard_bits_;
