@@ -38,6 +38,35 @@ bool ValidHostName(std::string_view host) {
   });
 }
 
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The user and password of a URL are percent-encoded (RFC 3986), so a password may hold any byte.
+// The error never repeats the text: it is a credential.
+absl::StatusOr<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const int hi = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? HexValue(text[i + 2]) : -1;
+    if (lo < 0) {
+      return absl::InvalidArgumentError(
+          "redis URL credentials: bad percent-encoding (write a literal % as %25)");
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
@@ -65,8 +94,12 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
     if (colon == std::string_view::npos) {
       return absl::InvalidArgumentError("redis URL credentials must be user:password@");
     }
-    options.username = std::string(userinfo.substr(0, colon));
-    options.password = std::string(userinfo.substr(colon + 1));
+    absl::StatusOr<std::string> username = PercentDecode(userinfo.substr(0, colon));
+    if (!username.ok()) return username.status();
+    absl::StatusOr<std::string> password = PercentDecode(userinfo.substr(colon + 1));
+    if (!password.ok()) return password.status();
+    options.username = *std::move(username);
+    options.password = *std::move(password);
   }
 
   std::string_view host, port;

@@ -118,6 +118,39 @@ TEST_F(ConnectionTest, SelectsTheConfiguredDbBeforeAnyCommand) {
   EXPECT_EQ(from_db1->str, "one");
 }
 
+TEST_F(ConnectionTest, AuthenticatesAsTheUrlsUserWithTheDecodedPassword) {
+  Connection admin(io_, Options());
+  admin.Start();
+  ASSERT_TRUE(WaitConnected(admin));
+  auto created =
+      Call(admin, {"ACL", "SETUSER", "alice", "on", ">p@ss/w%rd: x", "~*", "&*", "+@all"});
+  ASSERT_TRUE(created.ok() && created->is_status()) << created.status();
+
+  auto parsed =
+      ParseRedisUrl("redis://alice:p%40ss%2Fw%25rd%3A%20x@127.0.0.1:" + std::to_string(port_));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ConnectionOptions options = Options();
+  options.username = parsed->username;
+  options.password = parsed->password;
+  Connection alice(io_, options);
+  alice.Start();
+  ASSERT_TRUE(WaitConnected(alice));
+  auto who = Call(alice, {"ACL", "WHOAMI"});
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->str, "alice");
+
+  // The same password still encoded is a wrong password: Redis logs the failed AUTH and the
+  // connection never counts as connected.
+  options.password = "p%40ss%2Fw%25rd%3A%20x";
+  Connection wrong(io_, options);
+  wrong.Start();
+  ASSERT_TRUE(RunUntil([&] {
+    auto log = Call(admin, {"ACL", "LOG"});
+    return log.ok() && log->is_array() && !log->elements.empty();
+  }));
+  EXPECT_FALSE(wrong.connected());
+}
+
 TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
   Connection conn(io_, Options());
   conn.Start();
@@ -322,6 +355,26 @@ TEST(ParseRedisUrlTest, ReadsUserPasswordHostPortAndDb) {
   EXPECT_EQ(options->host, "redis.internal");
   EXPECT_EQ(options->port, 6380);
   EXPECT_EQ(options->db, 3);
+}
+
+TEST(ParseRedisUrlTest, DecodesPercentEncodedCredentials) {
+  auto options = ParseRedisUrl("redis://us%40er:p%2Fw%25d%3a%20x@localhost:6380");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->username, "us@er");
+  EXPECT_EQ(options->password, "p/w%d: x");
+  EXPECT_EQ(options->host, "localhost");
+  EXPECT_EQ(options->port, 6380);
+}
+
+TEST(ParseRedisUrlTest, RejectsBadPercentEncodingWithoutQuotingTheSecret) {
+  for (const char* url : {"redis://:50%@localhost", "redis://:ab%zzcd@localhost",
+                          "redis://:ab%4@localhost", "redis://u%g1:pw@localhost"}) {
+    auto options = ParseRedisUrl(url);
+    ASSERT_FALSE(options.ok()) << url;
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_EQ(options.status().message(),
+              "redis URL credentials: bad percent-encoding (write a literal % as %25)");
+  }
 }
 
 TEST(ParseRedisUrlTest, DefaultsPortAndDb) {
