@@ -79,6 +79,22 @@ class Server:
             self.proc.stderr.close()
 
 
+def serve_in_background(server):
+    """Serves `server` (a socketserver server already bound, e.g. to 127.0.0.1 port 0) from a daemon
+    thread, each connection on its own daemon thread. Returns a function that stops serving and
+    closes the listening socket."""
+    import threading
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop():
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    return stop
+
+
 def tempdir():
     return tempfile.TemporaryDirectory(prefix="sluice-it-")
 

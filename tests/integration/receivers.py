@@ -9,6 +9,8 @@ import socketserver
 import threading
 import time
 
+import harness
+
 
 def verify_webhook(secret, headers, body):
     """Standard Webhooks 1.0, written from the spec (not from sluice's code): the key is the
@@ -88,10 +90,8 @@ class HttpReceiver:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._stop = harness.serve_in_background(self.server)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
@@ -121,8 +121,7 @@ class HttpReceiver:
 
     def stop(self):
         self._release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self._stop()
 
 
 class SmtpReceiver:
@@ -174,17 +173,14 @@ class SmtpReceiver:
                         self.reply("250 OK")
 
         class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
             allow_reuse_address = True
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._stop = harness.serve_in_background(self.server)
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self._stop()
 
 
 def event_of(request):

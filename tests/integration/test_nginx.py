@@ -80,10 +80,8 @@ class Upstream:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._stop = harness.serve_in_background(self.server)
 
     def count(self):
         with self.lock:
@@ -94,9 +92,7 @@ class Upstream:
             return self.requests[-1]
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self._stop()
 
 
 def nginx_config(sluice_port, nginx_port, upstream_port):

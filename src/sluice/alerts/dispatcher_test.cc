@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "sluice/alerts/retry.h"
 #include "sluice/common/clock.h"
+#include "sluice/limiter/sample_alert_event.h"
 #include "sluice/metrics/metrics.h"
 
 namespace sluice::alerts {
@@ -54,15 +55,7 @@ class Changes {
 };
 
 AlertEvent Event(std::string subject, int threshold = 80) {
-  return AlertEvent{.subject = std::move(subject),
-                    .plan = "free",
-                    .limit = "daily",
-                    .threshold = threshold,
-                    .used = 4000,
-                    .quota = 5000,
-                    .window_start = kT0 - absl::Hours(10),
-                    .window_end = kT0 + absl::Hours(14),
-                    .occurred_at = kT0};
+  return testing_util::SampleAlertEvent(std::move(subject), threshold);
 }
 
 // A sink that answers from a script, one outcome per attempt (the last one repeats), and records

@@ -3,6 +3,9 @@
 #ifndef SLUICE_LIMITER_SAMPLE_ALERT_EVENT_H_
 #define SLUICE_LIMITER_SAMPLE_ALERT_EVENT_H_
 
+#include <string>
+#include <utility>
+
 #include "absl/time/time.h"
 #include "sluice/limiter/alert_event.h"
 
@@ -18,6 +21,14 @@ inline AlertEvent SampleAlertEvent() {
           .window_start = absl::FromUnixSeconds(1'795'996'800),
           .window_end = absl::FromUnixSeconds(1'796'083'200),
           .occurred_at = absl::FromUnixMillis(1'796'046'312'123)};
+}
+
+// The same event for another subject and threshold (distinct events get distinct ids).
+inline AlertEvent SampleAlertEvent(std::string subject, int threshold = 80) {
+  AlertEvent e = SampleAlertEvent();
+  e.subject = std::move(subject);
+  e.threshold = threshold;
+  return e;
 }
 
 }  // namespace sluice::testing_util

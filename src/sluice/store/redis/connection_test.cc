@@ -30,7 +30,9 @@ namespace {
 using testing_util::CanConnect;
 using testing_util::FreePort;
 using testing_util::kRedisServer;
+using testing_util::PumpUntil;
 using testing_util::RedisServer;
+using testing_util::SendAndWait;
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -52,16 +54,9 @@ class ConnectionTest : public ::testing::Test {
     return {.port = port_, .command_timeout = 1s, .reconnect_min = 10ms, .reconnect_max = 100ms};
   }
 
-  // Runs the io_context until `done()` holds or `timeout` passes.
   template <typename Pred>
   bool RunUntil(Pred done, std::chrono::milliseconds timeout = 5s) {
-    const auto deadline = Clock::now() + timeout;
-    while (!done()) {
-      if (Clock::now() >= deadline) return false;
-      if (io_.stopped()) io_.restart();
-      io_.run_one_for(10ms);
-    }
-    return true;
+    return PumpUntil(io_, done, timeout);
   }
 
   bool WaitConnected(Connection& conn) {
@@ -69,12 +64,7 @@ class ConnectionTest : public ::testing::Test {
   }
 
   absl::StatusOr<Reply> Call(Connection& conn, std::vector<std::string> argv) {
-    std::optional<absl::StatusOr<Reply>> result;
-    conn.Send(std::move(argv), [&](absl::StatusOr<Reply> r) { result = std::move(r); });
-    if (!RunUntil([&] { return result.has_value(); })) {
-      return absl::InternalError("test: no callback within 5s");
-    }
-    return *std::move(result);
+    return SendAndWait(io_, conn, std::move(argv));
   }
 
   asio::io_context io_;

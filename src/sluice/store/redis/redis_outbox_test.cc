@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "sluice/alerts/dispatcher.h"
 #include "sluice/common/clock.h"
+#include "sluice/limiter/sample_alert_event.h"
 #include "sluice/store/redis/test_redis_server.h"
 
 namespace sluice::redis {
@@ -25,18 +26,8 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using namespace std::chrono_literals;
 
-const absl::Time kStart = absl::FromUnixSeconds(1'800'000'000);
-
 AlertEvent Event(std::string subject, int threshold = 80) {
-  return AlertEvent{.subject = std::move(subject),
-                    .plan = "free",
-                    .limit = "daily",
-                    .threshold = threshold,
-                    .used = 4000,
-                    .quota = 5000,
-                    .window_start = kStart,
-                    .window_end = kStart + absl::Hours(24),
-                    .occurred_at = kStart + absl::Milliseconds(123'456)};
+  return ::sluice::testing_util::SampleAlertEvent(std::move(subject), threshold);
 }
 
 class RedisOutboxTest : public ::testing::Test {
@@ -53,20 +44,13 @@ class RedisOutboxTest : public ::testing::Test {
   }
 
   void RunUntil(const std::function<bool()>& ready) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!ready()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "redis did not answer within 5 s";
-      io_.restart();
-      io_.run_one_for(50ms);
-    }
+    if (!testing_util::PumpUntil(io_, ready)) ADD_FAILURE() << "redis did not answer within 5 s";
   }
 
   Reply Command(std::vector<std::string> argv) {
-    std::optional<absl::StatusOr<Reply>> out;
-    connection_->Send(std::move(argv), [&](absl::StatusOr<Reply> r) { out = std::move(r); });
-    RunUntil([&] { return out.has_value(); });
-    EXPECT_TRUE(out.has_value() && out->ok());
-    return out.has_value() && out->ok() ? **out : Reply{};
+    absl::StatusOr<Reply> reply = testing_util::SendAndWait(io_, *connection_, std::move(argv));
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *std::move(reply) : Reply{};
   }
 
   std::string Stream(int bucket) { return OutboxStreamKey("sl", bucket); }
@@ -112,6 +96,19 @@ class RedisOutboxTest : public ::testing::Test {
   // Makes entry `id` look idle for 100 s (as if its holder had stalled), keeping its owner.
   void AgePending(int bucket, const std::string& id, const std::string& owner) {
     Command({"XCLAIM", Stream(bucket), "sluice", owner, "0", id, "IDLE", "100000", "JUSTID"});
+  }
+
+  // `holder` (consumer `name`) fetches the one event of bucket 1 and then stalls: its lease looks
+  // 100 s old.
+  std::optional<alerts::OutboxItem> FetchAndStall(RedisOutbox& holder, const std::string& name) {
+    absl::StatusOr<std::vector<alerts::OutboxItem>> held = holder.Fetch(10);
+    if (!held.ok() || held->size() != 1) {
+      ADD_FAILURE() << "expected one entry, got " << (held.ok() ? held->size() : 0) << " "
+                    << held.status();
+      return std::nullopt;
+    }
+    AgePending(1, (*held)[0].handle.id, name);
+    return (*held)[0];
   }
 
   int64_t Len(int bucket) { return Command({"XLEN", Stream(bucket)}).integer; }
@@ -206,11 +203,9 @@ TEST_F(RedisOutboxTest, RenewedEntryIsNotClaimed) {
   Add(1, Event("user-1"));
   auto a = Outbox("a");
   auto b = Outbox("b");
-  absl::StatusOr<std::vector<alerts::OutboxItem>> held = a->Fetch(10);
-  ASSERT_TRUE(held.ok() && held->size() == 1);
-
-  AgePending(1, (*held)[0].handle.id, "a");
-  const std::vector<alerts::OutboxHandle> handles = {(*held)[0].handle};
+  std::optional<alerts::OutboxItem> held = FetchAndStall(*a, "a");
+  ASSERT_TRUE(held.has_value());
+  const std::vector<alerts::OutboxHandle> handles = {held->handle};
   absl::StatusOr<std::vector<alerts::OutboxHandle>> lost = a->Renew(handles);
   ASSERT_TRUE(lost.ok()) << lost.status();
   EXPECT_THAT(*lost, IsEmpty());
@@ -225,15 +220,14 @@ TEST_F(RedisOutboxTest, RenewReportsEntriesClaimedByOthersAndDoesNotTakeThemBack
   Add(1, Event("user-1"));
   auto a = Outbox("a");
   auto b = Outbox("b");
-  absl::StatusOr<std::vector<alerts::OutboxItem>> held = a->Fetch(10);
-  ASSERT_TRUE(held.ok() && held->size() == 1);
-  AgePending(1, (*held)[0].handle.id, "a");
+  std::optional<alerts::OutboxItem> held = FetchAndStall(*a, "a");
+  ASSERT_TRUE(held.has_value());
   ASSERT_EQ(b->Claim(10)->size(), 1u);
 
-  const std::vector<alerts::OutboxHandle> handles = {(*held)[0].handle};
+  const std::vector<alerts::OutboxHandle> handles = {held->handle};
   absl::StatusOr<std::vector<alerts::OutboxHandle>> lost = a->Renew(handles);
   ASSERT_TRUE(lost.ok()) << lost.status();
-  EXPECT_THAT(*lost, ElementsAre((*held)[0].handle));
+  EXPECT_THAT(*lost, ElementsAre(held->handle));
   const Reply pending = Command({"XPENDING", Stream(1), "sluice", "-", "+", "10"});
   ASSERT_EQ(pending.elements.size(), 1u);
   EXPECT_EQ(pending.elements[0].elements[1].str, "b");

@@ -39,23 +39,13 @@ class RedisHarness final : public StoreHarness {
   Store& store() override { return *store_; }
 
   void RunUntil(const std::function<bool()>& ready) override {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!ready()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "redis did not answer within 5 s";
-        return;
-      }
-      io_.restart();
-      io_.run_one_for(50ms);
-    }
+    if (!testing_util::PumpUntil(io_, ready)) ADD_FAILURE() << "redis did not answer within 5 s";
   }
 
   Reply Command(std::vector<std::string> argv) {
-    std::optional<absl::StatusOr<Reply>> out;
-    connection_->Send(std::move(argv), [&](absl::StatusOr<Reply> r) { out = std::move(r); });
-    RunUntil([&] { return out.has_value(); });
-    EXPECT_TRUE(out.has_value() && out->ok());
-    return out.has_value() && out->ok() ? **out : Reply{};
+    absl::StatusOr<Reply> reply = testing_util::SendAndWait(io_, *connection_, std::move(argv));
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *std::move(reply) : Reply{};
   }
 
   // Reads and empties every bucket's outbox stream.

@@ -1,5 +1,5 @@
-// Test helper: a throwaway redis-server child process on a free loopback port. Header-only, for
-// the store/redis tests.
+// Test helpers for the store/redis tests: a throwaway redis-server child process on a free loopback
+// port, and a way to drive a Connection from the test thread. Header-only.
 #ifndef SLUICE_STORE_REDIS_TEST_REDIS_SERVER_H_
 #define SLUICE_STORE_REDIS_TEST_REDIS_SERVER_H_
 
@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +20,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/resp.h"
 
 extern char** environ;
 
@@ -95,6 +102,29 @@ class RedisServer {
  private:
   pid_t pid_ = -1;
 };
+
+// Runs `io` on this thread until `ready()` holds. False if `timeout` passes first.
+inline bool PumpUntil(asio::io_context& io, const std::function<bool()>& ready,
+                      std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!ready()) {
+    if (Clock::now() >= deadline) return false;
+    io.restart();
+    io.run_one_for(10ms);
+  }
+  return true;
+}
+
+// Sends one command on `conn` and runs `io` until it is answered (or 5 s pass).
+inline absl::StatusOr<Reply> SendAndWait(asio::io_context& io, Connection& conn,
+                                         std::vector<std::string> argv) {
+  std::optional<absl::StatusOr<Reply>> result;
+  conn.Send(std::move(argv), [&](absl::StatusOr<Reply> r) { result = std::move(r); });
+  if (!PumpUntil(io, [&] { return result.has_value(); })) {
+    return absl::DeadlineExceededError("test: no answer within 5 s");
+  }
+  return *std::move(result);
+}
 
 }  // namespace sluice::redis::testing_util
 
