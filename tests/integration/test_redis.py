@@ -17,6 +17,8 @@ plans:
   free:
     limits:
       - { name: per_minute, quota: 60, window: 1h, alert_at: [80, 100] }
+keys:
+  - { key: redis-test-key, subject: keyed, plan: free }
 """
 
 
@@ -280,6 +282,13 @@ class RedisStoreTest(unittest.TestCase):
         self.assertEqual(status, 401)  # no key: answered before the store
         status, headers, body = deny.check({"subject": "d", "plan": "free"})
         self.assertEqual((body["allowed"], body["degraded"]), (False, True))
+        # deny: the data plane answers 503 problem+json, not a 429 (nothing was counted).
+        status, headers, body = deny.request("GET", "/v1/authorize",
+                                             headers={"X-API-Key": "redis-test-key"})
+        self.assertEqual(status, 503)
+        self.assertEqual(headers["content-type"], "application/problem+json")
+        self.assertEqual(json.loads(body)["status"], 503)
+        self.assertNotIn("retry-after", headers)
         # Redis back (same port): normal decisions resume within 2 s.
         self.redis.start()
         deadline = time.monotonic() + 2
