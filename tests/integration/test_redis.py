@@ -287,6 +287,7 @@ class RedisStoreTest(unittest.TestCase):
                                              headers={"X-API-Key": "redis-test-key"})
         self.assertEqual(status, 503)
         self.assertEqual(headers["content-type"], "application/problem+json")
+        self.assertEqual(headers.get("sluice-degraded"), "1")
         self.assertEqual(json.loads(body)["status"], 503)
         self.assertNotIn("retry-after", headers)
         # Redis back (same port): normal decisions resume within 2 s.
