@@ -4,7 +4,7 @@ ports replaced, run by the real nginx against the real sluice binary and a toy u
 The plan here is 60 requests per *hour* (not per minute as in examples/nginx/sluice.yaml): windows
 are aligned to the epoch, so a 1m window could roll over in the middle of a test and hand out 60
 fresh requests. Each test also starts at least a minute before the next hour boundary (see
-`wait_out_window_end`), so every request of a test falls into one window.
+`harness.clear_of_window_end`), so every request of a test falls into one window.
 """
 import http.client
 import http.server
@@ -35,14 +35,6 @@ plans:
 keys:
   - {{ key: demo-key, subject: demo-user, plan: demo }}
 """
-
-
-def wait_out_window_end(margin=60.0):
-    """Sleeps past the next hour boundary if it is less than `margin` seconds away, so that every
-    request of the test is counted in the same 1h window."""
-    left = WINDOW - time.time() % WINDOW
-    if left < margin:
-        time.sleep(left + 1.0)
 
 
 def parse_items(value):
@@ -164,7 +156,7 @@ class Nginx:
 
 class NginxAuthRequestTest(unittest.TestCase):
     def setUp(self):
-        wait_out_window_end()
+        harness.clear_of_window_end(WINDOW, 60)
         self.dir = harness.tempdir()
         self.addCleanup(self.dir.cleanup)
 
