@@ -8,6 +8,24 @@
 
 namespace sluice {
 
+void AlertLayout::Seal() {
+  std::string bytes;
+  for (const LimitAlerts& l : limits) {
+    absl::StrAppend(&bytes, l.tag, ":");
+    for (int p : l.percents) absl::StrAppend(&bytes, p, ",");
+    bytes.push_back(';');
+  }
+  id = static_cast<uint32_t>(StableHash64(bytes));
+  if (id == 0) id = 1;  // 0 stands for "no layout"
+}
+
+const std::vector<int>* AlertLayout::PercentsOf(uint16_t tag) const {
+  for (const LimitAlerts& l : limits) {
+    if (l.tag == tag) return &l.percents;
+  }
+  return nullptr;
+}
+
 int Plan::FindLimit(std::string_view limit_name) const {
   for (size_t i = 0; i < limits.size(); ++i) {
     if (limits[i].name == limit_name) return static_cast<int>(i);
@@ -39,6 +57,15 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
       }
       plan->limits.push_back(std::move(limit));
     }
+    auto alerts = std::make_shared<AlertLayout>();
+    for (const Limit& limit : plan->limits) {
+      AlertLayout::LimitAlerts& l = alerts->limits.emplace_back();
+      l.tag = static_cast<uint16_t>(limit.tag);
+      for (const Threshold& th : limit.thresholds) l.percents.push_back(th.percent);
+    }
+    alerts->Seal();
+    plan->alert_layout = alerts->id;
+    plan->alerts = std::move(alerts);
     set.names_.push_back(pc.name);
     set.plans_.emplace(pc.name, std::move(plan));
   }

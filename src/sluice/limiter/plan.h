@@ -34,11 +34,34 @@ struct Limit {
 
 inline constexpr size_t kMaxThresholds = 16;
 
+// The alert percentages of every limit of a plan, in the plan's order. A store that records fired
+// thresholds as one bit per position in a limit's `thresholds` (the memory store) tags what it
+// wrote with the layout's `id`; when a reload adds or removes a percentage, the bits are read
+// again by percentage through the old layout instead of being shifted onto other thresholds (which
+// would re-send one alert and lose another).
+struct AlertLayout {
+  struct LimitAlerts {
+    uint16_t tag = 0;           // low 16 bits of Limit::tag
+    std::vector<int> percents;  // ascending
+  };
+  std::vector<LimitAlerts> limits;
+  uint32_t id = 0;  // a hash of `limits`, never 0; equal layouts have equal ids
+
+  // Computes `id` from `limits`.
+  void Seal();
+  // The percentages of the limit whose tag is `tag`, or nullptr if there is none.
+  [[nodiscard]] const std::vector<int>* PercentsOf(uint16_t tag) const;
+};
+
 struct Plan {
   std::string name;
   absl::TimeZone tz;
   std::vector<Limit> limits;  // at least one
   uint64_t tag = 0;           // stable hash of the name: identifies the plan in saved state
+  // The plan's alert percentages (set by PlanSet::FromConfig; null in plans built by hand, which a
+  // store then reads position by position) and their id, copied here for a cheap comparison.
+  std::shared_ptr<const AlertLayout> alerts;
+  uint32_t alert_layout = 0;
 
   // Index of the limit named `name` in `limits`, or -1.
   [[nodiscard]] int FindLimit(std::string_view name) const;

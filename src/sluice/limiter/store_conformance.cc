@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/time/civil_time.h"
 
@@ -335,6 +336,43 @@ TEST_P(StoreConformanceTest, ResetClearsCountersAndRearmsAlerts) {
   EXPECT_EQ(UsageOf("alice")[0].used, 0);
   ASSERT_TRUE(Check("alice", 8).allowed);
   EXPECT_EQ(harness_->TakeEvents().size(), 1u);
+}
+
+// The plan "p" of SetUp, with its limit's alert percentages replaced (a reload).
+std::vector<PlanConfig> MinutePlanAlertingAt(std::vector<int> alert_at) {
+  return {PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {MakeLimit("per_minute", 10, Fixed(absl::Minutes(1), "1m"), std::move(alert_at))}}};
+}
+
+std::vector<int> Thresholds(const std::vector<AlertEvent>& events) {
+  std::vector<int> out;
+  for (const AlertEvent& e : events) out.push_back(e.threshold);
+  return out;
+}
+
+TEST_P(StoreConformanceTest, AReloadThatAddsAPercentageResendsNothingAlreadySent) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  ASSERT_EQ(Thresholds(harness_->TakeEvents()), std::vector<int>{80});
+  UsePlans(MinutePlanAlertingAt({50, 80, 100}));
+  EXPECT_EQ(UsageOf("alice")[0].fired, std::vector<int>{80});
+  // 50% is new and already reached: it fires once; 80% was sent in this window and does not.
+  ASSERT_TRUE(Check("alice").allowed);
+  EXPECT_EQ(Thresholds(harness_->TakeEvents()), std::vector<int>{50});
+  ASSERT_TRUE(Check("alice").allowed);
+  EXPECT_EQ(Thresholds(harness_->TakeEvents()), std::vector<int>{100});
+  EXPECT_EQ(UsageOf("alice")[0].fired, (std::vector<int>{50, 80, 100}));
+}
+
+TEST_P(StoreConformanceTest, AReloadThatRemovesAPercentageLeavesTheOthersArmed) {
+  UsePlans(MinutePlanAlertingAt({50, 80, 100}));
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  ASSERT_EQ(Thresholds(harness_->TakeEvents()), (std::vector<int>{50, 80}));
+  UsePlans(MinutePlanAlertingAt({80, 100}));
+  EXPECT_EQ(UsageOf("alice")[0].fired, std::vector<int>{80});
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  EXPECT_EQ(Thresholds(harness_->TakeEvents()), std::vector<int>{100});
 }
 
 TEST_P(StoreConformanceTest, ResetOfOneLimitKeepsTheOthers) {

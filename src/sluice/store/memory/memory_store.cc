@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <mutex>
 #include <string_view>
 #include <utility>
@@ -42,9 +43,13 @@ struct KeyEq {
 };
 
 struct Entry {
-  int64_t expires = 0;
+  uint32_t expires = 0;       // Unix seconds (a 32-bit field keeps the entry at 48 bytes)
+  uint32_t alert_layout = 0;  // AlertLayout::id the counters' fired bits refer to; 0 = unknown
   absl::InlinedVector<MemoryStore::Counter, 2> counters;
 };
+
+// The bytes per active subject depend on it (BENCHMARKS.md): keep the entry at 48 bytes.
+static_assert(sizeof(Entry) == 48);
 
 using Map = absl::flat_hash_map<Key, Entry, KeyHash, KeyEq>;
 
@@ -73,6 +78,26 @@ void Realign(Entry& entry, const Plan& plan) {
   entry.counters = std::move(aligned);
 }
 
+// The fired bits of `entry`'s counters, written under layout `from`, rewritten for the positions
+// of `plan`'s thresholds: a percentage kept by a reload stays fired, a new one starts armed. With
+// no known `from`, the bits stay as they are.
+void RemapFired(Entry& entry, const Plan& plan, const AlertLayout* from) {
+  if (from == nullptr) return;
+  for (size_t i = 0; i < entry.counters.size(); ++i) {
+    MemoryStore::Counter& c = entry.counters[i];
+    if (c.fired == 0) continue;
+    const std::vector<int>* before = from->PercentsOf(c.tag);
+    uint16_t fired = 0;
+    const std::vector<Threshold>& now = plan.limits[i].thresholds;
+    for (size_t t = 0; before != nullptr && t < now.size(); ++t) {
+      auto at = std::find(before->begin(), before->end(), now[t].percent);
+      const size_t old_bit = static_cast<size_t>(at - before->begin());
+      if (at != before->end() && (c.fired >> old_bit) & 1u) fired |= static_cast<uint16_t>(1u << t);
+    }
+    c.fired = fired;
+  }
+}
+
 bool Aligned(const Entry& entry, const Plan& plan) {
   if (entry.counters.size() != plan.limits.size()) return false;
   for (size_t i = 0; i < plan.limits.size(); ++i) {
@@ -89,10 +114,11 @@ uint16_t FiredNow(const MemoryStore::Counter* c, const WindowBounds& w) {
   return c != nullptr && c->window == Window32(w) ? c->fired : 0;
 }
 
-int64_t ExpiryFor(const StoreRequest& req, absl::Duration grace) {
+uint32_t ExpiryFor(const StoreRequest& req, absl::Duration grace) {
   absl::Time latest = req.now;
   for (const WindowBounds& w : req.windows) latest = std::max(latest, w.end);
-  return absl::ToUnixSeconds(latest + grace);
+  return static_cast<uint32_t>(std::clamp<int64_t>(absl::ToUnixSeconds(latest + grace), 0,
+                                                   std::numeric_limits<uint32_t>::max()));
 }
 
 AlertEvent MakeEvent(const StoreRequest& req, const Limit& limit, const WindowBounds& w,
@@ -115,6 +141,30 @@ AlertEvent MakeEvent(const StoreRequest& req, const Limit& limit, const WindowBo
 struct alignas(64) MemoryStore::Shard {
   mutable std::mutex mu;
   Map map;  // guarded by mu
+  // The alert layouts the entries refer to (usually one per plan; more after a reload changed
+  // a plan's alert percentages, until the sweep finds them unused). Guarded by mu.
+  std::vector<std::shared_ptr<const AlertLayout>> layouts;
+
+  const AlertLayout* Layout(uint32_t id) const {
+    for (const auto& l : layouts) {
+      if (l->id == id) return l.get();
+    }
+    return nullptr;
+  }
+  void Remember(const Plan& plan) {
+    if (plan.alerts != nullptr && Layout(plan.alert_layout) == nullptr) {
+      layouts.push_back(plan.alerts);
+    }
+  }
+  // Makes `entry` fit `plan`: counters in the plan's order, fired bits in its layout.
+  void Adapt(Entry& entry, const Plan& plan) {
+    if (!Aligned(entry, plan)) Realign(entry, plan);
+    if (entry.alert_layout != plan.alert_layout) {
+      RemapFired(entry, plan, Layout(entry.alert_layout));
+      Remember(plan);
+      entry.alert_layout = plan.alert_layout;
+    }
+  }
 };
 
 MemoryStore::MemoryStore(Options options)
@@ -154,7 +204,9 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
     std::lock_guard lock(shard.mu);
     auto it = shard.map.find(key, hash);
     Entry* entry = it == shard.map.end() ? nullptr : &it->second;
-    if (entry != nullptr && !Aligned(*entry, plan)) Realign(*entry, plan);
+    if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
+      shard.Adapt(*entry, plan);
+    }
 
     // Admission: all-or-nothing over every limit.
     bool allowed = true;
@@ -193,6 +245,8 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
         if (entry == nullptr) {
           auto [ins, unused] = shard.map.try_emplace(Key{plan.tag, std::string(req.subject)});
           entry = &ins->second;
+          entry->alert_layout = plan.alert_layout;
+          shard.Remember(plan);
           entry->counters.resize(n);
           for (size_t j = 0; j < n; ++j) entry->counters[j].tag = Tag16(plan.limits[j]);
         }
@@ -217,8 +271,9 @@ void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
     std::lock_guard lock(shard.mu);
     auto it = shard.map.find(KeyView{plan.tag, req.subject});
     if (it != shard.map.end()) {
+      shard.Adapt(it->second, plan);
       for (size_t i = 0; i < plan.limits.size(); ++i) {
-        const Counter* c = FindCounter(it->second, plan, i);
+        const Counter* c = &it->second.counters[i];
         usage[i].used = UsedNow(c, req.windows[i]);
         const uint16_t fired = FiredNow(c, req.windows[i]);
         for (size_t t = 0; t < plan.limits[i].thresholds.size(); ++t) {
@@ -254,8 +309,22 @@ size_t MemoryStore::Sweep(absl::Time now) {
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     Shard& shard = shards_[s];
     std::lock_guard lock(shard.mu);
-    removed +=
-        absl::erase_if(shard.map, [now_s](const auto& kv) { return kv.second.expires <= now_s; });
+    // The same pass notes which alert layouts the remaining entries refer to (nearly all entries
+    // of a plan share one, hence the check against the last one seen) and drops the others.
+    std::vector<uint32_t> in_use;
+    uint32_t last = 0;
+    removed += absl::erase_if(shard.map, [&](const auto& kv) {
+      if (kv.second.expires <= now_s) return true;
+      const uint32_t id = kv.second.alert_layout;
+      if (id != last && std::find(in_use.begin(), in_use.end(), id) == in_use.end()) {
+        in_use.push_back(id);
+      }
+      last = id;
+      return false;
+    });
+    std::erase_if(shard.layouts, [&](const auto& l) {
+      return std::find(in_use.begin(), in_use.end(), l->id) == in_use.end();
+    });
   }
   return removed;
 }
@@ -278,6 +347,12 @@ void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) co
       state.subject = key.subject;
       state.expires = entry.expires;
       state.counters = entry.counters;
+      if (state.alerts == nullptr || state.alerts->id != entry.alert_layout) {
+        state.alerts.reset();
+        for (const auto& l : shards_[s].layouts) {
+          if (l->id == entry.alert_layout) state.alerts = l;
+        }
+      }
       fn(state);
     }
   }
@@ -287,12 +362,21 @@ void MemoryStore::Restore(std::vector<SubjectState> states) {
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     std::lock_guard lock(shards_[s].mu);
     shards_[s].map.clear();
+    shards_[s].layouts.clear();
   }
   for (SubjectState& st : states) {
     Shard& shard = ShardFor(st.plan_tag, st.subject);
     std::lock_guard lock(shard.mu);
+    uint32_t layout = 0;
+    if (st.alerts != nullptr) {
+      layout = st.alerts->id;
+      if (shard.Layout(layout) == nullptr) shard.layouts.push_back(std::move(st.alerts));
+    }
     shard.map.insert_or_assign(Key{st.plan_tag, std::move(st.subject)},
-                               Entry{.expires = st.expires, .counters = std::move(st.counters)});
+                               Entry{.expires = static_cast<uint32_t>(std::clamp<int64_t>(
+                                         st.expires, 0, std::numeric_limits<uint32_t>::max())),
+                                     .alert_layout = layout,
+                                     .counters = std::move(st.counters)});
   }
 }
 

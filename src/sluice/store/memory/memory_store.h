@@ -41,8 +41,11 @@ class MemoryStore final : public Store {
     int64_t used = 0;
     uint32_t window = 0;  // low 32 bits of the window id the counter belongs to
     uint16_t tag = 0;     // low 16 bits of Limit::tag: finds the counter again after a reload
-    uint16_t fired = 0;   // bit i: threshold i of the limit fired in this window
+    uint16_t fired = 0;   // bit i: threshold i of the limit fired in this window (see below)
   };
+  // Which threshold bit i stands for is given by the AlertLayout the entry was last written under
+  // (Plan::alerts); an entry meeting a plan with another layout has its bits re-read by percentage
+  // first. Each shard keeps the layouts its entries refer to.
 
   // A subject's saved state, for snapshots.
   struct SubjectState {
@@ -50,6 +53,9 @@ class MemoryStore final : public Store {
     std::string subject;
     int64_t expires = 0;  // Unix seconds after which the entry may be swept
     absl::InlinedVector<Counter, 2> counters;
+    // What the counters' `fired` bits stand for; null when unknown (they are then read by
+    // position under whatever plan meets them).
+    std::shared_ptr<const AlertLayout> alerts;
   };
 
   MemoryStore() : MemoryStore(Options{}) {}

@@ -1,6 +1,7 @@
 #include "sluice/store/memory/memory_store.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -132,6 +133,19 @@ TEST_F(MemoryStoreTest, AChangedQuotaDoesNotResendAFiredThreshold) {
   UseLimits({{"per_minute", 20, "1m", {80, 100}}});
   ASSERT_TRUE(Check("alice", 8).allowed);  // 16 = 80% of 20, already fired in this window
   EXPECT_EQ(store_.outbox().size(), 0u);
+}
+
+TEST_F(MemoryStoreTest, ASweepKeepsTheAlertLayoutOfAnEntryNotTouchedSinceAReload) {
+  ASSERT_TRUE(Check("alice", 8).allowed);  // 80% fired under [80, 100]
+  store_.outbox().Ack(1);
+  UseLimits({{"per_minute", 10, "1m", {50, 80, 100}}});
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(Check("s" + std::to_string(i)).allowed);
+  ASSERT_EQ(store_.Sweep(clock_.Now()), 0u);
+  // alice's bits are still read through the layout she was written under: 50% is new, 80% is not.
+  ASSERT_TRUE(Check("alice").allowed);
+  std::vector<Outbox::Entry> events = store_.outbox().Read(0, SIZE_MAX);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.threshold, 50);
 }
 
 // DESIGN §6: many threads on one subject admit exactly the quota and fire each threshold once.

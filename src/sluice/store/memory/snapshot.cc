@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
 
@@ -18,7 +19,9 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kMagic = "SLUICESN";
-constexpr uint32_t kVersion = 1;
+// Version 2 added each subject's alert layout (what its fired bits stand for); version 1 files
+// are still read, their bits then taken position by position as before.
+constexpr uint32_t kVersion = 2;
 // magic, version, payload length, payload CRC.
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
 // Sanity bounds for a file we did not write ourselves.
@@ -108,6 +111,15 @@ std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
       subjects.Int<uint32_t>(c.window);
       subjects.Int<uint16_t>(c.tag);
       subjects.Int<uint16_t>(c.fired);
+    }
+    subjects.Int<uint8_t>(st.alerts != nullptr ? 1 : 0);
+    if (st.alerts != nullptr) {
+      subjects.Int<uint32_t>(static_cast<uint32_t>(st.alerts->limits.size()));
+      for (const AlertLayout::LimitAlerts& l : st.alerts->limits) {
+        subjects.Int<uint16_t>(l.tag);
+        subjects.Int<uint8_t>(static_cast<uint8_t>(l.percents.size()));
+        for (int p : l.percents) subjects.Int<uint8_t>(static_cast<uint8_t>(p));
+      }
     }
   });
   const std::vector<Outbox::Entry> events = store.outbox().All();
@@ -215,7 +227,9 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   const uint32_t version = header.Int<uint32_t>();
   const uint64_t length = header.Int<uint64_t>();
   const uint32_t crc = header.Int<uint32_t>();
-  if (version != kVersion) return corrupt(absl::StrCat("unsupported version ", version));
+  if (version != 1 && version != kVersion) {
+    return corrupt(absl::StrCat("unsupported version ", version));
+  }
   if (length != data.size() - kHeaderSize) {
     return corrupt(absl::StrCat("payload is ", data.size() - kHeaderSize, " bytes, header says ",
                                 length, " (torn write?)"));
@@ -225,6 +239,7 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
 
   Reader r(payload);
   std::vector<MemoryStore::SubjectState> subjects;
+  absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
   const uint64_t subject_count = r.Int<uint64_t>();
   if (subject_count > kMaxCount) return corrupt("implausible subject count");
   for (uint64_t i = 0; i < subject_count && r.ok(); ++i) {
@@ -241,6 +256,22 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
       c.tag = r.Int<uint16_t>();
       c.fired = r.Int<uint16_t>();
       st.counters.push_back(c);
+    }
+    if (version >= 2 && r.Int<uint8_t>() != 0) {
+      auto alerts = std::make_shared<AlertLayout>();
+      const uint32_t limits = r.Int<uint32_t>();
+      if (limits > 1024) return corrupt("implausible alert layout");
+      for (uint32_t k = 0; k < limits && r.ok(); ++k) {
+        AlertLayout::LimitAlerts& l = alerts->limits.emplace_back();
+        l.tag = r.Int<uint16_t>();
+        const uint8_t count = r.Int<uint8_t>();
+        if (count > kMaxThresholds) return corrupt("implausible alert layout");
+        for (uint8_t t = 0; t < count && r.ok(); ++t) l.percents.push_back(r.Int<uint8_t>());
+      }
+      alerts->Seal();
+      // Subjects of one plan share one layout: equal ones are kept once.
+      auto [it, inserted] = layouts.try_emplace(alerts->id, alerts);
+      st.alerts = it->second;
     }
     subjects.push_back(std::move(st));
   }

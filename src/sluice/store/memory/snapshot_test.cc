@@ -35,6 +35,26 @@ class SnapshotTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  // Replaces the plan's per_minute alert percentages (a reload).
+  void AlertAt(std::vector<int> alert_at) {
+    config::Config cfg;
+    cfg.plans.push_back({.name = "p",
+                         .limits = {{.name = "per_minute",
+                                     .quota = 10,
+                                     .window = *config::ParseWindow("1m"),
+                                     .alert_at = std::move(alert_at)},
+                                    {.name = "daily",
+                                     .quota = 100,
+                                     .window = *config::ParseWindow("day"),
+                                     .alert_at = {}}}});
+    plans_ = std::make_unique<PlanSet>(*PlanSet::FromConfig(cfg));
+  }
+  // Thresholds of the events in `store`'s outbox.
+  static std::vector<int> Thresholds(const MemoryStore& store) {
+    std::vector<int> out;
+    for (const Outbox::Entry& e : store.outbox().All()) out.push_back(e.event.threshold);
+    return out;
+  }
   Decision Check(MemoryStore& store, const std::string& subject, int64_t cost = 1) {
     Limiter limiter(*plans_, &store, &clock_, {});
     Decision out;
@@ -76,6 +96,56 @@ TEST_F(SnapshotTest, RoundTripKeepsCountersFlagsAndUndeliveredEvents) {
   EXPECT_EQ(d.limits[1].used, 9);
   EXPECT_EQ(after.outbox().size(), 1u);
   EXPECT_EQ(Check(after, "bob", 0).limits[0].used, 3);
+}
+
+TEST_F(SnapshotTest, FiredThresholdsSurviveARestartWithChangedAlertPercentages) {
+  MemoryStore before;
+  ASSERT_TRUE(Check(before, "alice", 8).allowed);  // fires 80% of [80, 100]
+  ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+  AlertAt({50, 80, 100});
+  MemoryStore after;
+  ASSERT_TRUE(LoadSnapshot(path_, after).ok());
+  ASSERT_TRUE(Check(after, "alice", 1).allowed);
+  // 50% is new (it fires), 80% was sent before the restart (it does not fire again).
+  EXPECT_EQ(Thresholds(after), (std::vector<int>{80, 50}));
+}
+
+// A version 1 file (before alert layouts were saved) is still read, its fired bits by position.
+TEST_F(SnapshotTest, VersionOneFilesAreStillRead) {
+  auto put = [](std::string& out, uint64_t v, int bytes) {  // little-endian
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  const Plan& plan = *plans_->Find("p");
+  std::string p;
+  put(p, 1, 8);  // one subject: plan tag, subject, expiry, counters
+  put(p, plan.tag, 8);
+  put(p, 5, 4);
+  p += "alice";
+  put(p, 1796040000 + 86400 + 60, 8);
+  put(p, 2, 4);
+  put(p, 8, 8);  // per_minute: used, window id (the fake clock's minute), tag, fired bits
+  put(p, 1796040000 / 60, 4);
+  put(p, plan.limits[0].tag, 2);
+  put(p, 0b01, 2);  // 80% fired
+  put(p, 8, 8);     // daily
+  put(p, 1796040000 / 86400, 4);
+  put(p, plan.limits[1].tag, 2);
+  put(p, 0, 2);
+  put(p, 0, 8);  // no events
+  std::string file = "SLUICESN";
+  put(file, 1, 4);  // version 1, payload length and CRC
+  put(file, p.size(), 8);
+  put(file, Crc32(p), 4);
+  WriteFile(file + p);
+
+  MemoryStore store;
+  ASSERT_TRUE(LoadSnapshot(path_, store).ok());
+  Decision d = Check(store, "alice", 1);
+  EXPECT_EQ(d.limits[0].used, 9);
+  EXPECT_EQ(d.limits[1].used, 9);
+  EXPECT_TRUE(store.outbox().All().empty());  // 80% stays fired
+  ASSERT_TRUE(Check(store, "alice", 1).allowed);
+  EXPECT_EQ(Thresholds(store), std::vector<int>{100});
 }
 
 TEST_F(SnapshotTest, NewEventsAreNumberedAfterRestoredOnes) {

@@ -232,13 +232,23 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     finish(absl::OkStatus());
   });
   for (size_t i = 0; i < n; ++i) {
-    conn->Send({"HKEYS", FlagsKey(req, i)}, [state, finish, i](absl::StatusOr<Reply> r) mutable {
-      if (!r.ok()) return finish(ConnectionFailure(r.status()));
-      if (r->is_error()) return finish(ErrorReply(*r));
-      for (const Reply& e : r->elements) state->usage[i].fired.push_back(std::stoi(e.str));
-      std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
-      finish(absl::OkStatus());
-    });
+    // Only the plan's current percentages: a flag set before a reload removed its percentage
+    // stays in the hash until the window ends, but is no threshold of this limit any more.
+    std::vector<int> percents;
+    for (const Threshold& th : req.plan->limits[i].thresholds) percents.push_back(th.percent);
+    conn->Send({"HKEYS", FlagsKey(req, i)},
+               [state, finish, i, percents = std::move(percents)](absl::StatusOr<Reply> r) mutable {
+                 if (!r.ok()) return finish(ConnectionFailure(r.status()));
+                 if (r->is_error()) return finish(ErrorReply(*r));
+                 for (const Reply& e : r->elements) {
+                   const int percent = std::stoi(e.str);
+                   if (std::find(percents.begin(), percents.end(), percent) != percents.end()) {
+                     state->usage[i].fired.push_back(percent);
+                   }
+                 }
+                 std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
+                 finish(absl::OkStatus());
+               });
   }
 }
 
