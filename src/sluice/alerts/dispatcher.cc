@@ -120,12 +120,16 @@ Dispatcher::Dispatcher(OutboxSource* source, std::vector<Sink*> sinks, const Clo
 Dispatcher::~Dispatcher() { Stop(); }
 
 void Dispatcher::Start() {
-  std::lock_guard lock(mu_);
-  if (started_) return;
-  started_ = true;
-  const int workers = std::max(1, options_.workers);
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
-  coordinator_ = std::thread([this] { CoordinatorLoop(); });
+  {
+    std::lock_guard lock(mu_);
+    if (started_) return;
+    started_ = true;
+    const int workers = std::max(1, options_.workers);
+    for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    coordinator_ = std::thread([this] { CoordinatorLoop(); });
+    wakeup_registered_ = true;
+  }
+  source_->SetWakeup([this] { Wake(); });
 }
 
 void Dispatcher::RequestStop() {
@@ -138,6 +142,15 @@ void Dispatcher::RequestStop() {
 }
 
 void Dispatcher::Stop() {
+  // The wake-up is withdrawn first, without holding mu_: one in progress (it takes mu_) finishes,
+  // and none reaches this dispatcher afterwards. Only once, and only if Start() set it: another
+  // dispatcher may use the source by now.
+  bool registered = false;
+  {
+    std::lock_guard lock(mu_);
+    registered = std::exchange(wakeup_registered_, false);
+  }
+  if (registered) source_->SetWakeup(nullptr);
   RequestStop();
   if (coordinator_.joinable()) coordinator_.join();
   for (std::thread& w : workers_) {
@@ -376,7 +389,9 @@ void Dispatcher::CoordinatorLoop() {
     StartDueLocked(now);
     metrics_->in_flight.Set(static_cast<int64_t>(tracked_.size()));
 
-    if (results_.empty() && !woken_) {
+    // Stopping with no call running: nothing will arrive, go round once more to finish (waiting
+    // here held Stop() for a whole poll interval after the last ack).
+    if (results_.empty() && !woken_ && !(stopping_ && running_ == 0)) {
       absl::Duration wait = options_.poll_interval;
       if (!stopping_) {
         absl::Time wake = NextDueLocked();

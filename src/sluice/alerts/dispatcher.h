@@ -162,6 +162,7 @@ class Dispatcher {
   std::condition_variable coordinator_cv_;  // results, Wake(), Stop()
   std::condition_variable worker_cv_;       // tasks, Stop()
   bool started_ = false;                    // guarded by mu_
+  bool wakeup_registered_ = false;          // the source calls Wake(); guarded by mu_
   bool stopping_ = false;                   // guarded by mu_
   bool woken_ = false;                      // guarded by mu_
   uint64_t next_key_ = 1;                   // guarded by mu_

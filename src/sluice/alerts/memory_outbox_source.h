@@ -9,7 +9,9 @@
 #define SLUICE_ALERTS_MEMORY_OUTBOX_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sluice/alerts/outbox_source.h"
@@ -29,6 +31,8 @@ class MemoryOutboxSource final : public OutboxSource {
       std::span<const OutboxHandle> held) override;
   [[nodiscard]] absl::Duration lease() const override { return absl::InfiniteDuration(); }
   [[nodiscard]] absl::StatusOr<OutboxStats> Stats() override;
+  // Through Outbox::SetListener: the memory store calls `wake` after recording events.
+  void SetWakeup(std::function<void()> wake) override { outbox_->SetListener(std::move(wake)); }
 
  private:
   Outbox* const outbox_;

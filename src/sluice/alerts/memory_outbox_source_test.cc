@@ -1,5 +1,6 @@
 #include "sluice/alerts/memory_outbox_source.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -116,6 +117,66 @@ TEST(MemoryOutboxSourceTest, DispatcherDeliversAndRemovesTheEvents) {
   ASSERT_TRUE(sink.WaitForCalls(3));
   ASSERT_TRUE(sink.WaitUntil([&] { return dispatcher.acked() == 3; }));
   dispatcher.Stop();
+  EXPECT_EQ(outbox.size(), 0u);
+}
+
+// A MemoryOutboxSource that counts the dispatcher's reads.
+class CountedSource final : public OutboxSource {
+ public:
+  explicit CountedSource(Outbox* outbox) : inner_(outbox) {}
+  absl::StatusOr<std::vector<OutboxItem>> Fetch(size_t max) override {
+    auto items = inner_.Fetch(max);
+    ++fetches_;  // after the read: an event pushed from now on is not in it
+    return items;
+  }
+  absl::StatusOr<std::vector<OutboxItem>> Claim(size_t max) override { return inner_.Claim(max); }
+  absl::Status Ack(const OutboxHandle& handle) override { return inner_.Ack(handle); }
+  absl::StatusOr<std::vector<OutboxHandle>> Renew(std::span<const OutboxHandle> held) override {
+    return inner_.Renew(held);
+  }
+  absl::Duration lease() const override { return inner_.lease(); }
+  absl::StatusOr<OutboxStats> Stats() override { return inner_.Stats(); }
+  void SetWakeup(std::function<void()> wake) override { inner_.SetWakeup(std::move(wake)); }
+  int fetches() const { return fetches_; }
+
+ private:
+  MemoryOutboxSource inner_;
+  std::atomic<int> fetches_{0};
+};
+
+// With polls an hour apart, only the outbox's wake-up can bring a new event to the sink in time.
+TEST(MemoryOutboxSourceTest, ARecordedEventWakesTheDispatcherInsteadOfWaitingForItsPoll) {
+  Outbox outbox(10);
+  CountedSource source(&outbox);
+  CountingSink sink;
+  FakeClock clock(kT0);
+  Dispatcher dispatcher(&source, {&sink}, &clock,
+                        {.poll_interval = absl::Hours(1), .stats_interval = absl::Hours(1)});
+  dispatcher.Start();
+  ASSERT_TRUE(sink.WaitUntil([&] { return source.fetches() >= 1; }));  // read the empty outbox
+  ASSERT_TRUE(outbox.Push(Event("a")));
+  outbox.NotifyRecorded();  // what the memory store does after a decision that recorded events
+  ASSERT_TRUE(sink.WaitForCalls(1));
+  dispatcher.Stop();
+  // Stopped: the listener is withdrawn, so a later event reaches nobody (and nothing crashes).
+  ASSERT_TRUE(outbox.Push(Event("b")));
+  outbox.NotifyRecorded();
+  EXPECT_EQ(outbox.size(), 1u);
+}
+
+TEST(MemoryOutboxSourceTest, StopDoesNotWaitOutThePollInterval) {
+  Outbox outbox(10);
+  ASSERT_TRUE(outbox.Push(Event("a")));
+  MemoryOutboxSource source(&outbox);
+  CountingSink sink;
+  FakeClock clock(kT0);
+  Dispatcher dispatcher(&source, {&sink}, &clock,
+                        {.poll_interval = absl::Hours(1), .stats_interval = absl::Hours(1)});
+  dispatcher.Start();
+  ASSERT_TRUE(sink.WaitForCalls(1));
+  const auto start = std::chrono::steady_clock::now();
+  dispatcher.Stop();  // acks "a", then must leave at once rather than sleep until the next poll
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(outbox.size(), 0u);
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -78,6 +79,12 @@ class OutboxSource {
 
   // For /metrics.
   [[nodiscard]] virtual absl::StatusOr<OutboxStats> Stats() = 0;
+
+  // Asks the source to call `wake` whenever new events may be there, so that the reader looks at
+  // once instead of at its next poll; an empty `wake` withdraws it (and waits for a call in
+  // progress). `wake` is quick and thread-safe. A source that cannot tell (Redis streams are
+  // polled) ignores it: that is the default.
+  virtual void SetWakeup(std::function<void()> wake) { (void)wake; }
 };
 
 }  // namespace sluice::alerts

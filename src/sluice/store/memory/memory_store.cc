@@ -195,6 +195,7 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
   const size_t n = plan.limits.size();
   StoreResult result;
   result.used.resize(n);
+  bool recorded = false;  // events pushed to the outbox: its listener is told after the lock
 
   // One hash for both the shard and the lookup in it.
   const KeyView key{plan.tag, req.subject};
@@ -240,6 +241,7 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
           // The flag is set only if the event is recorded: a full outbox leaves it armed.
           if (outbox_.Push(MakeEvent(req, limit, w, th.percent, after))) newly |= bit;
         }
+        recorded = recorded || newly != 0;
         if (!allowed && newly == 0) continue;
 
         if (entry == nullptr) {
@@ -260,6 +262,7 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
       if (wrote) entry->expires = std::max(entry->expires, ExpiryFor(req, options_.grace));
     }
   }
+  if (recorded) outbox_.NotifyRecorded();
   return result;
 }
 

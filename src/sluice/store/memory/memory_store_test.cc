@@ -135,6 +135,24 @@ TEST_F(MemoryStoreTest, AChangedQuotaDoesNotResendAFiredThreshold) {
   EXPECT_EQ(store_.outbox().size(), 0u);
 }
 
+TEST_F(MemoryStoreTest, TheOutboxListenerHearsOfEachDecisionThatRecordedEvents) {
+  int calls = 0;
+  // The listener runs with no shard lock held: calling back into the store does not deadlock.
+  store_.outbox().SetListener([&] {
+    ++calls;
+    EXPECT_EQ(store_.subject_count(), 1u);
+  });
+  ASSERT_TRUE(Check("alice", 7).allowed);  // below 80%: nothing recorded
+  EXPECT_EQ(calls, 0);
+  ASSERT_TRUE(Check("alice", 3).allowed);  // 80% and 100% in one decision: one call
+  EXPECT_EQ(calls, 1);
+  store_.outbox().SetListener(nullptr);
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Check("alice", 10).allowed);  // records again, nobody listening
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(store_.outbox().size(), 4u);
+}
+
 TEST_F(MemoryStoreTest, ASweepKeepsTheAlertLayoutOfAnEntryNotTouchedSinceAReload) {
   ASSERT_TRUE(Check("alice", 8).allowed);  // 80% fired under [80, 100]
   store_.outbox().Ack(1);

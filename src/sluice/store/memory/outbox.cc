@@ -27,6 +27,16 @@ void Outbox::Ack(uint64_t seq) {
   events_.erase(seq);
 }
 
+void Outbox::SetListener(std::function<void()> fn) {
+  absl::MutexLock lock(&listener_mu_);
+  listener_ = std::move(fn);
+}
+
+void Outbox::NotifyRecorded() {
+  absl::MutexLock lock(&listener_mu_);
+  if (listener_) listener_();
+}
+
 std::vector<Outbox::Entry> Outbox::All() const { return Read(0, SIZE_MAX); }
 
 void Outbox::Restore(std::vector<Entry> entries) {

@@ -8,6 +8,7 @@
 #define SLUICE_STORE_MEMORY_OUTBOX_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -47,6 +48,15 @@ class Outbox {
   [[nodiscard]] uint64_t recorded() const;
   [[nodiscard]] size_t capacity() const { return capacity_; }
 
+  // `fn` is called after a decision recorded events — on that decision's thread, with none of the
+  // store's locks held (MemoryStore calls NotifyRecorded()) — so that a reader can look at once
+  // instead of at its next poll. `fn` must be quick (e.g. notify a condition variable). An empty
+  // `fn` removes the listener. Does not return while a call to the previous listener is running,
+  // so that listener may be destroyed afterwards.
+  void SetListener(std::function<void()> fn);
+  // Calls the listener, if there is one.
+  void NotifyRecorded();
+
  private:
   const size_t capacity_;
   mutable absl::Mutex mu_;
@@ -54,6 +64,9 @@ class Outbox {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  // Held while the listener runs (see SetListener); only taken when events were recorded.
+  absl::Mutex listener_mu_;
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace sluice
