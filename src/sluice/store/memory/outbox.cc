@@ -3,7 +3,7 @@
 namespace sluice {
 
 bool Outbox::Push(AlertEvent event) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   if (events_.size() >= capacity_) {
     ++refused_;
     return false;
@@ -14,7 +14,7 @@ bool Outbox::Push(AlertEvent event) {
 }
 
 std::vector<Outbox::Entry> Outbox::Read(uint64_t after, size_t max) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   std::vector<Entry> out;
   for (auto it = events_.upper_bound(after); it != events_.end() && out.size() < max; ++it) {
     out.push_back({it->first, it->second});
@@ -23,24 +23,24 @@ std::vector<Outbox::Entry> Outbox::Read(uint64_t after, size_t max) const {
 }
 
 void Outbox::Ack(uint64_t seq) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   events_.erase(seq);
 }
 
 void Outbox::SetListener(std::function<void()> fn) {
-  absl::MutexLock lock(&listener_mu_);
+  std::lock_guard lock(listener_mu_);
   listener_ = std::move(fn);
 }
 
 void Outbox::NotifyRecorded() {
-  absl::MutexLock lock(&listener_mu_);
+  std::lock_guard lock(listener_mu_);
   if (listener_) listener_();
 }
 
 std::vector<Outbox::Entry> Outbox::All() const { return Read(0, SIZE_MAX); }
 
 void Outbox::Restore(std::vector<Entry> entries) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   events_.clear();
   for (Entry& e : entries) {
     if (e.seq >= next_seq_) next_seq_ = e.seq + 1;
@@ -49,17 +49,17 @@ void Outbox::Restore(std::vector<Entry> entries) {
 }
 
 size_t Outbox::size() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return events_.size();
 }
 
 uint64_t Outbox::recorded() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return recorded_;
 }
 
 uint64_t Outbox::refused() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return refused_;
 }
 

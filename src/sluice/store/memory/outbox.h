@@ -10,11 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "sluice/limiter/alert_event.h"
 
 namespace sluice {
@@ -59,14 +58,16 @@ class Outbox {
 
  private:
   const size_t capacity_;
-  mutable absl::Mutex mu_;
-  std::map<uint64_t, AlertEvent> events_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  // std::mutex, as the store's shards: Debian's abseil is not built for ThreadSanitizer, which
+  // then cannot see absl::Mutex order a push against the dispatcher's reads.
+  mutable std::mutex mu_;
+  std::map<uint64_t, AlertEvent> events_;  // guarded by mu_
+  uint64_t next_seq_ = 1;                  // guarded by mu_
+  uint64_t refused_ = 0;                   // guarded by mu_
+  uint64_t recorded_ = 0;                  // guarded by mu_
   // Held while the listener runs (see SetListener); only taken when events were recorded.
-  absl::Mutex listener_mu_;
-  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
+  std::mutex listener_mu_;
+  std::function<void()> listener_;  // guarded by listener_mu_
 };
 
 }  // namespace sluice
