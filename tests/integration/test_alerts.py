@@ -228,6 +228,20 @@ class MemoryStoreAlertsTest(Fixture):
         self.assertEqual(metric(svc, "sluice_alert_events_recorded_total"), 1)
         self.assertEqual(len(self.http.on("/hook")), 1)
 
+    def test_a_reload_that_adds_a_percentage_sends_only_the_new_one(self):
+        svc = self.service(alerts_yaml(self.http, alert_at="[80, 100]", quota=10))
+        spend(svc, "alice", 8, workers=1)  # 80% of 10
+        self.wait_acked([svc], 1)
+        svc.rewrite(alerts_yaml(self.http, alert_at="[50, 80, 100]", quota=10))
+        svc.server.proc.send_signal(signal.SIGHUP)
+        svc.server.wait_for_line("configuration reloaded")
+        spend(svc, "alice", 1, workers=1)  # 9 of 10: 50% is new and reached; 80% was sent
+        spend(svc, "alice", 1, workers=1)  # 10 of 10: 100%
+        self.wait_acked([svc], 3)
+        self.assertEqual(sorted(event_of(r)["threshold"] for r in self.http.on("/hook")),
+                         [50, 80, 100])
+        self.assertEqual(metric(svc, "sluice_alert_events_recorded_total"), 3)
+
     def test_a_hung_receiver_does_not_slow_decisions(self):
         def p99_of_checks(svc, prefix, n=1500):
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)

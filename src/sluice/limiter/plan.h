@@ -45,7 +45,9 @@ struct AlertLayout {
     std::vector<int> percents;  // ascending
   };
   std::vector<LimitAlerts> limits;
-  uint32_t id = 0;  // a hash of `limits`, never 0; equal layouts have equal ids
+  // A hash of `limits`, never 0; equal layouts have equal ids (two different layouts of one plan
+  // share one with probability 2^-32, and would then be read as the same).
+  uint32_t id = 0;
 
   // Computes `id` from `limits`.
   void Seal();

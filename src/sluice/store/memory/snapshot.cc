@@ -270,8 +270,7 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
       }
       alerts->Seal();
       // Subjects of one plan share one layout: equal ones are kept once.
-      auto [it, inserted] = layouts.try_emplace(alerts->id, alerts);
-      st.alerts = it->second;
+      st.alerts = layouts.try_emplace(alerts->id, std::move(alerts)).first->second;
     }
     subjects.push_back(std::move(st));
   }
