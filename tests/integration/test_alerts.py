@@ -74,6 +74,13 @@ class Fixture(unittest.TestCase):
         self.addCleanup(svc.__exit__)
         return svc
 
+    @staticmethod
+    def reload(svc, body):
+        """Rewrites svc's config with `body` and applies it with SIGHUP."""
+        svc.rewrite(body)
+        svc.server.proc.send_signal(signal.SIGHUP)
+        svc.server.wait_for_line("configuration reloaded")
+
     def wait_acked(self, svcs, events, timeout=15):
         """Waits until `events` events were acked (every sink done) across `svcs`."""
         deadline = time.monotonic() + timeout
@@ -216,9 +223,7 @@ class MemoryStoreAlertsTest(Fixture):
         svc = self.service(alerts_yaml(self.http, alert_at="[50]", quota=10))
         spend(svc, "alice", 5, workers=1)  # 50% of 10
         self.wait_acked([svc], 1)
-        svc.rewrite(alerts_yaml(self.http, alert_at="[50]", quota=20))
-        svc.server.proc.send_signal(signal.SIGHUP)
-        svc.server.wait_for_line("configuration reloaded")
+        self.reload(svc, alerts_yaml(self.http, alert_at="[50]", quota=20))
         body = svc.check({"subject": "alice", "plan": "free", "cost": 0})[2]
         self.assertEqual((body["limits"][0]["quota"], body["limits"][0]["used"]), (20, 5))
         spend(svc, "alice", 10, workers=1)  # 15 of 20: past 50% again, in the same window
@@ -232,9 +237,7 @@ class MemoryStoreAlertsTest(Fixture):
         svc = self.service(alerts_yaml(self.http, alert_at="[80, 100]", quota=10))
         spend(svc, "alice", 8, workers=1)  # 80% of 10
         self.wait_acked([svc], 1)
-        svc.rewrite(alerts_yaml(self.http, alert_at="[50, 80, 100]", quota=10))
-        svc.server.proc.send_signal(signal.SIGHUP)
-        svc.server.wait_for_line("configuration reloaded")
+        self.reload(svc, alerts_yaml(self.http, alert_at="[50, 80, 100]", quota=10))
         spend(svc, "alice", 1, workers=1)  # 9 of 10: 50% is new and reached; 80% was sent
         spend(svc, "alice", 1, workers=1)  # 10 of 10: 100%
         self.wait_acked([svc], 3)
