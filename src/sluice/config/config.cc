@@ -358,7 +358,8 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
   SLUICE_RETURN_IF_ERROR(
       ReadFields(field,
                  {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
-                  "deny_status", "anonymous_plan", "trusted_proxies"},
+                  "deny_status", "anonymous_plan", "trusted_proxies", "max_connections",
+                  "admin_max_connections", "shutdown_delay"},
                  f));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
@@ -379,6 +380,21 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
                                            "!#$%&'*+-.^_`|~)"));
   }
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("deny_status"), 400, 499, server.deny_status));
+  SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("max_connections"), 1, 1'000'000, server.max_connections));
+  SLUICE_RETURN_IF_ERROR(
+      ReadInt(f.Get("admin_max_connections"), 1, 1'000'000, server.admin_max_connections));
+  const Field delay = f.Get("shutdown_delay");
+  // Zero is a valid delay here (stop at once), unlike the other durations.
+  if (!delay.absent() && delay.node.IsScalar() &&
+      (delay.node.Scalar() == "0" || delay.node.Scalar() == "0s")) {
+    server.shutdown_delay = absl::ZeroDuration();
+  } else {
+    SLUICE_RETURN_IF_ERROR(ReadDuration(delay, server.shutdown_delay));
+  }
+  if (server.shutdown_delay > absl::Minutes(10)) {
+    return Error(delay.path, absl::StrCat("must be at most 10m, got ",
+                                          absl::FormatDuration(server.shutdown_delay)));
+  }
   // Checked against the plans once they are read (ParseRoot).
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("anonymous_plan"), server.anonymous_plan));
   return ForEachItem(f.Get("trusted_proxies"), [&](const Field& item, size_t) {

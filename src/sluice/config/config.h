@@ -28,6 +28,12 @@ struct ServerConfig {
   int deny_status = 429;                     // any 4xx; 403 for nginx auth_request
   std::string anonymous_plan;                // "" : requests without a key get 401
   std::vector<std::string> trusted_proxies;  // CIDRs, validated (IPv4 or IPv6)
+  // Open connections each plane accepts; one more is closed at once (1-1,000,000).
+  int max_connections = 10'000;
+  int admin_max_connections = 64;
+  // After SIGTERM: how long /readyz answers 503 while the data plane still serves, so a load
+  // balancer stops sending before the listener closes (0s-10m).
+  absl::Duration shutdown_delay = absl::Seconds(5);
 };
 
 enum class StoreType { kMemory, kRedis };
