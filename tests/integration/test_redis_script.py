@@ -127,10 +127,10 @@ class RedisScriptTest(unittest.TestCase):
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000, deadline_ms=0):
+    def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000, deadline_us=0):
         """EVALs the script; returns the raw reply list."""
         counters, flags, outbox = keys_for(subject, plan, limits)
-        argv = [cost, self.now * 1000 + 123, outbox_max, deadline_ms, len(limits), subject, plan]
+        argv = [cost, self.now * 1000 + 123, outbox_max, deadline_us, len(limits), subject, plan]
         for l in limits:
             start = self.now - self.now % l["window_len"]
             end = start + l["window_len"]
@@ -163,11 +163,65 @@ class RedisScriptTest(unittest.TestCase):
 
     def test_a_decision_past_its_deadline_changes_nothing(self):
         # The caller gave up (and answered degraded) before Redis ran the script.
-        reply = self.raw([limit("m", 10, [100])], cost=10, deadline_ms=(self.now - 5) * 1000)
+        reply = self.raw([limit("m", 10, [100])], cost=10, deadline_us=(self.now - 5) * 10**6)
         self.assertEqual(reply, [-1])
         self.assertEqual(self.all_keys(), [])
-        future = (int(time.time()) + 60) * 1000
-        self.assertEqual(self.decide([limit("m", 10)], deadline_ms=future)[0], True)
+        future = (int(time.time()) + 60) * 10**6
+        self.assertEqual(self.decide([limit("m", 10)], deadline_us=future)[0], True)
+
+    def test_the_deadline_is_in_microseconds_and_exclusive(self):
+        # A deadline 1 ms from Redis's own TIME is still ahead; one at TIME itself has passed.
+        sec, usec = (int(x) for x in self.redis.call("TIME"))
+        now_us = sec * 10**6 + usec
+        self.assertEqual(self.raw([limit("m", 10)], deadline_us=now_us), [-1])
+        self.assertEqual(self.decide([limit("m", 10)], deadline_us=now_us + 10**6)[0], True)
+
+    # --- counters that no admission could have written -----------------------------------------
+
+    def test_a_counter_holding_no_valid_counter_is_exhausted_and_left_alone(self):
+        lim = [limit("m", 10, [80, 100])]
+        key = keys_for("user-42", "free", lim)[0][0]
+        for bad in ["-5", "garbage", "007", "1e3", "0x10", "9223372036854775807",
+                    "9007199254740993", "1000000000000001", " 1", ""]:
+            with self.subTest(bad=bad):
+                self.redis.call("SET", key, bad)
+                for cost in (0, 1, 5):
+                    self.assertEqual(self.decide(lim, cost=cost), (False, [-1], 0, 0))
+                self.assertEqual(self.redis.call("GET", key), bad.encode())
+        self.assertEqual(self.outbox(limits=lim), [])
+
+    def test_a_counter_key_of_another_type_is_exhausted_instead_of_failing_the_script(self):
+        lim = [limit("m", 10), limit("h", 10)]
+        counters = keys_for("user-42", "free", lim)[0]
+        self.redis.call("HSET", counters[1], "x", "1")
+        self.assertEqual(self.decide(lim), (False, [0, -1], 0, 0))
+        self.assertIsNone(self.redis.call("GET", counters[0]))  # nothing half-written
+
+    def test_a_flag_hash_or_outbox_of_another_type_does_not_fail_an_admission(self):
+        lim = [limit("m", 2, [50, 100])]
+        counters, flags, outbox = keys_for("user-42", "free", lim)
+        self.redis.call("SET", flags[0], "x")
+        self.assertEqual(self.decide(lim)[:2], (True, [1]))  # read as already fired
+        self.redis.call("DEL", flags[0])
+        self.redis.call("SET", outbox, "x")
+        self.assertEqual(self.decide(lim), (True, [2], 0, 2))  # read as full: refused, armed
+        self.assertEqual(self.redis.call("GET", counters[0]), b"2")
+
+    def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
+        top = 10**15
+        lim = [limit("m", top)]
+        key = keys_for("user-42", "free", lim)[0][0]
+        self.redis.call("SET", key, top - 10**6)
+        self.assertEqual(self.decide(lim, cost=10**6)[:2], (True, [top]))
+        self.assertEqual(self.decide(lim, cost=1)[:2], (False, [top]))
+        self.assertEqual(self.decide(lim, cost=0)[:2], (True, [top]))
+
+    def test_a_quota_or_cost_beyond_the_bounds_is_refused_before_anything_is_written(self):
+        with self.assertRaises(RedisError):
+            self.raw([limit("m", 10**15 + 1)])
+        with self.assertRaises(RedisError):
+            self.raw([limit("m", 10)], cost=10**6 + 1)
+        self.assertEqual(self.all_keys(), [])
 
     def test_admits_up_to_the_quota_then_denies(self):
         lim = [limit("per_minute", 3)]

@@ -1,5 +1,6 @@
 #include "sluice/http/render.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -46,6 +47,23 @@ int64_t WindowSeconds(const LimitDecision& l) {
   return absl::ToInt64Seconds(l.window_end - l.window_start);
 }
 
+// What a limit reports, whatever the Decision holds (the Limiter already guarantees it; the
+// rendering does not rely on it): 0 <= used, 0 <= remaining <= quota - used, so neither the JSON
+// nor a header can show a negative or wrapped value. A counter outside [0, kMaxUsed] (store.h)
+// shows as exhausted.
+struct Shown {
+  int64_t used;
+  int64_t remaining;
+  int64_t reset_after;
+};
+Shown Show(const LimitDecision& l) {
+  const int64_t quota = l.limit->quota;
+  const int64_t reset_after = std::max<int64_t>(l.reset_after, 0);
+  if (!UsableCounter(l.used)) return {quota, 0, reset_after};
+  const int64_t room = l.used >= quota ? 0 : quota - l.used;
+  return {l.used, std::clamp<int64_t>(l.remaining, 0, room), reset_after};
+}
+
 // Names of the limits that denied, in plan order.
 Json ViolatedNames(const Decision& d) {
   Json names = Json::array();
@@ -75,11 +93,12 @@ std::string Seconds(int64_t n) { return absl::StrCat(n, n == 1 ? " second" : " s
 std::string DecisionJson(const Decision& d, std::string_view subject) {
   Json limits = Json::array();
   for (const LimitDecision& l : d.limits) {
+    const Shown shown = Show(l);
     limits.push_back(Json{{"name", l.limit->name},
                           {"quota", l.limit->quota},
-                          {"used", l.used},
-                          {"remaining", l.remaining},
-                          {"reset_after", l.reset_after},
+                          {"used", shown.used},
+                          {"remaining", shown.remaining},
+                          {"reset_after", shown.reset_after},
                           {"window", l.limit->window.text}});
   }
   const Json body{{"allowed", d.allowed},
@@ -118,14 +137,16 @@ void SetRateLimitHeaders(const Decision& d, Response& res) {
     }
     const std::string name = SfString(l.limit->name);
     absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
-    absl::StrAppend(&state, name, ";r=", l.remaining, ";t=", l.reset_after);
+    const Shown shown = Show(l);
+    absl::StrAppend(&state, name, ";r=", shown.remaining, ";t=", shown.reset_after);
   }
   put("RateLimit-Policy", policy);
   put("RateLimit", state);
   const LimitDecision& tightest = d.Tightest();
+  const Shown shown = Show(tightest);
   put("X-RateLimit-Limit", absl::StrCat(tightest.limit->quota));
-  put("X-RateLimit-Remaining", absl::StrCat(tightest.remaining));
-  put("X-RateLimit-Reset", absl::StrCat(tightest.reset_after));
+  put("X-RateLimit-Remaining", absl::StrCat(shown.remaining));
+  put("X-RateLimit-Reset", absl::StrCat(shown.reset_after));
 }
 
 void SetRetryAfter(const Decision& d, Response& res) {

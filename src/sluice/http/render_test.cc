@@ -226,6 +226,35 @@ TEST_F(RenderTest, QuotaExceededListsEveryViolatedLimit) {
   EXPECT_NE(res.body().find(R"("violated-policies":["per_minute","daily"])"), std::string::npos);
 }
 
+TEST_F(RenderTest, RemainingIsNeverNegativeNorAboveWhatTheCounterLeaves) {
+  Decision d = Denied();
+  d.limits[0].used = 61;  // over the quota after a reload lowered it
+  d.limits[0].remaining = -1;
+  d.limits[1].remaining = 9000;  // more than quota - used
+  Response res;
+  SetRateLimitHeaders(d, res);
+  EXPECT_EQ(Header(res, "X-RateLimit-Remaining"), "0");
+  EXPECT_EQ(Header(res, "RateLimit"), "\"per_minute\";r=0;t=42, \"daily\";r=4999;t=36012");
+  const std::string json = DecisionJson(d, "user-42");
+  EXPECT_NE(json.find("\"used\":61,\"remaining\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"used\":1,\"remaining\":4999"), std::string::npos) << json;
+}
+
+TEST_F(RenderTest, AnUnusableCounterShowsAsExhaustedNeverAsWrappedRoom) {
+  Decision d = Denied();
+  d.limits[0].used = INT64_MIN;
+  d.limits[0].remaining = INT64_MAX;
+  d.limits[1].used = INT64_MAX;
+  d.limits[1].remaining = 5000 - INT64_MAX;
+  Response res;
+  SetRateLimitHeaders(d, res);
+  EXPECT_EQ(Header(res, "RateLimit"), "\"per_minute\";r=0;t=42, \"daily\";r=0;t=36012");
+  EXPECT_EQ(Header(res, "X-RateLimit-Remaining"), "0");
+  const std::string json = DecisionJson(d, "user-42");
+  EXPECT_NE(json.find("\"quota\":60,\"used\":60,\"remaining\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"quota\":5000,\"used\":5000,\"remaining\":0"), std::string::npos) << json;
+}
+
 TEST_F(RenderTest, JsonResponseIsApplicationJsonWithTheBodyAsGiven) {
   const Response res = JsonResponse(200, R"({"ok":true})", 11, true);
   EXPECT_EQ(res.result_int(), 200u);

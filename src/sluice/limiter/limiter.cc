@@ -41,17 +41,22 @@ Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time n
 
 // Applies the store's counters: per-limit used/remaining/violated and the overall retry_after.
 // A limit is violated when it alone would refuse the request: used + cost > quota (for a denial the
-// store reports the unchanged counters, so this is the rule the store applied).
+// store reports the unchanged counters, so this is the rule the store applied). An unusable
+// counter (store.h) is exhausted: reported as used = quota, remaining 0, violated — and it denies
+// even if a store said otherwise. Every value is then in [0, kMaxUsed], so nothing overflows.
 void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
-    l.used = result.used[i];
-    l.remaining = std::max<int64_t>(l.limit->quota - l.used, 0);
-    if (!result.allowed && l.used + cost > l.limit->quota) {
-      l.violated = true;
-      d.retry_after = std::max(d.retry_after, l.reset_after);
-    }
+    const int64_t quota = l.limit->quota;
+    const bool usable = UsableCounter(result.used[i]);
+    l.used = usable ? result.used[i] : quota;
+    l.remaining = l.used >= quota ? 0 : quota - l.used;
+    if (!usable) d.allowed = false;
+    l.violated = !usable || (!result.allowed && l.used > quota - cost);
+  }
+  for (const LimitDecision& l : d.limits) {
+    if (l.violated) d.retry_after = std::max(d.retry_after, l.reset_after);
   }
 }
 

@@ -8,6 +8,10 @@
 //    request that this limit denies; the event is recorded in the store's outbox in the same
 //    atomic step;
 //  - a counter whose window id differs from the request's counts as 0 (its window has ended);
+//  - a counter outside [0, kMaxUsed] (crafted or corrupted state: no admission can produce it)
+//    is unusable: the limit counts as exhausted, so every request, peeks included, is denied;
+//    nothing is written for it and nothing fires for it; it is reported as it is (or as -1);
+//  - so `used + cost` never exceeds kMaxUsed + kMaxCost and cannot overflow;
 //  - every piece of state expires after the end of its window (plus a grace period).
 //
 // Window ids and bounds are computed by the caller (the Limiter, from one Clock) and passed in, so
@@ -31,6 +35,14 @@
 
 namespace sluice {
 
+// The largest quota the configuration accepts (config.cc's kMaxQuota), hence the largest value
+// a counter can reach: an admission keeps used <= quota. Doubles represent every integer up to
+// kMaxUsed + 1,000,000 exactly (decide.lua relies on it).
+inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
+
+// True when `used` is a counter some admission could have produced.
+[[nodiscard]] constexpr bool UsableCounter(int64_t used) { return used >= 0 && used <= kMaxUsed; }
+
 struct StoreRequest {
   std::string_view subject;  // valid per DESIGN §1
   const Plan* plan = nullptr;
@@ -42,7 +54,8 @@ struct StoreRequest {
 struct StoreResult {
   bool allowed = false;
   // Per limit, in plan order: the counter after this request (after the increment if admitted,
-  // the unchanged value if denied).
+  // the unchanged value if denied). A value outside [0, kMaxUsed] is an unusable counter (and the
+  // request was denied).
   absl::InlinedVector<int64_t, 4> used;
 };
 

@@ -214,7 +214,11 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
     for (size_t i = 0; i < n; ++i) {
       const Counter* c = entry ? &entry->counters[i] : nullptr;
       result.used[i] = UsedNow(c, req.windows[i]);
-      if (result.used[i] + req.cost > plan.limits[i].quota) allowed = false;
+      // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
+      // state, and it denies.
+      if (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost) {
+        allowed = false;
+      }
     }
     result.allowed = allowed;
 
@@ -225,7 +229,9 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
       for (size_t i = 0; i < n; ++i) {
         const Limit& limit = plan.limits[i];
         const WindowBounds& w = req.windows[i];
-        const bool violated = !allowed && result.used[i] + req.cost > limit.quota;
+        // An unusable counter denies but is left as it is: nothing is written or fired for it.
+        const bool violated =
+            !allowed && UsableCounter(result.used[i]) && result.used[i] > limit.quota - req.cost;
         const int64_t after = allowed ? result.used[i] + req.cost : result.used[i];
         if (!allowed && !violated) continue;
 

@@ -174,7 +174,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     probe_timer_.cancel(ignored);
   }
 
-  void Send(std::vector<std::string> argv, Callback done) {
+  void Send(std::vector<std::string> argv, Callback done, LateCallback late) {
     if (!connected_) {
       Complete(std::move(done), absl::UnavailableError("redis: not connected"));
       return;
@@ -183,7 +183,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       Complete(std::move(done), absl::UnavailableError(ToAbsl(kCircuitOpenMessage)));
       return;
     }
-    Enqueue(argv, std::move(done));
+    Enqueue(argv, std::move(done), std::move(late));
   }
 
   bool connected() const { return connected_; }
@@ -196,10 +196,11 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   struct Pending {
     Callback done;
     Clock::time_point deadline;
-    bool cancelled = false;  // timed out: the reply will still come and is dropped
+    LateCallback late;       // may be null
+    bool cancelled = false;  // timed out: the reply will still come, for `late` or dropped
   };
 
-  void Enqueue(const std::vector<std::string>& argv, Callback done) {
+  void Enqueue(const std::vector<std::string>& argv, Callback done, LateCallback late = nullptr) {
     if (pending_.size() >= options_.max_pending) {
       Complete(std::move(done), absl::ResourceExhaustedError(absl::StrCat(
                                     "redis: ", pending_.size(), " commands outstanding")));
@@ -208,7 +209,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     std::vector<std::string_view> views(argv.begin(), argv.end());
     out_ += EncodeCommand(std::span<const std::string_view>(views));
     ++commands_sent_;
-    pending_.push_back(Pending{std::move(done), Clock::now() + options_.command_timeout});
+    pending_.push_back(
+        Pending{std::move(done), Clock::now() + options_.command_timeout, std::move(late)});
     ArmDeadline();
     if (!writing_) StartWrite();
   }
@@ -310,6 +312,11 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     pending_.pop_front();
     if (p.cancelled) {
       --expired_;
+      if (p.late) {
+        asio::post(io_, [late = std::move(p.late), reply = std::move(reply)]() mutable {
+          std::move(late)(std::move(reply));
+        });
+      }
     } else {
       OnAnswered();
       Complete(std::move(p.done), std::move(reply));
@@ -463,8 +470,8 @@ Connection::~Connection() { impl_->Stop(); }
 void Connection::Start() { impl_->Start(); }
 void Connection::Stop() { impl_->Stop(); }
 
-void Connection::Send(std::vector<std::string> argv, Callback done) {
-  impl_->Send(std::move(argv), std::move(done));
+void Connection::Send(std::vector<std::string> argv, Callback done, LateCallback late) {
+  impl_->Send(std::move(argv), std::move(done), std::move(late));
 }
 
 bool Connection::connected() const { return impl_->connected(); }

@@ -52,14 +52,18 @@ inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 //
 // Outcomes of a command, delivered to its callback exactly once:
 //   - OK with the reply; a Redis error reply (-ERR …) is an OK result of Reply type kError.
-//   - DeadlineExceeded: no reply within `command_timeout`. The command keeps its place in the FIFO
-//     (its reply will still arrive and is then discarded).
+//   - DeadlineExceeded: no reply within `command_timeout`. The command keeps its place in the FIFO:
+//     its reply will still arrive, and then goes to the command's `late` callback if it has one
+//     (the command may well have been executed: the caller can compensate), else is discarded.
 //   - Unavailable: not connected when sent, or the connection was lost or stopped before the reply.
 //   - ResourceExhausted: `max_pending` commands are already outstanding.
 //   - Unavailable with kCircuitOpenMessage: the circuit breaker is open (see ConnectionOptions).
 class Connection {
  public:
   using Callback = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
+  // The reply of a command that had already timed out. Never called if the connection is lost or
+  // stopped before that reply arrives (the command may or may not have been executed then).
+  using LateCallback = absl::AnyInvocable<void(Reply) &&>;
 
   Connection(boost::asio::io_context& io, ConnectionOptions options);
   // Stops (see Stop()). The io_context may still hold posted callbacks; they own their state.
@@ -74,7 +78,9 @@ class Connection {
   // Closes the connection for good; outstanding commands complete with Unavailable.
   void Stop();
 
-  void Send(std::vector<std::string> argv, Callback done);
+  // `late` (may be null) runs, posted like `done`, if `done` got DeadlineExceeded and the reply
+  // arrives afterwards on the same connection.
+  void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr);
 
   // True once connected and the AUTH/SELECT handshake succeeded.
   [[nodiscard]] bool connected() const;

@@ -225,6 +225,33 @@ TEST_F(ConnectionTest, SlowReplyTimesOutAndTheLateReplyIsDiscarded) {
   EXPECT_EQ(next->str, "mine");
 }
 
+TEST_F(ConnectionTest, ReplyAfterTheTimeoutGoesToTheLateCallback) {
+  ConnectionOptions fast = Options();
+  fast.command_timeout = 50ms;
+  fast.breaker_failures = 0;
+  Connection conn(io_, fast);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  server_.Pause();
+  std::optional<absl::StatusOr<Reply>> result;
+  std::optional<Reply> late;
+  conn.Send(
+      {"INCR", "k"}, [&](absl::StatusOr<Reply> r) { result = std::move(r); },
+      [&](Reply r) { late = std::move(r); });
+  ASSERT_TRUE(RunUntil([&] { return result.has_value(); }));
+  EXPECT_EQ(result->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(late.has_value());
+  server_.Resume();
+
+  // The command did run: its reply reaches the late callback, and only it.
+  ASSERT_TRUE(RunUntil([&] { return late.has_value(); }));
+  EXPECT_EQ(late->integer, 1);
+  auto next = Call(conn, {"GET", "k"});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->str, "1");
+}
+
 TEST_F(ConnectionTest, LostServerFailsPendingCommandsAndReconnectsAfterRestart) {
   Connection conn(io_, Options());
   conn.Start();

@@ -18,17 +18,17 @@
 --   2  now_ms          Unix milliseconds (corrected clock); only the event's occurred_at_ms
 --   3  outbox_max      the outbox's capacity; at XLEN >= outbox_max an event is refused and its
 --                      flag stays armed (it fires at a later request once there is room)
---   4  deadline_ms     Unix milliseconds (Redis's clock) after which the caller has stopped waiting
---                      and answered without Redis; then the script changes nothing and replies
---                      {-1}. 0: no deadline. (A Redis that stalls, e.g. SIGSTOP, runs the commands
---                      queued in its socket buffers when it resumes; without this they would
---                      charge requests that were already answered as degraded.)
+--   4  deadline_us     Unix microseconds (Redis's clock), no later than the instant the caller
+--                      stops waiting and answers without Redis. A call that starts at or after it
+--                      changes nothing and replies {-1}. 0: no deadline. (A Redis that stalls, e.g.
+--                      SIGSTOP, runs the commands queued in its socket buffers when it resumes;
+--                      without this they would charge requests already answered as degraded.)
 --   5  N               number of limits
 --   6  subject         string
 --   7  plan            string (plan name)
 --   then for each limit i = 1..N, in plan order:
 --      name            string (limit name)
---      quota           >= 1
+--      quota           1..1,000,000,000,000,000 (the configuration's maximum)
 --      expire_at       Unix seconds: window end + grace (EXPIREAT, absolute; must be in the future)
 --      window_start    Unix seconds
 --      window_end      Unix seconds
@@ -37,7 +37,8 @@
 --
 -- Reply (integers only): { allowed (0|1), used_1, ..., used_N, fired, refused }, or { -1 } when
 -- the deadline had passed (nothing was read or written)
---   used_i   counter i after this request (incremented if admitted, unchanged if denied)
+--   used_i   counter i after this request (incremented if admitted, unchanged if denied), or -1
+--            when the counter key holds no valid counter (see "Unusable counters" below)
 --   fired    events written to the outbox by this call
 --   refused  thresholds that crossed but were not recorded because the outbox was full
 --
@@ -48,17 +49,40 @@
 -- that writes them, so no key this script writes is ever left without a TTL. The outbox stream is
 -- the exception by design: it is one long-lived key per bucket, bounded by outbox_max, emptied by
 -- the dispatcher (XACK + XDEL).
--- Values are Lua doubles: exact up to 2^53, far above any quota + cost.
+--
+-- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
+-- kMaxUsed (no admission can take a counter past its quota, and no quota exceeds kMaxUsed). A
+-- counter key holding anything else — a negative number, garbage, a value beyond kMaxUsed, a key
+-- of another type — was not written by this script: the limit counts as exhausted (every request,
+-- peeks included, is denied; the reply says -1 for it), nothing is written and nothing fires. So
+-- INCRBY only ever runs on a valid counter: it cannot fail half-way through the script (Redis
+-- does not roll back a script's earlier writes) and cannot approach INT64_MAX.
+-- Values are Lua doubles: exact up to 2^53 (about 9.007e15), above kMaxUsed + cost. A flag hash
+-- or outbox key of the wrong type is read as "already fired" / "full" instead of failing the call.
+
+local kMaxUsed = 1000000000000000
+local kMaxCost = 1000000
+
+-- The value of a counter key, 0 when missing, or -1 when it holds no valid counter.
+local function read_counter(key)
+  local v = redis.pcall('GET', key)
+  if v == false or v == nil then return 0 end
+  if type(v) ~= 'string' or #v > 16 then return -1 end
+  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return -1 end
+  local n = tonumber(v)
+  if n == nil or n > kMaxUsed then return -1 end
+  return n
+end
 
 local cost = tonumber(ARGV[1])
 local now_ms = ARGV[2]
 local outbox_max = tonumber(ARGV[3])
-local deadline_ms = tonumber(ARGV[4])
+local deadline_us = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 local subject = ARGV[6]
 local plan = ARGV[7]
 
-if cost == nil or cost < 0 or cost ~= math.floor(cost) then
+if cost == nil or cost < 0 or cost > kMaxCost or cost ~= math.floor(cost) then
   return redis.error_reply('ERR sluice decide: bad cost')
 end
 if n == nil or n < 1 or #KEYS ~= 2 * n + 1 then
@@ -68,12 +92,13 @@ if outbox_max == nil then
   return redis.error_reply('ERR sluice decide: bad outbox_max')
 end
 
-if deadline_ms == nil then
-  return redis.error_reply('ERR sluice decide: bad deadline_ms')
+if deadline_us == nil then
+  return redis.error_reply('ERR sluice decide: bad deadline_us')
 end
-if deadline_ms > 0 then
+if deadline_us > 0 then
+  -- Unix microseconds, about 1.8e15: exact in a double.
   local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline_ms then
+  if tonumber(t[1]) * 1000000 + tonumber(t[2]) >= deadline_us then
     return { -1 }
   end
 end
@@ -85,7 +110,7 @@ for i = 1, n do
     name = ARGV[a], quota = tonumber(ARGV[a + 1]), expire_at = ARGV[a + 2],
     window_start = ARGV[a + 3], window_end = ARGV[a + 4], thresholds = {},
   }
-  if limit.quota == nil or t == nil then
+  if limit.quota == nil or limit.quota < 1 or limit.quota > kMaxUsed or t == nil then
     return redis.error_reply('ERR sluice decide: bad limit ' .. i)
   end
   a = a + 6
@@ -103,8 +128,8 @@ end
 local used = {}
 local allowed = 1
 for i = 1, n do
-  used[i] = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if used[i] + cost > limits[i].quota then allowed = 0 end
+  used[i] = read_counter(KEYS[i])
+  if used[i] < 0 or used[i] + cost > limits[i].quota then allowed = 0 end
 end
 
 local outbox = KEYS[2 * n + 1]
@@ -114,7 +139,10 @@ local room = nil  -- free places in the outbox, read once on first need
 -- Records threshold `th` of limit i at counter value `after`: event first, then the flag. A full
 -- outbox leaves the flag unset (armed), as the memory store does.
 local function fire(i, th, after)
-  if room == nil then room = outbox_max - redis.call('XLEN', outbox) end
+  if room == nil then
+    local len = redis.pcall('XLEN', outbox)
+    room = type(len) == 'number' and outbox_max - len or 0
+  end
   if room <= 0 then
     refused = refused + 1
     return
@@ -136,7 +164,8 @@ end
 if cost > 0 then
   for i = 1, n do
     local limit = limits[i]
-    local violated = allowed == 0 and used[i] + cost > limit.quota
+    -- An unusable counter (-1) denies, but fires nothing: its value means nothing.
+    local violated = allowed == 0 and used[i] >= 0 and used[i] + cost > limit.quota
     if allowed == 1 then
       used[i] = redis.call('INCRBY', KEYS[i], cost)
       -- INCRBY returning the cost means it created the key (a counter is never written
@@ -152,7 +181,7 @@ if cost > 0 then
         else
           crossed = tonumber(th.percent) == 100
         end
-        if crossed and redis.call('HEXISTS', KEYS[n + i], th.percent) == 0 then
+        if crossed and redis.pcall('HEXISTS', KEYS[n + i], th.percent) == 0 then
           fire(i, th, used[i])
         end
       end

@@ -6,10 +6,12 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
 #include "sluice/store/redis/decide_script.h"
+#include "sluice/store/redis/refund_script.h"
 
 namespace sluice::redis {
 namespace {
@@ -43,6 +45,18 @@ absl::Status ErrorReply(const Reply& reply) {
   return absl::InternalError(absl::StrCat("redis: ", reply.str));
 }
 
+// A counter key's value by decide.lua's rule: "0" or a decimal integer without leading zeros of
+// at most kMaxUsed; anything else is unusable (-1).
+int64_t ParseCounter(std::string_view text) {
+  if (text.empty() || text.size() > 16 || (text.size() > 1 && text[0] == '0')) return -1;
+  if (!std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(ToAbsl(text), &value) || value > kMaxUsed) return -1;
+  return value;
+}
+
 // A failure of the connection (no reply at all) tagged with its kind.
 absl::Status ConnectionFailure(const absl::Status& s) {
   StoreFailure kind = StoreFailure::kOther;
@@ -63,27 +77,38 @@ absl::Status ConnectionFailure(const absl::Status& s) {
   return WithStoreFailure(s, kind);
 }
 
+// What to do with the reply of an EVALSHA that arrives after it timed out.
+using LateReply = std::function<void(const Reply&)>;
+
 // Runs EVALSHA `argv`; on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) loads the script and
-// retries once, invisibly to the caller.
+// retries once, invisibly to the caller (the retry carries the same arguments, so the same
+// deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
+// EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
 void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Callback done,
-               bool retried = false) {
+               LateReply late, bool retried = false) {
   std::vector<std::string> copy = retried ? std::vector<std::string>{} : argv;
-  conn->Send(std::move(argv), [conn, copy = std::move(copy), done = std::move(done),
-                               retried](absl::StatusOr<Reply> reply) mutable {
-    if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
-      conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
-                 [conn, copy = std::move(copy),
-                  done = std::move(done)](absl::StatusOr<Reply> loaded) mutable {
-                   if (!loaded.ok()) {
-                     std::move(done)(loaded.status());
-                     return;
-                   }
-                   RunScript(conn, std::move(copy), std::move(done), /*retried=*/true);
-                 });
-      return;
-    }
-    std::move(done)(std::move(reply));
-  });
+  Connection::LateCallback on_late = nullptr;
+  if (late) on_late = [late](Reply r) { late(r); };
+  conn->Send(
+      std::move(argv),
+      [conn, copy = std::move(copy), done = std::move(done), late,
+       retried](absl::StatusOr<Reply> reply) mutable {
+        if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
+          conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
+                     [conn, copy = std::move(copy), done = std::move(done),
+                      late = std::move(late)](absl::StatusOr<Reply> loaded) mutable {
+                       if (!loaded.ok()) {
+                         std::move(done)(loaded.status());
+                         return;
+                       }
+                       RunScript(conn, std::move(copy), std::move(done), std::move(late),
+                                 /*retried=*/true);
+                     });
+          return;
+        }
+        std::move(done)(std::move(reply));
+      },
+      std::move(on_late));
 }
 
 }  // namespace
@@ -133,13 +158,17 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   argv.push_back(absl::StrCat(req.cost));
   argv.push_back(absl::StrCat(absl::ToUnixMillis(req.now)));
   argv.push_back(absl::StrCat(options_.outbox_max));
-  const absl::Duration allowance = options_.sync_state == nullptr || options_.sync_state->synced()
-                                       ? options_.clock_allowance
-                                       : options_.unsynced_allowance;
+  // The caller gives up decision_deadline after the command is queued, i.e. after this instant;
+  // the clock may be off by clock_error either way, hence the margin. Microseconds, rounded down:
+  // the script runs only while Redis's TIME is before it.
+  const absl::Duration margin = options_.sync_state == nullptr || options_.sync_state->synced()
+                                    ? -options_.clock_error
+                                    : options_.unsynced_allowance;
   argv.push_back(
       options_.decision_deadline == absl::ZeroDuration()
           ? std::string("0")
-          : absl::StrCat(absl::ToUnixMillis(redis_now + options_.decision_deadline + allowance)));
+          : absl::StrCat(std::max<int64_t>(
+                1, absl::ToUnixMicros(redis_now + options_.decision_deadline + margin))));
   argv.push_back(absl::StrCat(n));
   argv.push_back(std::string(req.subject));
   argv.push_back(plan.name);
@@ -162,10 +191,35 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   return argv;
 }
 
+void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
+                                const std::vector<std::string>& refund) {
+  // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
+  if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
+    return;
+  }
+  late_admissions_.fetch_add(1, std::memory_order_relaxed);
+  conn->Send(refund, [this](absl::StatusOr<Reply> r) {
+    if (r.ok() && r->is_integer()) {
+      refunds_.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+}
+
 void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
   const size_t n = req.plan->limits.size();
+  Connection* conn = connection_for_thread_();
+  LateReply late;
+  if (req.cost > 0) {
+    // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round.
+    auto refund = std::make_shared<std::vector<std::string>>();
+    refund->reserve(4 + n);
+    *refund = {"EVAL", std::string(kRefundScript), absl::StrCat(n)};
+    for (size_t i = 0; i < n; ++i) refund->push_back(CounterKey(req, i));
+    refund->push_back(absl::StrCat(req.cost));
+    late = [this, conn, n, refund](const Reply& reply) { OnLateDecision(conn, reply, n, *refund); };
+  }
   RunScript(
-      connection_for_thread_(), DecideCommand(req),
+      conn, DecideCommand(req),
       [this, n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
           std::move(done)(ConnectionFailure(reply.status()));
@@ -196,7 +250,8 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
         result.used.resize(n);
         for (size_t i = 0; i < n; ++i) result.used[i] = reply->elements[i + 1].integer;
         std::move(done)(std::move(result));
-      });
+      },
+      std::move(late));
 }
 
 void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
@@ -227,7 +282,8 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     if (r->is_error()) return finish(ErrorReply(*r));
     for (size_t i = 0; i < n && i < r->elements.size(); ++i) {
       const Reply& e = r->elements[i];
-      if (e.is_string()) state->usage[i].used = std::stoll(e.str);
+      // decide.lua's rule: anything but a counter it could have written is unusable (-1).
+      if (e.is_string()) state->usage[i].used = ParseCounter(e.str);
     }
     finish(absl::OkStatus());
   });
@@ -241,7 +297,8 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
                  if (!r.ok()) return finish(ConnectionFailure(r.status()));
                  if (r->is_error()) return finish(ErrorReply(*r));
                  for (const Reply& e : r->elements) {
-                   const int percent = std::stoi(e.str);
+                   int percent = 0;
+                   if (!absl::SimpleAtoi(ToAbsl(e.str), &percent)) continue;  // not a flag of ours
                    if (std::find(percents.begin(), percents.end(), percent) != percents.end()) {
                      state->usage[i].fired.push_back(percent);
                    }

@@ -32,15 +32,20 @@ struct RedisStoreOptions {
   // limiter's clock (production) that is exactly window end + grace; a test may drive the limiter
   // with a fake clock while Redis keeps real time.
   const Clock* redis_clock = nullptr;
-  // How long the caller waits for a decision (store.redis.timeout); zero: no deadline. A decision
-  // that reaches Redis later than this (plus `clock_allowance`: the synced clock's error is half
-  // a round trip, and Redis's own clock may step) changes nothing: the caller has already
-  // answered it as degraded, so it must not be charged when a stalled Redis resumes.
+  // How long the caller waits for a decision (the connection's command timeout,
+  // store.redis.timeout); zero: no deadline. The script's deadline is
+  //   redis_clock.Now() + decision_deadline - clock_error
+  // taken before the command is queued, so it falls no later than the instant the connection
+  // gives up on it as long as the synced clock is off by at most `clock_error` (its error is half
+  // the round trip of its last sample). A decision that starts executing after it changes nothing
+  // and is answered as degraded ("late"). The residual — executed in time, but the reply arrived
+  // after the timeout (or the clock was off by more) — is refunded: see `refunds()`.
   absl::Duration decision_deadline = absl::ZeroDuration();
-  absl::Duration clock_allowance = absl::Seconds(1);
-  // When set (production: the Redis-synced clock, which is also `redis_clock`), `clock_allowance`
-  // applies once it has measured Redis's clock, and `unsynced_allowance` before (the host's clock
-  // may be off by more than a round trip until then).
+  absl::Duration clock_error = absl::Milliseconds(1);
+  // When set (production: the Redis-synced clock, which is also `redis_clock`), `clock_error`
+  // applies once it has measured Redis's clock; before, the deadline is
+  // now + decision_deadline + `unsynced_allowance` instead (the host's clock may be off by much
+  // more than a round trip until then, and a deadline already past would fail every decision).
   const OffsetClock* sync_state = nullptr;
   absl::Duration unsynced_allowance = absl::Seconds(1);
 };
@@ -67,17 +72,30 @@ class RedisStore final : public Store {
     return recorded_.load(std::memory_order_relaxed);
   }
   [[nodiscard]] uint64_t events_refused() const { return refused_.load(std::memory_order_relaxed); }
+  // Admissions whose reply arrived after their command had timed out (the caller had answered
+  // degraded), and of those the ones taken back by refund.lua; the difference (a refund that
+  // failed or timed out) may remain charged. An admission whose connection is lost before its
+  // reply arrives cannot be seen, so it is in neither count (docs/redis.md).
+  [[nodiscard]] uint64_t late_admissions() const {
+    return late_admissions_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] uint64_t refunds() const { return refunds_.load(std::memory_order_relaxed); }
   // SHA-1 (hex) of decide.lua, for EVALSHA.
   [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
 
  private:
   std::vector<std::string> DecideCommand(const StoreRequest& req) const;
+  // The late reply `reply` of a decision: if it admitted (cost > 0), sends `refund` on `conn`.
+  void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
+                      const std::vector<std::string>& refund);
 
   std::function<Connection*()> connection_for_thread_;
   RedisStoreOptions options_;
   std::string script_sha_;
   std::atomic<uint64_t> recorded_{0};
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> late_admissions_{0};
+  std::atomic<uint64_t> refunds_{0};
 };
 
 }  // namespace sluice::redis

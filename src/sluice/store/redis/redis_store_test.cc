@@ -9,7 +9,10 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "sluice/config/config.h"
+#include "sluice/limiter/plan.h"
 #include "sluice/limiter/store_conformance.h"
 #include "sluice/store/redis/test_redis_server.h"
 
@@ -83,6 +86,158 @@ class RedisHarness final : public StoreHarness {
   std::unique_ptr<Connection> connection_;
   std::unique_ptr<RedisStore> store_;
 };
+
+// A store on a connection with a short timeout, to freeze Redis under a decision.
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = testing_util::FreePort();
+    ASSERT_TRUE(server_.Start(port_)) << "cannot start " << testing_util::kRedisServer;
+    config::Config cfg;
+    cfg.plans = {config::PlanConfig{
+        .name = "p",
+        .timezone = "UTC",
+        .limits = {config::LimitConfig{.name = "per_minute",
+                                       .quota = 10,
+                                       .window = {.kind = config::WindowSpec::Kind::kFixed,
+                                                  .length = absl::Minutes(1),
+                                                  .text = "1m"}}}}};
+    absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+    ASSERT_TRUE(plans.ok()) << plans.status();
+    plans_ = std::make_unique<PlanSet>(*std::move(plans));
+  }
+  void TearDown() override { server_.Resume(); }
+
+  // Connects with `timeout` per command; the store's deadline is `deadline` (none: the timeout).
+  void Connect(std::chrono::milliseconds timeout,
+               std::optional<absl::Duration> deadline = std::nullopt) {
+    connection_ = std::make_unique<Connection>(
+        io_, ConnectionOptions{.port = port_, .command_timeout = timeout, .breaker_failures = 0});
+    connection_->Start();
+    ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return connection_->connected(); }));
+    store_ = std::make_unique<RedisStore>(
+        [this] { return connection_.get(); },
+        RedisStoreOptions{.buckets = 4,
+                          .redis_clock = &clock_,
+                          .decision_deadline = deadline.value_or(absl::FromChrono(timeout))});
+  }
+
+  StoreRequest Request(int64_t cost = 1) {
+    const Plan* plan = plans_->Find("p");
+    now_ = clock_.Now();
+    window_ = plan->limits[0].window_cache->Get(plan->limits[0].window, plan->tz, now_);
+    return {.subject = "alice", .plan = plan, .cost = cost, .now = now_, .windows = {&window_, 1}};
+  }
+
+  absl::StatusOr<StoreResult> Decide(const StoreRequest& req) {
+    std::optional<absl::StatusOr<StoreResult>> out;
+    store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+    EXPECT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+    return out.value_or(absl::UnknownError("no answer"));
+  }
+
+  std::string Get(const std::string& key) {
+    absl::StatusOr<Reply> r = testing_util::SendAndWait(io_, *connection_, {"GET", key});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && r->is_string() ? r->str : "(nil)";
+  }
+  void Set(const std::string& key, const std::string& value) {
+    absl::StatusOr<Reply> r = testing_util::SendAndWait(io_, *connection_, {"SET", key, value});
+    EXPECT_TRUE(r.ok()) << r.status();
+  }
+
+  testing_util::RedisServer server_;
+  uint16_t port_ = 0;
+  boost::asio::io_context io_;
+  SystemClock clock_;
+  std::unique_ptr<PlanSet> plans_;
+  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<RedisStore> store_;
+  absl::Time now_;
+  WindowBounds window_;
+};
+
+// The bug: the script's deadline was the timeout plus 100 ms, so a Redis that resumed within
+// 100 ms after the caller had answered degraded still charged the request.
+TEST_F(RedisStoreTest, ADecisionThatRunsAfterTheCallerGaveUpChangesNothing) {
+  Connect(50ms);
+  const StoreRequest req = Request();
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_EQ(StoreFailureOf(out->status()), StoreFailure::kTimeout);
+  server_.Resume();  // well within the old 100 ms allowance
+
+  const std::string key = store_->CounterKey(req, 0);
+  EXPECT_EQ(Get(key), "(nil)");
+  EXPECT_EQ(store_->late_admissions(), 0u);
+}
+
+// Executed in time by Redis, but the reply came after the connection gave up: the caller answered
+// degraded, so the admission is taken back.
+TEST_F(RedisStoreTest, AnAdmissionWhoseReplyCameAfterTheTimeoutIsRefunded) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30));
+  const StoreRequest req = Request(3);
+  ASSERT_TRUE(Decide(req).ok());  // 3 used, in time
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_EQ(StoreFailureOf(out->status()), StoreFailure::kTimeout);
+  server_.Resume();
+
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
+  EXPECT_EQ(store_->late_admissions(), 1u);
+  EXPECT_EQ(Get(store_->CounterKey(req, 0)), "3");
+}
+
+TEST_F(RedisStoreTest, ALateDenialIsNotRefunded) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30));
+  const StoreRequest req = Request(10);
+  ASSERT_TRUE(Decide(req).ok());  // full
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  server_.Resume();
+  EXPECT_EQ(Get(store_->CounterKey(req, 0)), "10");  // after the late reply, in FIFO order
+  EXPECT_EQ(store_->late_admissions(), 0u);
+  EXPECT_EQ(store_->refunds(), 0u);
+}
+
+TEST_F(RedisStoreTest, ACounterKeyHoldingNoValidCounterDeniesAndStaysUntouched) {
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  const std::string key = store_->CounterKey(req, 0);
+  for (const std::string bad : {"-5", "garbage", "007", "1e3", "9223372036854775807",
+                                "9007199254740993", "1000000000000001", " 1", ""}) {
+    Set(key, bad);
+    for (int64_t cost : {0, 1}) {
+      absl::StatusOr<StoreResult> r = Decide(Request(cost));
+      ASSERT_TRUE(r.ok()) << bad << ": " << r.status();
+      EXPECT_FALSE(r->allowed) << bad;
+      EXPECT_EQ(r->used[0], -1) << bad;
+    }
+    EXPECT_EQ(Get(key), bad);
+  }
+  // A key of another type: the same, instead of a script error.
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"DEL", key}).ok());
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"HSET", key, "a", "1"}).ok());
+  absl::StatusOr<StoreResult> r = Decide(Request());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->allowed);
+}
+
+TEST_F(RedisStoreTest, ACounterAtTheMaximumQuotaDeniesWithoutOverflow) {
+  Connect(2000ms);
+  const StoreRequest req = Request(1'000'000);
+  Set(store_->CounterKey(req, 0), "1000000000000000");
+  absl::StatusOr<StoreResult> r = Decide(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->allowed);
+  EXPECT_EQ(r->used[0], 1'000'000'000'000'000);
+}
 
 INSTANTIATE_TEST_SUITE_P(Redis, StoreConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
