@@ -9,7 +9,10 @@
 #include "sluice/config/config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -19,11 +22,12 @@
 #include <cstdio>
 #include <exception>
 #include <initializer_list>
-#include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -38,6 +42,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "yaml-cpp/depthguard.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 // Returns from the enclosing function if `expr` is not OK.
@@ -60,6 +66,27 @@ constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
 constexpr int64_t kMaxWindowCount = 1'000'000;
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
+
+// What a configuration file may hold before yaml-cpp builds a tree of it: a hostile or mistaken
+// file (a device, a log, a deeply nested or alias-bomb document) is refused with a message instead
+// of exhausting memory, time or the stack.
+constexpr size_t kMaxFileBytes = size_t{16} << 20;  // 16 MiB
+constexpr size_t kMaxDepth = 64;                    // the schema itself needs 6 levels
+// Values in the document with every alias expanded: an alias costs as much as what it names, so a
+// "billion laughs" document is refused before the config structs copy it out.
+constexpr uint64_t kMaxExpandedValues = 2'000'000;
+
+// Duration bounds (docs/configuration.md lists them). A value outside them is a typo or a unit
+// mix-up: a 3,000,000h Redis timeout would hold every decision as long as Redis is slow.
+constexpr absl::Duration kMinSnapshotInterval = absl::Milliseconds(100);
+constexpr absl::Duration kMaxSnapshotInterval = absl::Hours(1);
+constexpr absl::Duration kMinRedisTimeout = absl::Milliseconds(1);
+constexpr absl::Duration kMaxRedisTimeout = absl::Seconds(10);
+constexpr absl::Duration kMinAlertLease = absl::Seconds(1);
+constexpr absl::Duration kMaxAlertLease = absl::Hours(1);
+constexpr absl::Duration kMinRetryDelay = absl::Milliseconds(100);
+constexpr absl::Duration kMaxRetryFirstDelay = absl::Hours(1);
+constexpr absl::Duration kMaxRetryMaxDelay = absl::Hours(24);
 
 // ---------------------------------------------------------------------------------------------
 // Plain validators.
@@ -306,6 +333,23 @@ absl::Status ReadDuration(const Field& field, absl::Duration& out) {
   return absl::OkStatus();
 }
 
+// Reads a duration that must lie in [min, max] (inclusive); "must be at most 10s, got 1h".
+absl::Status ReadBoundedDuration(const Field& field, absl::Duration min, absl::Duration max,
+                                 absl::Duration& out) {
+  absl::Duration value = out;
+  SLUICE_RETURN_IF_ERROR(ReadDuration(field, value));
+  if (value < min) {
+    return Error(field.path, absl::StrCat("must be at least ", absl::FormatDuration(min), ", got ",
+                                          absl::FormatDuration(value)));
+  }
+  if (value > max) {
+    return Error(field.path, absl::StrCat("must be at most ", absl::FormatDuration(max), ", got ",
+                                          absl::FormatDuration(value)));
+  }
+  out = value;
+  return absl::OkStatus();
+}
+
 // Reads a string that must be one of `choices`; `what` names it in the error ("store type").
 template <typename E>
 absl::Status ReadEnum(const Field& field, absl::string_view what,
@@ -421,8 +465,8 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
   SLUICE_RETURN_IF_ERROR(
       ReadFields(f.Get("memory"), {"snapshot_path", "snapshot_interval"}, memory));
   SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("snapshot_path"), store.memory.snapshot_path));
-  SLUICE_RETURN_IF_ERROR(
-      ReadDuration(memory.Get("snapshot_interval"), store.memory.snapshot_interval));
+  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(memory.Get("snapshot_interval"), kMinSnapshotInterval,
+                                             kMaxSnapshotInterval, store.memory.snapshot_interval));
 
   Fields redis;
   SLUICE_RETURN_IF_ERROR(ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix"}, redis));
@@ -434,7 +478,8 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
   if (!IsUrl(store.redis.url, {"redis://"})) {
     return Error(url.path, "must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
   }
-  SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
+  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(redis.Get("timeout"), kMinRedisTimeout,
+                                             kMaxRedisTimeout, store.redis.timeout));
   const Field prefix = redis.Get("key_prefix");
   SLUICE_RETURN_IF_ERROR(ReadString(prefix, store.redis.key_prefix));
   if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
@@ -496,14 +541,13 @@ absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
     return Error(timezone.path, absl::StrCat("unknown time zone ", Quote(plan.timezone)));
   }
   const Field limits = f.Get("limits");
-  const auto read_limit = [&](const Field& item, size_t index) {
+  std::unordered_set<std::string> limit_names;
+  const auto read_limit = [&](const Field& item, size_t) {
     LimitConfig limit;
     SLUICE_RETURN_IF_ERROR(ParseLimit(item, limit));
-    for (size_t i = 0; i < index; ++i) {
-      if (plan.limits[i].name == limit.name) {
-        return Error(absl::StrCat(item.path, ".name"),
-                     absl::StrCat("duplicate limit name ", Quote(limit.name)));
-      }
+    if (!limit_names.insert(limit.name).second) {
+      return Error(absl::StrCat(item.path, ".name"),
+                   absl::StrCat("duplicate limit name ", Quote(limit.name)));
     }
     plan.limits.push_back(std::move(limit));
     return absl::OkStatus();
@@ -519,6 +563,7 @@ absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
                  absl::StrCat("expected a map of plan names, got ", KindOf(field.node)));
   }
   if (!field.absent()) {
+    std::unordered_set<std::string> names;
     for (const auto& pair : field.node) {
       if (!pair.first.IsScalar()) return Error(field.path, "plan names must be plain strings");
       PlanConfig plan;
@@ -528,10 +573,8 @@ absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
         return Error(path,
                      absl::StrCat("bad plan name ", Quote(plan.name), " (want ", kNameRule, ")"));
       }
-      for (const PlanConfig& other : plans) {
-        if (other.name == plan.name) {
-          return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
-        }
+      if (!names.insert(plan.name).second) {
+        return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
       }
       SLUICE_RETURN_IF_ERROR(ParsePlan(Field{pair.second, path}, plan));
       plans.push_back(std::move(plan));
@@ -545,6 +588,8 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
   // Where each key (or hash) was first seen, to name the earlier entry without quoting the key.
   std::unordered_map<std::string, size_t> seen_keys;
   std::unordered_map<std::string, size_t> seen_hashes;
+  std::unordered_set<std::string_view> plan_names;
+  for (const PlanConfig& plan : config.plans) plan_names.insert(plan.name);
   return ForEachItem(field, [&](const Field& item, size_t index) {
     Fields f;
     SLUICE_RETURN_IF_ERROR(ReadFields(
@@ -585,7 +630,7 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
     const Field plan = f.Get("plan");
     SLUICE_RETURN_IF_ERROR(Require(plan));
     SLUICE_RETURN_IF_ERROR(ReadString(plan, key.plan));
-    if (config.FindPlan(key.plan) == nullptr) {
+    if (!plan_names.contains(key.plan)) {
       return Error(plan.path, absl::StrCat("unknown plan ", Quote(key.plan)));
     }
     const Field email = f.Get("email");
@@ -691,11 +736,8 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry", "lease"}, f));
-  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("lease"), alerts.lease));
-  if (alerts.lease < absl::Seconds(1)) {
-    return Error(f.Get("lease").path,
-                 absl::StrCat("must be at least 1s, got ", absl::FormatDuration(alerts.lease)));
-  }
+  SLUICE_RETURN_IF_ERROR(
+      ReadBoundedDuration(f.Get("lease"), kMinAlertLease, kMaxAlertLease, alerts.lease));
   SLUICE_RETURN_IF_ERROR(ForEachItem(f.Get("sinks"), [&](const Field& item, size_t) {
     return ParseSink(item, alerts.sinks.emplace_back());
   }));
@@ -703,8 +745,10 @@ absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   SLUICE_RETURN_IF_ERROR(
       ReadFields(f.Get("retry"), {"max_attempts", "first_delay", "max_delay"}, retry));
   SLUICE_RETURN_IF_ERROR(ReadInt(retry.Get("max_attempts"), 1, 100, alerts.retry.max_attempts));
-  SLUICE_RETURN_IF_ERROR(ReadDuration(retry.Get("first_delay"), alerts.retry.first_delay));
-  SLUICE_RETURN_IF_ERROR(ReadDuration(retry.Get("max_delay"), alerts.retry.max_delay));
+  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(retry.Get("first_delay"), kMinRetryDelay,
+                                             kMaxRetryFirstDelay, alerts.retry.first_delay));
+  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(retry.Get("max_delay"), kMinRetryDelay,
+                                             kMaxRetryMaxDelay, alerts.retry.max_delay));
   if (alerts.retry.max_delay < alerts.retry.first_delay) {
     return Error(retry.Get("max_delay").path,
                  absl::StrCat("must be at least first_delay (",
@@ -737,9 +781,119 @@ absl::Status ParseRoot(const YAML::Node& root, Config& config) {
   return absl::OkStatus();
 }
 
-std::string DescribeYamlError(const YAML::Exception& e) {
-  if (e.mark.is_null()) return e.msg;
-  return absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
+std::string AtMark(const YAML::Mark& mark, absl::string_view what) {
+  if (mark.is_null()) return std::string(what);
+  return absl::StrCat("line ", mark.line + 1, ", column ", mark.column + 1, ": ", what);
+}
+
+std::string DescribeYamlError(const YAML::Exception& e) { return AtMark(e.mark, e.msg); }
+
+// Thrown by BoundsCheck's handler to stop the parse; never leaves ParseConfig.
+struct OutOfBounds {
+  std::string message;
+};
+
+// Walks the document's parse events (no tree is built) and throws OutOfBounds when it nests deeper
+// than kMaxDepth, when its values with aliases expanded exceed kMaxExpandedValues, or when an alias
+// names a node that contains it (a cycle no config field can mean). It stops at the first level
+// too deep, before yaml-cpp's own recursion goes further.
+class BoundsCheck : public YAML::EventHandler {
+ public:
+  [[nodiscard]] size_t documents() const { return documents_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {
+    ++documents_;
+    sizes_.clear();  // anchors are numbered per document
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Leaf(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto it = sizes_.find(anchor);
+    if (it == sizes_.end())
+      throw OutOfBounds{AtMark(mark, "alias refers to a value containing it")};
+    Count(mark, it->second);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Leaf(mark, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Collection {
+    YAML::anchor_t anchor;
+    uint64_t first;  // expanded_ before it opened
+  };
+
+  void Count(const YAML::Mark& mark, uint64_t values) {
+    expanded_ += values;
+    if (expanded_ > kMaxExpandedValues) {
+      throw OutOfBounds{AtMark(mark, absl::StrCat("too many values (more than ", kMaxExpandedValues,
+                                                  " with aliases expanded)"))};
+    }
+  }
+  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    Count(mark, 1);
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = 1;
+  }
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (open_.size() >= kMaxDepth) {
+      throw OutOfBounds{
+          AtMark(mark, absl::StrCat("nested too deep (more than ", kMaxDepth, " levels)"))};
+    }
+    open_.push_back({anchor, expanded_});
+    Count(mark, 1);
+  }
+  void Close() {
+    const Collection done = open_.back();
+    open_.pop_back();
+    if (done.anchor != YAML::NullAnchor) sizes_[done.anchor] = expanded_ - done.first;
+  }
+
+  size_t documents_ = 0;
+  uint64_t expanded_ = 0;
+  std::vector<Collection> open_;
+  std::unordered_map<YAML::anchor_t, uint64_t> sizes_;  // expanded size of each closed anchor
+};
+
+// "line L, column C: " of byte `offset` in `text` (both from 1).
+std::string AtOffset(absl::string_view text, size_t offset, absl::string_view what) {
+  const absl::string_view before = text.substr(0, offset);
+  const size_t line_start = before.rfind('\n');
+  const size_t column = line_start == absl::string_view::npos ? offset : offset - line_start - 1;
+  const size_t line = static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+  return absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", what);
+}
+
+// What kind of file `mode` is, for "not a regular file (a directory)".
+absl::string_view FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+absl::Status CheckRegularFile(const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a regular file (", FileKind(st.st_mode), ")"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("too large: ", st.st_size, " bytes (at most 16 MiB)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -751,22 +905,44 @@ const PlanConfig* Config::FindPlan(std::string_view name) const {
   return nullptr;
 }
 
-absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view source) {
+absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view source) {
   Config config;
   config.path = std::string(source);
+  const absl::string_view yaml = FromStd(std_yaml);
   absl::Status status;
   // No exception leaves this module (DESIGN §3): yaml-cpp's become errors here.
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-    // A stray "---" at the end of the file adds an empty document; it holds nothing to lose.
-    while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
-    if (documents.size() > 1) {
-      status = Error("", absl::StrCat("expected one YAML document, found ", documents.size()));
+    BoundsCheck bounds;
+    if (yaml.size() > kMaxFileBytes) {
+      status = Error("", absl::StrCat("too large: ", yaml.size(), " bytes (at most 16 MiB)"));
+    } else if (const size_t nul = yaml.find('\0'); nul != absl::string_view::npos) {
+      // yaml-cpp would stop reading there; a NUL byte means this is not a text file.
+      status = Error("", AtOffset(yaml, nul, "NUL byte (a YAML file is text)"));
     } else {
-      status = ParseRoot(documents.empty() ? YAML::Node() : documents.front(), config);
+      std::istringstream stream{std::string(yaml)};
+      YAML::Parser parser(stream);
+      while (parser.HandleNextDocument(bounds)) {
+      }
     }
+    if (status.ok()) {
+      std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+      // A stray "---" at the end of the file adds an empty document; it holds nothing to lose.
+      while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
+      if (documents.size() > 1) {
+        status = Error("", absl::StrCat("expected one YAML document, found ", documents.size()));
+      } else {
+        status = ParseRoot(documents.empty() ? YAML::Node() : documents.front(), config);
+      }
+    }
+  } catch (const OutOfBounds& e) {
+    status = Error("", e.message);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own limit says "bad file"; BoundsCheck normally stops the parse well before it.
+    status = Error("", AtMark(e.mark, "nested too deep"));
   } catch (const YAML::Exception& e) {
     status = Error("", DescribeYamlError(e));
+  } catch (const std::bad_alloc&) {
+    status = Error("", "out of memory while reading the configuration");
   } catch (const std::exception& e) {
     status = Error("", e.what());
   } catch (...) {
@@ -779,24 +955,45 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view sourc
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
-  struct Closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
+  const auto failed = [&path](absl::string_view what, int error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", what, ": ", std::generic_category().message(error)));
   };
-  const std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    const int error = errno;
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot open: ", std::generic_category().message(error)));
-  }
+  const auto refused = [&path](const absl::Status& why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why.message()));
+  };
+  // stat first: opening a FIFO would wait for a writer and opening a socket fails obscurely.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return failed("cannot open", errno);
+  if (absl::Status s = CheckRegularFile(st); !s.ok()) return refused(s);
+  // O_NONBLOCK in case the path was swapped for a FIFO since; fstat checks what was opened.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return failed("cannot open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) return failed("cannot read", errno);
+  if (absl::Status s = CheckRegularFile(st); !s.ok()) return refused(s);
+  // Read at most one byte past the bound: a file that grew since fstat is still refused.
   std::string text;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
-  if (std::ferror(file.get()) != 0) {
-    const int error = errno;
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read: ", std::generic_category().message(error)));
+  text.resize(static_cast<size_t>(st.st_size) + 1);
+  size_t used = 0;
+  while (true) {
+    if (used == text.size()) {
+      if (text.size() > kMaxFileBytes) break;
+      text.resize(std::min(text.size() * 2, kMaxFileBytes + 1));
+    }
+    const ssize_t n = ::read(fd, text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed("cannot read", errno);
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
   }
+  if (used > kMaxFileBytes) {
+    return refused(absl::InvalidArgumentError("too large: more than 16 MiB"));
+  }
+  text.resize(used);
   return ParseConfig(text, path);
 }
 

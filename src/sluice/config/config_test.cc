@@ -3,6 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 
@@ -728,6 +734,191 @@ TEST_F(ConfigTest, RetryMaxDelayBelowFirstDelayIsRejected) {
 TEST_F(ConfigTest, RetryMaxAttemptsOutOfRangeIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {max_attempts: 0}\n")),
             "test.yaml: alerts.retry.max_attempts: must be between 1 and 100, got 0");
+}
+
+// ------------------------------------------------------------------------------------------
+// Duration bounds.
+
+TEST_F(ConfigTest, RedisTimeoutAboveTenSecondsIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {timeout: 3000000h}\n")),
+            "test.yaml: store.redis.timeout: must be at most 10s, got 3000000h");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {timeout: 10001ms}\n")),
+            "test.yaml: store.redis.timeout: must be at most 10s, got 10.001s");
+}
+
+TEST_F(ConfigTest, RedisTimeoutBoundsAreInclusive) {
+  absl::StatusOr<Config> low = Parse(WithPlan("store:\n  redis: {timeout: 1ms}\n"));
+  ASSERT_TRUE(low.ok()) << low.status();
+  EXPECT_EQ(low->store.redis.timeout, absl::Milliseconds(1));
+  absl::StatusOr<Config> high = Parse(WithPlan("store:\n  redis: {timeout: 10s}\n"));
+  ASSERT_TRUE(high.ok()) << high.status();
+  EXPECT_EQ(high->store.redis.timeout, absl::Seconds(10));
+}
+
+TEST_F(ConfigTest, SnapshotIntervalIsBetween100msAndOneHour) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: {snapshot_interval: 99ms}\n")),
+            "test.yaml: store.memory.snapshot_interval: must be at least 100ms, got 99ms");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: {snapshot_interval: 61m}\n")),
+            "test.yaml: store.memory.snapshot_interval: must be at most 1h, got 1h1m");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: {snapshot_interval: 1h}\n")), "OK");
+}
+
+TEST_F(ConfigTest, AlertLeaseAboveOneHourIsRejected) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  lease: 2h\n")),
+            "test.yaml: alerts.lease: must be at most 1h, got 2h");
+}
+
+TEST_F(ConfigTest, RetryDelaysAreBounded) {
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {first_delay: 10ms}\n")),
+            "test.yaml: alerts.retry.first_delay: must be at least 100ms, got 10ms");
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {first_delay: 2h, max_delay: 3h}\n")),
+            "test.yaml: alerts.retry.first_delay: must be at most 1h, got 2h");
+  EXPECT_EQ(ErrorOf(WithPlan("alerts:\n  retry: {max_delay: 25h}\n")),
+            "test.yaml: alerts.retry.max_delay: must be at most 24h, got 25h");
+}
+
+// ------------------------------------------------------------------------------------------
+// Hostile files: each is refused with a message, quickly and without exhausting memory or stack.
+
+TEST_F(ConfigTest, DeeplyNestedFlowListIsNestedTooDeep) {
+  const std::string yaml = "plans: " + std::string(100'000, '[');
+  EXPECT_THAT(ErrorOf(yaml), HasSubstr("nested too deep (more than 64 levels)"));
+}
+
+TEST_F(ConfigTest, DeeplyNestedBlockMapsAreNestedTooDeep) {
+  std::string yaml;
+  for (int i = 0; i < 2'000; ++i) absl::StrAppend(&yaml, std::string(i, ' '), "a:\n");
+  EXPECT_THAT(ErrorOf(yaml), HasSubstr("nested too deep (more than 64 levels)"));
+}
+
+TEST_F(ConfigTest, NestingWithinTheBoundIsJudgedByTheSchema) {
+  const std::string yaml = "plans:\n  free: " + std::string(60, '[') + std::string(60, ']') + "\n";
+  EXPECT_EQ(ErrorOf(yaml), "test.yaml: plans.free: expected a map, got a list");
+}
+
+TEST_F(ConfigTest, AliasBombIsRefusedBeforeItIsExpanded) {
+  // Nine levels of ten aliases each: a billion values once expanded.
+  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    absl::StrAppend(&yaml, "a", i, ": &a", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j == 0 ? "" : ", ", "*a", i - 1);
+    absl::StrAppend(&yaml, "]\n");
+  }
+  EXPECT_THAT(ErrorOf(yaml),
+              HasSubstr("too many values (more than 2000000 with aliases expanded)"));
+}
+
+TEST_F(ConfigTest, AliasToAnEnclosingValueIsRefused) {
+  EXPECT_THAT(ErrorOf(WithPlan("keys: &k [*k]\n")),
+              HasSubstr("alias refers to a value containing it"));
+}
+
+TEST_F(ConfigTest, AliasesStillWork) {
+  absl::StatusOr<Config> config = Parse(
+      "plans:\n  free: { limits: &l [{ name: m, quota: 1, window: 1m }] }\n"
+      "  pro: { limits: *l }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->plans[1].limits[0].name, "m");
+}
+
+TEST_F(ConfigTest, NulByteIsRefusedWithItsPosition) {
+  EXPECT_EQ(ErrorOf(std::string("plans:\n  fr\0ee: {}\n", 19)),
+            "test.yaml: line 2, column 5: NUL byte (a YAML file is text)");
+}
+
+TEST_F(ConfigTest, BinaryGarbageIsAnErrorNotACrash) {
+  std::string garbage;
+  uint32_t x = 12345;
+  for (int i = 0; i < 100'000; ++i) {
+    x = x * 1103515245 + 12345;
+    garbage.push_back(static_cast<char>((x >> 16) % 255 + 1));  // no NUL: reach the parser
+  }
+  EXPECT_NE(ErrorOf(garbage), "OK");
+}
+
+TEST_F(ConfigTest, HugeScalarIsReportedWithoutQuotingAllOfIt) {
+  const std::string yaml = WithPlan("store:\n  type: " + std::string(4 << 20, 'x') + "\n");
+  const std::string error = ErrorOf(yaml);
+  EXPECT_THAT(error, HasSubstr("store.type: unknown store type"));
+  EXPECT_LT(error.size(), 300u);
+}
+
+TEST_F(ConfigTest, TextLargerThan16MiBIsRefused) {
+  EXPECT_EQ(ErrorOf(std::string((16 << 20) + 1, '#')),
+            "test.yaml: too large: 16777217 bytes (at most 16 MiB)");
+}
+
+TEST_F(ConfigTest, ManyPlansAndKeysAreReadInLinearTime) {
+  // Quadratic name checks would take minutes here.
+  std::string yaml = "plans:\n";
+  for (int i = 0; i < 50'000; ++i) {
+    absl::StrAppend(&yaml, "  p", i, ": { limits: [{ name: m, quota: 1, window: 1m }] }\n");
+  }
+  absl::StrAppend(&yaml, "keys:\n");
+  for (int i = 0; i < 50'000; ++i) {
+    absl::StrAppend(&yaml, "  - { key: k", i, ", subject: s", i, ", plan: p", 49'999 - i, " }\n");
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Config> config = Parse(yaml);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->plans.size(), 50'000u);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
+// ------------------------------------------------------------------------------------------
+// Files that are not regular files, or too large.
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/sluice-config-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string PathOf(const std::string& name) const { return dir_ + "/" + name; }
+  static std::string ErrorOf(const std::string& path) {
+    absl::StatusOr<Config> config = LoadConfigFile(path);
+    return config.ok() ? "OK" : std::string(config.status().message());
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ConfigFileTest, DirectoryIsNotARegularFile) {
+  EXPECT_EQ(ErrorOf(dir_), absl::StrCat(dir_, ": not a regular file (a directory)"));
+}
+
+TEST_F(ConfigFileTest, DevZeroIsRefusedWithoutReadingIt) {
+  EXPECT_EQ(ErrorOf("/dev/zero"), "/dev/zero: not a regular file (a character device)");
+}
+
+TEST_F(ConfigFileTest, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = PathOf("fifo.yaml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ErrorOf(fifo), absl::StrCat(fifo, ": not a regular file (a FIFO)"));
+}
+
+TEST_F(ConfigFileTest, FileLargerThan16MiBIsRefused) {
+  const std::string path = PathOf("big.yaml");
+  std::ofstream(path) << std::string(17 << 20, '#');
+  EXPECT_EQ(ErrorOf(path), absl::StrCat(path, ": too large: 17825792 bytes (at most 16 MiB)"));
+}
+
+TEST_F(ConfigFileTest, RegularFileIsRead) {
+  const std::string path = PathOf("ok.yaml");
+  std::ofstream(path) << kPlans;
+  absl::StatusOr<Config> config = LoadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->path, path);
+}
+
+TEST_F(ConfigFileTest, SymlinkToARegularFileIsFollowed) {
+  const std::string path = PathOf("ok.yaml");
+  std::ofstream(path) << kPlans;
+  const std::string link = PathOf("link.yaml");
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_EQ(ErrorOf(link), "OK");
 }
 
 }  // namespace
