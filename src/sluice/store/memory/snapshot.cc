@@ -8,12 +8,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "sluice/common/strings.h"
+#include "sluice/config/config.h"
 
 namespace sluice {
 namespace {
@@ -26,6 +30,16 @@ constexpr uint32_t kVersion = 2;
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
 // Sanity bounds for a file we did not write ourselves.
 constexpr uint64_t kMaxCount = 1ULL << 32;
+constexpr uint32_t kMaxLimits = 1024;
+// The smallest encodings, to check a count against the bytes that are left before looping on it.
+constexpr size_t kMinSubjectBytes = 8 + 4 + 8 + 4;  // plan tag, subject length, expires, counters
+constexpr size_t kMinCounterBytes = 8 + 4 + 2 + 2;
+constexpr size_t kMinLayoutLimitBytes = 2 + 1;
+constexpr size_t kMinEventBytes = 8 + 3 * 4 + 4 + 8 + 8 + 3 * 8;
+// No decision sets an expiry further ahead than its window's end (at most a 31-day month) plus the
+// grace period; a day of slack covers any grace.
+constexpr absl::Duration kMaxExpiryAhead = absl::Hours(24 * 32);
+constexpr size_t kMaxNameBytes = 256;
 
 constexpr std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -80,6 +94,7 @@ class Reader {
   }
   bool ok() const { return ok_; }
   bool done() const { return pos_ == in_.size(); }
+  size_t left() const { return in_.size() - pos_; }
 
  private:
   bool Need(size_t n) {
@@ -168,6 +183,52 @@ absl::Status WriteFully(int fd, std::string_view data, const std::string& path) 
   return absl::OkStatus();
 }
 
+// Plan and limit names as the config loader accepts them: [A-Za-z0-9_.-].
+bool ValidName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameBytes) return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A layout a PlanSet could have built: per limit, strictly ascending percentages in 1..100.
+bool ValidLayout(const AlertLayout& layout) {
+  for (const AlertLayout::LimitAlerts& l : layout.limits) {
+    int previous = 0;
+    for (const int p : l.percents) {
+      if (p <= previous || p > 100) return false;
+      previous = p;
+    }
+  }
+  return true;
+}
+
+// Whether a saved subject holds only values some sequence of decisions could have produced.
+bool ValidSubject(const MemoryStore::SubjectState& st, const SnapshotLoadOptions& options) {
+  if (!config::IsValidSubject(st.subject)) return false;
+  if (st.expires < 0 || st.expires > std::numeric_limits<uint32_t>::max()) return false;
+  if (options.now != absl::InfinitePast() &&
+      absl::FromUnixSeconds(st.expires) > options.now + kMaxExpiryAhead) {
+    return false;
+  }
+  for (const MemoryStore::Counter& c : st.counters) {
+    if (!UsableCounter(c.used)) return false;
+  }
+  return st.alerts == nullptr || ValidLayout(*st.alerts);
+}
+
+bool ValidEvent(const Outbox::Entry& e, uint64_t previous_seq) {
+  const AlertEvent& ev = e.event;
+  return e.seq > previous_seq && e.seq < (uint64_t{1} << 62) &&
+         config::IsValidSubject(ev.subject) && ValidName(ev.plan) && ValidName(ev.limit) &&
+         ev.threshold >= 1 && ev.threshold <= 100 && ev.quota >= 1 && ev.quota <= kMaxUsed &&
+         UsableCounter(ev.used) && ev.window_start < ev.window_end &&
+         ev.window_end - ev.window_start <= kMaxExpiryAhead;
+}
+
 }  // namespace
 
 uint32_t Crc32(std::string_view data) {
@@ -204,7 +265,8 @@ absl::Status SaveSnapshot(const MemoryStore& store, const std::string& path, Sna
   return absl::OkStatus();
 }
 
-absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotStats* stats) {
+absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotStats* stats,
+                          SnapshotLoadOptions options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (!std::filesystem::exists(path)) {
@@ -237,18 +299,28 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   const std::string_view payload = std::string_view(data).substr(kHeaderSize);
   if (Crc32(payload) != crc) return corrupt("checksum mismatch");
 
+  // Counts are checked against the bytes left before anything is reserved or looped on, so a
+  // crafted count cannot make the loader allocate or spin beyond the file's size; a string's
+  // length is checked the same way by Reader::Str before it is copied.
   Reader r(payload);
   std::vector<MemoryStore::SubjectState> subjects;
   absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
+  // (plan tag, subject) -> index in `subjects`: a repeated subject replaces the earlier one.
+  absl::flat_hash_map<std::pair<uint64_t, std::string>, size_t> seen;
+  SnapshotStats loaded;
   const uint64_t subject_count = r.Int<uint64_t>();
-  if (subject_count > kMaxCount) return corrupt("implausible subject count");
+  if (subject_count > kMaxCount || subject_count > r.left() / kMinSubjectBytes) {
+    return corrupt("subject count does not match the data");
+  }
   for (uint64_t i = 0; i < subject_count && r.ok(); ++i) {
     MemoryStore::SubjectState st;
     st.plan_tag = r.Int<uint64_t>();
     st.subject = r.Str();
     st.expires = r.Int<int64_t>();
     const uint32_t n = r.Int<uint32_t>();
-    if (n > 1024) return corrupt("implausible limit count");
+    if (n > kMaxLimits || n > r.left() / kMinCounterBytes) {
+      return corrupt("limit count does not match the data");
+    }
     for (uint32_t k = 0; k < n && r.ok(); ++k) {
       MemoryStore::Counter c;
       c.used = r.Int<int64_t>();
@@ -260,7 +332,9 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
     if (version >= 2 && r.Int<uint8_t>() != 0) {
       auto alerts = std::make_shared<AlertLayout>();
       const uint32_t limits = r.Int<uint32_t>();
-      if (limits > 1024) return corrupt("implausible alert layout");
+      if (limits > kMaxLimits || limits > r.left() / kMinLayoutLimitBytes) {
+        return corrupt("alert layout does not match the data");
+      }
       for (uint32_t k = 0; k < limits && r.ok(); ++k) {
         AlertLayout::LimitAlerts& l = alerts->limits.emplace_back();
         l.tag = r.Int<uint16_t>();
@@ -272,11 +346,25 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
       // Subjects of one plan share one layout: equal ones are kept once.
       st.alerts = layouts.try_emplace(alerts->id, std::move(alerts)).first->second;
     }
+    if (!r.ok()) break;
+    if (!ValidSubject(st, options)) {
+      ++loaded.dropped_subjects;
+      continue;
+    }
+    auto [at, fresh] = seen.try_emplace(std::make_pair(st.plan_tag, st.subject), subjects.size());
+    if (!fresh) {
+      ++loaded.dropped_subjects;
+      subjects[at->second] = std::move(st);
+      continue;
+    }
     subjects.push_back(std::move(st));
   }
   std::vector<Outbox::Entry> events;
   const uint64_t event_count = r.Int<uint64_t>();
-  if (event_count > kMaxCount) return corrupt("implausible event count");
+  if (event_count > kMaxCount || event_count > r.left() / kMinEventBytes) {
+    return corrupt("event count does not match the data");
+  }
+  uint64_t previous_seq = 0;
   for (uint64_t i = 0; i < event_count && r.ok(); ++i) {
     Outbox::Entry e;
     e.seq = r.Int<uint64_t>();
@@ -289,12 +377,21 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
     e.event.window_start = ReadTime(r);
     e.event.window_end = ReadTime(r);
     e.event.occurred_at = ReadTime(r);
+    if (!r.ok()) break;
+    if (!ValidEvent(e, previous_seq)) {
+      ++loaded.dropped_events;
+      continue;
+    }
+    previous_seq = e.seq;
     events.push_back(std::move(e));
   }
   if (!r.ok()) return corrupt("truncated record");
   if (!r.done()) return corrupt("trailing bytes after the last record");
 
-  if (stats) *stats = {.subjects = subjects.size(), .events = events.size(), .bytes = data.size()};
+  loaded.subjects = subjects.size();
+  loaded.events = events.size();
+  loaded.bytes = data.size();
+  if (stats) *stats = loaded;
   store.Restore(std::move(subjects));
   store.outbox().Restore(std::move(events));
   return absl::OkStatus();

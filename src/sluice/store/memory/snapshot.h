@@ -4,6 +4,17 @@
 // one and the directory fsync'ed, so a crash leaves either the old or the new snapshot, never a
 // mix. The file carries a magic, a format version, its payload length and a CRC-32 of the payload;
 // a torn, truncated or corrupted file is reported as DataLoss and nothing from it is loaded.
+//
+// A checksum only proves the file is what was written, not that a correct sluice wrote it (it may
+// have been crafted, or written by a buggy version). So every record is also checked for values
+// no decision could have produced — a counter outside [0, kMaxUsed], an invalid subject, an
+// expiry beyond any window, an alert layout that is not a sorted list of percentages in 1..100,
+// an event with an impossible field or an out-of-order number. Such a record is dropped (it
+// cannot be repaired: its numbers mean nothing) and counted in SnapshotStats, and the rest of the
+// file is loaded, so one bad record does not cost every other subject its usage. A file whose
+// structure is wrong (counts that do not match the data, lengths past its end) is refused as
+// DataLoss. The loader allocates at most a small multiple of the file's size and runs in time
+// linear in it, whatever the counts and lengths in the file say.
 #ifndef SLUICE_STORE_MEMORY_SNAPSHOT_H_
 #define SLUICE_STORE_MEMORY_SNAPSHOT_H_
 
@@ -12,14 +23,26 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "sluice/store/memory/memory_store.h"
 
 namespace sluice {
 
 struct SnapshotStats {
-  size_t subjects = 0;
-  size_t events = 0;
+  size_t subjects = 0;  // loaded (saved, for SaveSnapshot)
+  size_t events = 0;    // loaded (saved, for SaveSnapshot)
   size_t bytes = 0;
+  // LoadSnapshot: records of the file that were dropped because they held impossible values
+  // (see above); a subject appearing twice counts once here too (the last one is kept).
+  size_t dropped_subjects = 0;
+  size_t dropped_events = 0;
+};
+
+struct SnapshotLoadOptions {
+  // When set, an entry due to expire later than `now` plus the longest possible window (a
+  // 31-day month) plus a day is dropped: no decision sets an expiry that far away, and it would
+  // keep the entry from ever being swept. InfinitePast: expiries are not checked against a clock.
+  absl::Time now = absl::InfinitePast();
 };
 
 // Writes `store` to `path` atomically. Safe to call while the store serves decisions.
@@ -29,7 +52,8 @@ struct SnapshotStats {
 // Loads `path` into `store` (replacing its entries and outbox). A missing file is NotFound; a
 // damaged one is DataLoss naming the file and what is wrong, with `store` left untouched.
 [[nodiscard]] absl::Status LoadSnapshot(const std::string& path, MemoryStore& store,
-                                        SnapshotStats* stats = nullptr);
+                                        SnapshotStats* stats = nullptr,
+                                        SnapshotLoadOptions options = {});
 
 // CRC-32 (IEEE 802.3, as zlib) of `data`.
 [[nodiscard]] uint32_t Crc32(std::string_view data);

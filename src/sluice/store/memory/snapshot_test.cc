@@ -233,6 +233,178 @@ TEST_F(DamagedSnapshotTest, FutureVersionIsRejected) {
   ExpectRejected([](std::string& d) { d[8] = 9; }, "unsupported version 9");
 }
 
+// Files with a valid checksum but values no decision could have produced.
+class CraftedSnapshotTest : public SnapshotTest {
+ protected:
+  static void Put(std::string& out, uint64_t v, int bytes) {  // little-endian
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  static void PutStr(std::string& out, std::string_view s) {
+    Put(out, s.size(), 4);
+    out += s;
+  }
+  struct Crafted {
+    std::string subject = "alice";
+    int64_t expires = 1796040000 + 86400 + 60;
+    int64_t used = 8;
+    std::vector<int> percents = {80, 100};  // per_minute's layout
+  };
+  struct CraftedEvent {
+    uint64_t seq = 1;
+    std::string subject = "alice";
+    int32_t threshold = 80;
+    int64_t used = 8;
+    int64_t quota = 10;
+    int64_t window_start = 1796040000;
+    int64_t window_end = 1796040060;
+  };
+  // A version 2 payload: `subjects` under plan "p" (one per_minute counter in the fake clock's
+  // minute), then `events`.
+  std::string Payload(const std::vector<Crafted>& subjects,
+                      const std::vector<CraftedEvent>& events = {}) {
+    const Plan& plan = *plans_->Find("p");
+    std::string p;
+    Put(p, subjects.size(), 8);
+    for (const Crafted& c : subjects) {
+      Put(p, plan.tag, 8);
+      PutStr(p, c.subject);
+      Put(p, static_cast<uint64_t>(c.expires), 8);
+      Put(p, 1, 4);
+      Put(p, static_cast<uint64_t>(c.used), 8);
+      Put(p, 1796040000 / 60, 4);
+      Put(p, plan.limits[0].tag, 2);
+      Put(p, 0, 2);
+      Put(p, 1, 1);  // a layout: one limit
+      Put(p, 1, 4);
+      Put(p, plan.limits[0].tag, 2);
+      Put(p, c.percents.size(), 1);
+      for (int percent : c.percents) Put(p, static_cast<uint64_t>(percent), 1);
+    }
+    Put(p, events.size(), 8);
+    for (const CraftedEvent& e : events) {
+      Put(p, e.seq, 8);
+      PutStr(p, e.subject);
+      PutStr(p, "p");
+      PutStr(p, "per_minute");
+      Put(p, static_cast<uint32_t>(e.threshold), 4);
+      Put(p, static_cast<uint64_t>(e.used), 8);
+      Put(p, static_cast<uint64_t>(e.quota), 8);
+      Put(p, static_cast<uint64_t>(e.window_start * 1'000'000), 8);
+      Put(p, static_cast<uint64_t>(e.window_end * 1'000'000), 8);
+      Put(p, static_cast<uint64_t>(e.window_start * 1'000'000), 8);
+    }
+    return p;
+  }
+  void WritePayload(const std::string& p) {
+    std::string file = "SLUICESN";
+    Put(file, 2, 4);
+    Put(file, p.size(), 8);
+    Put(file, Crc32(p), 4);
+    WriteFile(file + p);
+  }
+};
+
+TEST_F(CraftedSnapshotTest, ImpossibleCountersAreDroppedAndCountedTheRestIsLoaded) {
+  WritePayload(Payload({{.subject = "alice"},
+                        {.subject = "mallory", .used = -5},
+                        {.subject = "eve", .used = INT64_MAX},
+                        {.subject = "trudy", .used = kMaxUsed + 1},
+                        {.subject = "bad subject"}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats).ok());
+  EXPECT_EQ(stats.subjects, 1u);
+  EXPECT_EQ(stats.dropped_subjects, 4u);
+  EXPECT_EQ(Check(store, "alice", 0).limits[0].used, 8);
+  for (const std::string subject : {"mallory", "eve", "trudy"}) {
+    Decision d = Check(store, subject, 1);
+    EXPECT_TRUE(d.allowed) << subject;
+    EXPECT_EQ(d.limits[0].used, 1) << subject;  // a fresh counter, not the crafted one
+  }
+}
+
+TEST_F(CraftedSnapshotTest, AnExpiryBeyondAnyWindowIsDroppedWhenTheLoaderKnowsTheTime) {
+  WritePayload(Payload({{.subject = "alice"},
+                        {.subject = "bob", .expires = 1796040000 + 10LL * 365 * 86400},
+                        {.subject = "carol", .expires = -1}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats, {.now = clock_.Now()}).ok());
+  EXPECT_EQ(stats.subjects, 1u);
+  EXPECT_EQ(stats.dropped_subjects, 2u);
+}
+
+TEST_F(CraftedSnapshotTest, AnAlertLayoutThatNoPlanHasIsDropped) {
+  WritePayload(Payload({{.subject = "a", .percents = {100, 80}},
+                        {.subject = "b", .percents = {0}},
+                        {.subject = "c", .percents = {80, 80}},
+                        {.subject = "d", .percents = {101}},
+                        {.subject = "e", .percents = {50, 100}}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats).ok());
+  EXPECT_EQ(stats.subjects, 1u);
+  EXPECT_EQ(stats.dropped_subjects, 4u);
+}
+
+TEST_F(CraftedSnapshotTest, ImpossibleEventsAreDroppedAndCounted) {
+  WritePayload(Payload({}, {{.seq = 5},
+                            {.seq = 5},  // not after the previous one
+                            {.seq = 6, .threshold = 0},
+                            {.seq = 7, .used = -1},
+                            {.seq = 8, .quota = 0},
+                            {.seq = 9, .window_start = 1796040060, .window_end = 1796040000},
+                            {.seq = 10, .subject = "no spaces"},
+                            {.seq = UINT64_MAX},
+                            {.seq = 11}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats).ok());
+  EXPECT_EQ(stats.events, 2u);
+  EXPECT_EQ(stats.dropped_events, 7u);
+  ASSERT_EQ(store.outbox().All().size(), 2u);
+  EXPECT_EQ(store.outbox().All()[1].seq, 11u);
+}
+
+TEST_F(CraftedSnapshotTest, ARepeatedSubjectKeepsTheLastAndIsCounted) {
+  WritePayload(Payload({{.subject = "alice", .used = 3}, {.subject = "alice", .used = 7}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats).ok());
+  EXPECT_EQ(stats.subjects, 1u);
+  EXPECT_EQ(stats.dropped_subjects, 1u);
+  EXPECT_EQ(Check(store, "alice", 0).limits[0].used, 7);
+}
+
+TEST_F(CraftedSnapshotTest, CountsLargerThanTheFileAreRefusedWithoutAllocating) {
+  auto expect_refused = [&](const std::string& payload, const std::string& why) {
+    WritePayload(payload);
+    MemoryStore store;
+    absl::Status s = LoadSnapshot(path_, store);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s;
+  };
+  std::string p;
+  Put(p, uint64_t{1} << 60, 8);  // 2^60 subjects in a few bytes
+  Put(p, 0, 8);
+  expect_refused(p, "subject count does not match the data");
+
+  p = Payload({{}});
+  p.replace(8 + 8 + 4 + 5 + 8, 4, std::string("\xff\xff\xff\x7f", 4));  // 2^31 counters
+  expect_refused(p, "limit count does not match the data");
+
+  p.clear();
+  Put(p, 1, 8);
+  Put(p, 1, 8);
+  Put(p, 0xffffffff, 4);  // a 4 GiB subject name
+  p += std::string(32, 'x');
+  expect_refused(p, "truncated record");
+
+  p = Payload({});
+  p.replace(8, 8, std::string("\0\0\0\0\0\0\0\x10", 8));  // 2^60 events
+  expect_refused(p, "event count does not match the data");
+}
+
 TEST(Crc32Test, MatchesTheStandardCheckValue) {
   EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);
   EXPECT_EQ(Crc32(""), 0u);
