@@ -177,8 +177,18 @@ void Limiter::Usage(std::string_view subject, std::string_view plan_name,
   }
   const absl::Time now = clock_->Now();
   Windows windows = WindowsFor(**plan, now);
+  // An unusable counter (store.h) is reported as exhausted, as a decision reports it.
   store_->Usage({.subject = subject, .plan = *plan, .cost = 0, .now = now, .windows = windows},
-                std::move(done));
+                [plan = *plan,
+                 done = std::move(done)](absl::StatusOr<std::vector<LimitUsage>> usage) mutable {
+                  if (usage.ok()) {
+                    for (size_t i = 0; i < usage->size() && i < plan->limits.size(); ++i) {
+                      LimitUsage& u = (*usage)[i];
+                      if (!UsableCounter(u.used)) u.used = plan->limits[i].quota;
+                    }
+                  }
+                  std::move(done)(std::move(usage));
+                });
 }
 
 void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::string_view limit,

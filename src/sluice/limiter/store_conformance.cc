@@ -1,5 +1,6 @@
 #include "sluice/limiter/store_conformance.h"
 
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -73,6 +74,19 @@ void StoreConformanceTest::ResetUsage(const std::string& subject, const std::str
   limiter_->Reset(subject, plan, limit, [&](absl::Status s) { out = std::move(s); });
   harness_->RunUntil([&] { return out.has_value(); });
   EXPECT_TRUE(out.has_value() && out->ok());
+}
+
+void StoreConformanceTest::Plant(const std::string& subject, size_t limit, int64_t value,
+                                 const std::string& plan_name) {
+  const Plan* plan = limiter_->plans().Find(plan_name);
+  ASSERT_NE(plan, nullptr);
+  std::vector<WindowBounds> windows;
+  for (const Limit& l : plan->limits) {
+    windows.push_back(l.window_cache->Get(l.window, plan->tz, clock_->Now()));
+  }
+  harness_->PlantCounter(
+      {.subject = subject, .plan = plan, .cost = 0, .now = clock_->Now(), .windows = windows},
+      limit, value);
 }
 
 namespace {
@@ -382,6 +396,59 @@ TEST_P(StoreConformanceTest, ResetOfOneLimitKeepsTheOthers) {
   std::vector<LimitUsage> u = UsageOf("alice");
   EXPECT_EQ(u[0].used, 0);
   EXPECT_EQ(u[1].used, 4);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// used + cost never overflows, and a counter no decision could have produced is never room.
+
+TEST_P(StoreConformanceTest, ACounterAtTheLargestQuotaTakesTheLargestCostExactly) {
+  UsePlans({PlanConfig{.name = "p",
+                       .timezone = "UTC",
+                       .limits = {MakeLimit("big", kMaxUsed, Fixed(absl::Hours(1), "1h"))}}});
+  Plant("alice", 0, kMaxUsed - kMaxCost);
+  Decision d = Check("alice", kMaxCost);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, kMaxUsed);
+  EXPECT_EQ(d.limits[0].remaining, 0);
+  Decision denied = Check("alice", kMaxCost);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.limits[0].used, kMaxUsed);
+  EXPECT_TRUE(denied.limits[0].violated);
+  EXPECT_EQ(UsageOf("alice")[0].used, kMaxUsed);
+}
+
+TEST_P(StoreConformanceTest, ACounterAboveAQuotaLoweredByAReloadDeniesWithNothingRemaining) {
+  Plant("alice", 0, 15);  // valid: the quota was 20 before a reload
+  Decision d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 15);
+  EXPECT_EQ(d.limits[0].remaining, 0);
+}
+
+TEST_P(StoreConformanceTest, AnUnusableCounterIsExhaustedNeverRoom) {
+  for (const int64_t bad : {int64_t{-1}, -kMaxCost, std::numeric_limits<int64_t>::min(),
+                            kMaxUsed + 1, std::numeric_limits<int64_t>::max()}) {
+    Plant("mallory", 0, bad);
+    (void)harness_->TakeEvents();
+    for (const int64_t cost : {int64_t{0}, int64_t{1}, kMaxCost}) {
+      Decision d = Check("mallory", cost);
+      EXPECT_FALSE(d.allowed) << bad << " cost " << cost;
+      EXPECT_FALSE(d.degraded) << bad;
+      EXPECT_EQ(d.limits[0].used, 10) << bad;  // shown as the quota: exhausted
+      EXPECT_EQ(d.limits[0].remaining, 0) << bad;
+      EXPECT_TRUE(d.limits[0].violated) << bad;
+      EXPECT_GT(d.retry_after, 0) << bad;
+    }
+    EXPECT_EQ(UsageOf("mallory")[0].used, 10) << bad;
+    // Nothing fired for it (the plan alerts at 100%), and nothing was written over it.
+    EXPECT_TRUE(harness_->TakeEvents().empty()) << bad;
+    EXPECT_FALSE(Check("mallory").allowed) << bad;
+  }
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ class StoreHarness {
   virtual void RunUntil(const std::function<bool()>& ready) = 0;
   // The alert events recorded since the last call, oldest first.
   [[nodiscard]] virtual std::vector<AlertEvent> TakeEvents() = 0;
+  // Sets the counter of limit `limit` (plan order) for req.subject under req.plan in window
+  // req.windows[limit] to `value`, bypassing the store's rules — as crafted or corrupted state
+  // would, so `value` may be one no decision can produce.
+  virtual void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) = 0;
 };
 
 struct StoreHarnessFactory {
@@ -55,6 +59,9 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   std::vector<LimitUsage> UsageOf(const std::string& subject, const std::string& plan = "p");
   void ResetUsage(const std::string& subject, const std::string& limit = "",
                   const std::string& plan = "p");
+  // Plants `value` as the current counter of limit `limit` (see StoreHarness::PlantCounter).
+  void Plant(const std::string& subject, size_t limit, int64_t value,
+             const std::string& plan = "p");
 
   std::unique_ptr<StoreHarness> harness_;
   std::unique_ptr<FakeClock> clock_;

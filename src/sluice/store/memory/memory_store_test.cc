@@ -27,6 +27,29 @@ class MemoryHarness final : public StoreHarness {
     }
     return out;
   }
+  void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) override {
+    std::vector<MemoryStore::SubjectState> states;
+    bool found = false;
+    store_.ForEach([&](const MemoryStore::SubjectState& st) {
+      states.push_back(st);
+      found = found || (st.plan_tag == req.plan->tag && st.subject == req.subject);
+    });
+    if (!found) {
+      MemoryStore::SubjectState st{.plan_tag = req.plan->tag, .subject = std::string(req.subject)};
+      for (const Limit& l : req.plan->limits) {
+        st.counters.push_back({.tag = static_cast<uint16_t>(l.tag)});
+      }
+      st.alerts = req.plan->alerts;
+      states.push_back(std::move(st));
+    }
+    for (MemoryStore::SubjectState& st : states) {
+      if (st.plan_tag != req.plan->tag || st.subject != req.subject) continue;
+      st.expires = absl::ToUnixSeconds(req.windows[limit].end) + 60;
+      st.counters[limit].used = value;
+      st.counters[limit].window = static_cast<uint32_t>(req.windows[limit].id);
+    }
+    store_.Restore(std::move(states));
+  }
   MemoryStore& memory() { return store_; }
 
  private:

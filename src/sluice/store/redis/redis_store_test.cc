@@ -51,6 +51,10 @@ class RedisHarness final : public StoreHarness {
     return reply.ok() ? *std::move(reply) : Reply{};
   }
 
+  void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) override {
+    Command({"SET", store_->CounterKey(req, limit), std::to_string(value), "EX", "3600"});
+  }
+
   // Reads and empties every bucket's outbox stream.
   std::vector<AlertEvent> TakeEvents() override {
     std::vector<AlertEvent> events;
