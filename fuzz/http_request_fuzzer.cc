@@ -180,7 +180,7 @@ World& GetWorld() {
 }
 
 // Runs handler.Handle(req, peer) to completion on the world's io_context.
-Response RunHandler(sluice::http::RequestHandler& handler, Request& req, const Peer& peer) {
+Response RunHandler(sluice::http::RequestHandler& handler, Request& req, Peer peer) {
   asio::io_context& io = GetWorld().io;
   io.restart();
   std::optional<Response> out;

@@ -1,5 +1,6 @@
 #include "sluice/http/client_address.h"
 
+#include <cctype>
 #include <optional>
 #include <utility>
 
@@ -128,6 +129,77 @@ bool ProxyTrust::Trusts(const ip::address& address) const {
     if ((bytes[bit / 8] & mask) == network.bytes[bit / 8]) return true;
   }
   return false;
+}
+
+std::string ForwardedForNodes(std::string_view forwarded) {
+  std::string nodes;
+  std::string node;
+  bool has_for = false;
+  bool first_element = true;
+  size_t i = 0;
+  const auto end_element = [&] {
+    if (!first_element) nodes += ',';
+    nodes += has_for ? node : "unknown";
+    first_element = false;
+    node.clear();
+    has_for = false;
+  };
+  bool element_empty = true;
+  while (i <= forwarded.size()) {
+    if (i == forwarded.size() || forwarded[i] == ',') {
+      if (!element_empty) end_element();
+      element_empty = true;
+      ++i;
+      continue;
+    }
+    if (forwarded[i] == ';' || forwarded[i] == ' ' || forwarded[i] == '\t') {
+      ++i;
+      continue;
+    }
+    // name "=" value
+    element_empty = false;
+    const size_t eq = forwarded.find_first_of("=,;", i);
+    if (eq == std::string_view::npos || forwarded[eq] != '=') {
+      // A pair without "=": not a valid element; what it says is unknown.
+      i = eq == std::string_view::npos ? forwarded.size() : eq;
+      continue;
+    }
+    std::string name(TrimOws(forwarded.substr(i, eq - i)));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    i = eq + 1;
+    std::string value;
+    if (i < forwarded.size() && forwarded[i] == '"') {
+      ++i;
+      while (i < forwarded.size() && forwarded[i] != '"') {
+        if (forwarded[i] == '\\' && i + 1 < forwarded.size()) ++i;
+        value += forwarded[i++];
+      }
+      ++i;  // the closing quote
+    } else {
+      const size_t stop = forwarded.find_first_of(",;", i);
+      value = std::string(TrimOws(
+          forwarded.substr(i, stop == std::string_view::npos ? std::string_view::npos : stop - i)));
+      i = stop == std::string_view::npos ? forwarded.size() : stop;
+    }
+    if (name == "for" && !has_for) {
+      has_for = true;
+      // A value that would break the list apart cannot be an address.
+      node = value.find(',') == std::string::npos && !value.empty() ? value : "unknown";
+    }
+  }
+  return nodes;
+}
+
+std::string ProxyTrust::ClientAddress(const ip::address& peer, std::string_view x_forwarded_for,
+                                      std::string_view forwarded) const {
+  const bool has_xff = !TrimOws(x_forwarded_for).empty();
+  const bool has_forwarded = !TrimOws(forwarded).empty();
+  if (!has_forwarded) return ClientAddress(peer, x_forwarded_for);
+  const std::string from_forwarded = ClientAddress(peer, ForwardedForNodes(forwarded));
+  if (!has_xff) return from_forwarded;
+  const std::string from_xff = ClientAddress(peer, x_forwarded_for);
+  if (from_xff == from_forwarded) return from_xff;
+  return Normalize(peer).to_string();
 }
 
 std::string ProxyTrust::ClientAddress(const ip::address& peer,

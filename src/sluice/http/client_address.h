@@ -1,5 +1,5 @@
-// Which address a request came from, believing X-Forwarded-For only from configured proxies
-// (`server.trusted_proxies`, DESIGN §2).
+// Which address a request came from, believing X-Forwarded-For and Forwarded (RFC 7239) only from
+// configured proxies (`server.trusted_proxies`).
 #ifndef SLUICE_HTTP_CLIENT_ADDRESS_H_
 #define SLUICE_HTTP_CLIENT_ADDRESS_H_
 
@@ -19,6 +19,11 @@ namespace sluice::http {
 //
 // IPv4-mapped IPv6 addresses (::ffff:1.2.3.4, as a dual-stack socket reports an IPv4 peer) are
 // treated as the IPv4 address everywhere: in the CIDRs, the peer and X-Forwarded-For.
+// The `for=` nodes of a Forwarded header value (RFC 7239), in order, as an X-Forwarded-For style
+// list: quotes removed, an element without `for=` as "unknown". Parameter names are
+// case-insensitive; quoted strings may hold commas and semicolons.
+[[nodiscard]] std::string ForwardedForNodes(std::string_view forwarded);
+
 class ProxyTrust {
  public:
   // Parses CIDRs such as "10.0.0.0/8" or "::1/128"; a bare address is a /32 or /128. Host bits
@@ -38,6 +43,16 @@ class ProxyTrust {
   // "1.2.3.4", "1.2.3.4:port", "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:port".
   [[nodiscard]] std::string ClientAddress(const boost::asio::ip::address& peer,
                                           std::string_view x_forwarded_for) const;
+
+  // The same walk over both headers a request may carry: `x_forwarded_for` as above and
+  // `forwarded` (every Forwarded field joined with ","), whose elements' `for=` nodes are walked
+  // the same way (an element without `for=`, "unknown" or an obfuscated "_name" stops the walk).
+  // With only one of them present (non-empty), that one decides. With both, they must name the same
+  // client; if they do not, one was written by the client itself and nothing can tell which, so
+  // the address of the nearest trusted hop (the peer) is the client.
+  [[nodiscard]] std::string ClientAddress(const boost::asio::ip::address& peer,
+                                          std::string_view x_forwarded_for,
+                                          std::string_view forwarded) const;
 
  private:
   // IPv4 networks are stored as IPv4-mapped IPv6 (prefix + 96), so one comparison serves both.

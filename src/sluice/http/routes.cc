@@ -83,17 +83,29 @@ auto StartDecide(const Limiter& limiter, DecisionRequest req) {
   return [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); };
 }
 
+// How many field lines named `name` the request carries.
+size_t CountFields(const Request& req, std::string_view name) {
+  auto range = req.equal_range(boost::beast::string_view(name.data(), name.size()));
+  return static_cast<size_t>(std::distance(range.first, range.second));
+}
+
+// Every field line named `name`, joined with "," (one list, RFC 9110 §5.3).
+std::string JoinFields(const Request& req, std::string_view name) {
+  std::string joined;
+  auto range = req.equal_range(boost::beast::string_view(name.data(), name.size()));
+  for (auto it = range.first; it != range.second; ++it) {
+    if (!joined.empty()) joined += ',';
+    joined += Sv(it->value());
+  }
+  return joined;
+}
+
 // The API key of an /v1/authorize request: the configured header, else `Authorization: Bearer`.
 std::string_view PresentedKey(const Request& req, const std::string& header) {
   auto it = req.find(header);
   if (it != req.end() && !it->value().empty()) return Sv(it->value());
   auto auth = req.find(bhttp::field::authorization);
-  if (auth != req.end()) {
-    std::string_view v = Sv(auth->value());
-    if (v.size() > 7 && (v.substr(0, 7) == "Bearer " || v.substr(0, 7) == "bearer ")) {
-      return v.substr(7);
-    }
-  }
+  if (auth != req.end()) return BearerToken(Sv(auth->value()));
   return {};
 }
 
@@ -121,12 +133,27 @@ bool PercentDecode(std::string_view in, std::string* out) {
   return true;
 }
 
+std::string_view BearerToken(std::string_view authorization) {
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size()) return {};
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    const char c = authorization[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kScheme[i]) return {};
+  }
+  std::string_view rest = authorization.substr(kScheme.size());
+  if (rest.front() != ' ') return {};  // "Bearerx": another scheme
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t')) rest.remove_suffix(1);
+  return rest;
+}
+
 bool AdminAuthorized(std::string_view authorization, std::string_view token) {
   if (token.empty()) return false;
-  if (authorization.size() < 7 || authorization.substr(0, 7) != "Bearer ") return false;
+  const std::string_view credentials = BearerToken(authorization);
+  if (credentials.empty()) return false;
   // Hashing both sides first makes the comparison independent of where they differ and of the
   // presented token's length.
-  const std::string presented = Sha256(authorization.substr(7));
+  const std::string presented = Sha256(credentials);
   const std::string expected = Sha256(token);
   return CRYPTO_memcmp(presented.data(), expected.data(), presented.size()) == 0;
 }
@@ -147,10 +174,16 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
       decision_seconds_(registry.AddHistogram(
           "sluice_decision_duration_seconds", "Time to decide, from request parsed to decision.",
           {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1})),
-      connections_(registry.AddGauge("sluice_open_connections", "Open data plane connections.")) {}
+      connections_(registry.AddGauge("sluice_open_connections", "Open data plane connections.")) {
+  registry.AddCallbackGauge(
+      "sluice_store_up",
+      "1 if the store answered the latest decision or readiness probe, 0 if it failed.",
+      [this] { return store_health_.ok() ? 1.0 : 0.0; });
+}
 
 void HttpMetrics::CountDecision(const std::string& plan, const Decision& d) {
   decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
+  store_health_.Report(!d.degraded, d.failure);
   if (d.degraded) {
     store_errors_.WithLabels({plan, std::string(StoreFailureName(d.failure))}).Inc();
   }
@@ -160,7 +193,7 @@ void HttpMetrics::CountRequest(std::string_view route, unsigned status) {
   requests_.WithLabels({std::string(route), std::to_string(status)}).Inc();
 }
 
-asio::awaitable<Response> DataPlane::Handle(Request& req, const Peer& peer) {
+asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
   std::shared_ptr<const Frontend> fe = frontend_->Get();
   auto [path, query] = SplitTarget(Sv(req.target()));
   (void)query;
@@ -227,6 +260,12 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
           req.version());
     }
   }
+  // Two credentials in one request: a gateway and sluice might each read a different one.
+  if (CountFields(req, fe.server.api_key_header) > 1 || CountFields(req, "Authorization") > 1) {
+    co_return BadRequest(
+        absl::StrCat("more than one ", fe.server.api_key_header, " or Authorization header"),
+        req.version());
+  }
   std::string subject, plan;
   const std::string_view key = PresentedKey(req, fe.server.api_key_header);
   if (!key.empty()) {
@@ -235,11 +274,9 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
     subject = entry->subject;
     plan = entry->plan;
   } else if (!fe.server.anonymous_plan.empty()) {
-    std::string_view forwarded;
-    if (auto it = req.find("X-Forwarded-For"); it != req.end()) {
-      forwarded = Sv(it->value());
-    }
-    subject = absl::StrCat("ip:", fe.proxies.ClientAddress(peer.address, forwarded));
+    subject = absl::StrCat(
+        "ip:", fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
+                                        JoinFields(req, "Forwarded")));
     plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
@@ -276,9 +313,8 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   co_return res;
 }
 
-asio::awaitable<Response> AdminPlane::Handle(Request& req, const Peer& peer) {
-  (void)peer;
-  Response res = co_await Route(req);
+asio::awaitable<Response> AdminPlane::Handle(Request& req, Peer& peer) {
+  Response res = co_await Route(req, peer);
   const std::string_view path = SplitTarget(Sv(req.target())).first;
   const std::string_view route = path.starts_with("/v1/usage/") ? "/v1/usage"
                                  : path == "/metrics" || path == "/healthz" || path == "/readyz"
@@ -288,7 +324,7 @@ asio::awaitable<Response> AdminPlane::Handle(Request& req, const Peer& peer) {
   co_return res;
 }
 
-asio::awaitable<Response> AdminPlane::Route(Request& req) {
+asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   std::shared_ptr<const Frontend> fe = frontend_->Get();
   auto [path, query] = SplitTarget(Sv(req.target()));
   (void)query;
@@ -297,6 +333,9 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
 
   if (path == "/healthz") {
     if (!get) co_return MethodNotAllowed("GET", version);
+    if (options_.live && !options_.live()) {
+      co_return JsonResponse(503, R"({"status":"stalled"})", version, true);
+    }
     co_return JsonResponse(200, R"({"status":"ok"})", version, true);
   }
   if (path == "/readyz") {
@@ -305,7 +344,7 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
     co_return res;
   }
   const bool metrics_path = path == "/metrics";
-  const bool dead_path = path == "/v1/alerts/dead" && dead_letters_ != nullptr;
+  const bool dead_path = path == "/v1/alerts/dead" && options_.dead_letters != nullptr;
   constexpr std::string_view kUsagePrefix = "/v1/usage/";
   const bool usage_path = path.substr(0, kUsagePrefix.size()) == kUsagePrefix;
   if (!metrics_path && !usage_path && !dead_path) co_return NotFound(version);
@@ -320,6 +359,7 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
                                : "missing or wrong admin token",
                            version);
   }
+  peer.authenticated = true;
   if (metrics_path) {
     if (!get) co_return MethodNotAllowed("GET", version);
     Response res(bhttp::status::ok, version);
@@ -329,7 +369,7 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
   }
   if (dead_path) {
     if (!get) co_return MethodNotAllowed("GET", version);
-    co_return JsonResponse(200, dead_letters_(), version, true);
+    co_return JsonResponse(200, options_.dead_letters(), version, true);
   }
   if (!get && req.method() != bhttp::verb::delete_)
     co_return MethodNotAllowed("GET, DELETE", version);
@@ -338,16 +378,24 @@ asio::awaitable<Response> AdminPlane::Route(Request& req) {
 }
 
 asio::awaitable<Response> AdminPlane::Ready(const Frontend& fe, const Request& req) {
-  // The real decision path with cost 0 (a peek: it consumes nothing and creates no state).
-  const Limiter& limiter = *fe.limiter;
-  const std::string& plan = limiter.plans().names().front();
-  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(limiter, {.subject = "sluice.readyz", .plan = plan, .cost = 0}));
-  if (!d.ok() || d->degraded) {
-    co_return Problem(503, "about:blank", "Service Unavailable", "the store did not answer",
-                      req.version(), true);
+  const unsigned version = req.version();
+  if (options_.stopping != nullptr && options_.stopping->load()) {
+    co_return JsonResponse(503, R"({"status":"stopping"})", version, true);
   }
-  co_return JsonResponse(200, R"({"status":"ready"})", req.version(), true);
+  absl::Status probed = absl::OkStatus();
+  if (options_.probe_store) {
+    probed = co_await AwaitCallback<absl::Status>(
+        [this](StatusCallback done) { options_.probe_store(std::move(done)); });
+  }
+  StoreHealth& health = metrics_->store_health();
+  health.Report(probed.ok(), StoreFailureOf(probed));
+  if (probed.ok()) co_return JsonResponse(200, R"({"status":"ready","store":"ok"})", version, true);
+  const bool deny = fe.on_store_error == config::OnStoreError::kDeny;
+  const Json body{{"status", deny ? "unready" : "ready"},
+                  {"store", "failing"},
+                  {"store_error", std::string(StoreFailureName(StoreFailureOf(probed)))},
+                  {"on_store_error", deny ? "deny" : "allow"}};
+  co_return JsonResponse(deny ? 503 : 200, body.dump(), version, true);
 }
 
 asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& req,

@@ -23,6 +23,7 @@ namespace sluice::http {
 
 struct Frontend {
   config::ServerConfig server;
+  config::OnStoreError on_store_error = config::OnStoreError::kAllow;
   std::string admin_token;  // from config or SLUICE_ADMIN_TOKEN; "" refuses every admin request
   std::unique_ptr<Limiter> limiter;
   KeyRegistry keys;
@@ -40,10 +41,38 @@ class FrontendHolder {
   std::atomic<std::shared_ptr<const Frontend>> current_;
 };
 
+// Whether the store answered the latest decisions and readiness probes. The data plane reports
+// every decision, /readyz its probe; /readyz and the sluice_store_up gauge read it. Thread-safe; a
+// report that does not change the state costs one relaxed load.
+class StoreHealth {
+ public:
+  void Report(bool ok, StoreFailure failure) {
+    if (ok) {
+      if (!ok_.load(std::memory_order_relaxed)) ok_.store(true, std::memory_order_relaxed);
+      return;
+    }
+    if (failure_.load(std::memory_order_relaxed) != static_cast<uint8_t>(failure)) {
+      failure_.store(static_cast<uint8_t>(failure), std::memory_order_relaxed);
+    }
+    if (ok_.load(std::memory_order_relaxed)) ok_.store(false, std::memory_order_relaxed);
+  }
+  [[nodiscard]] bool ok() const { return ok_.load(std::memory_order_relaxed); }
+  // Why the store last failed (meaningful while !ok()).
+  [[nodiscard]] StoreFailure last_failure() const {
+    return static_cast<StoreFailure>(failure_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  std::atomic<bool> ok_{true};
+  std::atomic<uint8_t> failure_{0};
+};
+
 // The metrics both planes record. Registered once per process in `registry`.
 class HttpMetrics {
  public:
   explicit HttpMetrics(metrics::Registry& registry);
+
+  StoreHealth& store_health() { return store_health_; }
 
   void CountDecision(const std::string& plan, const Decision& d);
   void CountRequest(std::string_view route, unsigned status);
@@ -57,13 +86,14 @@ class HttpMetrics {
   metrics::CounterFamily& store_errors_;
   metrics::Histogram& decision_seconds_;
   metrics::Gauge& connections_;
+  StoreHealth store_health_;
 };
 
 class DataPlane final : public RequestHandler {
  public:
   DataPlane(const FrontendHolder* frontend, HttpMetrics* metrics)
       : frontend_(frontend), metrics_(metrics) {}
-  boost::asio::awaitable<Response> Handle(Request& req, const Peer& peer) override;
+  boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
   void ConnectionOpened() override { metrics_->ConnectionOpened(); }
   void ConnectionClosed() override { metrics_->ConnectionClosed(); }
 
@@ -75,19 +105,31 @@ class DataPlane final : public RequestHandler {
   HttpMetrics* metrics_;
 };
 
+struct AdminOptions {
+  // Renders the body of GET /v1/alerts/dead (a JSON object); null: 404.
+  std::function<std::string()> dead_letters;
+  // True while every event loop of the process turns; null: always. /healthz is 503 otherwise.
+  std::function<bool()> live;
+  // Asks the store to do what a decision does, writes included (a store that refuses writes, such
+  // as Redis answering OOM or READONLY, fails it); null: the store is always fine.
+  std::function<void(StatusCallback)> probe_store;
+  // Set when the process is shutting down: /readyz answers 503 from then on. May be null.
+  const std::atomic<bool>* stopping = nullptr;
+};
+
+// /healthz: the process is alive and its event loops turn (no store involved).
+// /readyz: this instance can serve decisions as configured — 503 while stopping; with a failing
+// store 503 under on_store_error deny, but 200 under allow (the store's state is in the body and
+// in sluice_store_up), because a fail-open deployment must not lose every replica at once.
 class AdminPlane final : public RequestHandler {
  public:
-  // `dead_letters` renders the body of GET /v1/alerts/dead (a JSON object); null: 404.
   AdminPlane(const FrontendHolder* frontend, HttpMetrics* metrics,
-             const metrics::Registry* registry, std::function<std::string()> dead_letters = nullptr)
-      : frontend_(frontend),
-        metrics_(metrics),
-        registry_(registry),
-        dead_letters_(std::move(dead_letters)) {}
-  boost::asio::awaitable<Response> Handle(Request& req, const Peer& peer) override;
+             const metrics::Registry* registry, AdminOptions options = {})
+      : frontend_(frontend), metrics_(metrics), registry_(registry), options_(std::move(options)) {}
+  boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
 
  private:
-  boost::asio::awaitable<Response> Route(Request& req);
+  boost::asio::awaitable<Response> Route(Request& req, Peer& peer);
   boost::asio::awaitable<Response> Ready(const Frontend& fe, const Request& req);
   boost::asio::awaitable<Response> Usage(const Frontend& fe, const Request& req,
                                          std::string_view subject);
@@ -95,11 +137,16 @@ class AdminPlane final : public RequestHandler {
   const FrontendHolder* frontend_;
   HttpMetrics* metrics_;
   const metrics::Registry* registry_;
-  std::function<std::string()> dead_letters_;
+  AdminOptions options_;
 };
 
-// True if `authorization` is "Bearer <token>" with the admin token. Constant time in the token's
-// content (both sides are hashed before comparing); always false when `token` is empty.
+// The credentials of an Authorization value in the Bearer scheme: the scheme name in any case
+// (RFC 9110 §11.1), one or more spaces, the token. Empty when the value is not that.
+[[nodiscard]] std::string_view BearerToken(std::string_view authorization);
+
+// True if `authorization` is "Bearer <token>" (scheme in any case) with the admin token. Constant
+// time in the token's content (both sides are hashed before comparing); always false when `token`
+// is empty.
 [[nodiscard]] bool AdminAuthorized(std::string_view authorization, std::string_view token);
 
 // Decodes %XX escapes; nullopt-like failure is reported as false.

@@ -1,8 +1,19 @@
 #include "sluice/http/server.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <list>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include <boost/asio/co_spawn.hpp>
@@ -23,9 +34,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/http/render.h"
+#include "sluice/http/request_framing.h"
 
 namespace sluice::http {
 namespace asio = boost::asio;
@@ -94,11 +107,22 @@ void LogRequest(const Request& req, const Response& res, const Peer& peer,
       .Int("us", std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
+// The status for a request Beast could not parse.
+unsigned ParseErrorStatus(const boost::system::error_code& ec) {
+  // Beast reads only HTTP/1.0 and HTTP/1.1 request lines; any other version is bad_version.
+  return ec == bhttp::error::header_limit  ? 431
+         : ec == bhttp::error::body_limit  ? 413
+         : ec == bhttp::error::bad_version ? 505
+                                           : 400;
+}
+
 }  // namespace
 
 Response RequestHandler::Reject(unsigned status, std::string_view detail, unsigned version) {
   std::string_view title = status == 431   ? "Request Header Fields Too Large"
                            : status == 413 ? "Content Too Large"
+                           : status == 417 ? "Expectation Failed"
+                           : status == 505 ? "HTTP Version Not Supported"
                                            : "Bad Request";
   return Problem(status, "about:blank", title, detail, version, /*keep_alive=*/false);
 }
@@ -126,86 +150,267 @@ absl::StatusOr<tcp::endpoint> ParseEndpoint(std::string_view text) {
   return tcp::endpoint(address, static_cast<uint16_t>(port_number));
 }
 
-HttpServer::HttpServer(RequestHandler* handler, ServerOptions options)
-    : handler_(handler), options_(options) {}
-
-absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
-                                const tcp::endpoint& endpoint) {
-  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
-  tcp::endpoint bound = endpoint;
-  for (asio::io_context* io : contexts) {
-    auto acceptor = std::make_unique<tcp::acceptor>(*io);
-    boost::system::error_code ec;
-    acceptor->open(bound.protocol(), ec);
-    if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor->set_option(ReusePort(true), ec);
-    if (!ec) acceptor->bind(bound, ec);
-    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ",
-                                                 endpoint.address().to_string(), ":",
-                                                 endpoint.port(), ": ", ec.message()));
-    }
-    // With port 0 the first bind picks the port; the others must share it.
-    bound = acceptor->local_endpoint();
-    acceptors.push_back(std::move(acceptor));
-  }
-  port_ = bound.port();
-  for (auto& acceptor : acceptors) {
-    asio::co_spawn(acceptor->get_executor(), Accept(*acceptor), asio::detached);
-    acceptors_.push_back(std::move(acceptor));
-  }
-  return absl::OkStatus();
-}
-
-void HttpServer::StopAccepting() {
-  stopping_.store(true);
-  for (auto& acceptor : acceptors_) {
-    // Closing must happen on the acceptor's own thread.
-    asio::post(acceptor->get_executor(), [a = acceptor.get()] {
-      boost::system::error_code ignored;
-      a->close(ignored);
-    });
-  }
-}
-
-asio::awaitable<void> HttpServer::Accept(tcp::acceptor& acceptor) {
-  while (!stopping_.load()) {
-    boost::system::error_code ec;
-    tcp::socket socket =
-        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-      continue;  // e.g. EMFILE: try the next one
-    }
-    if (connections_.load() >= static_cast<int64_t>(options_.max_connections)) {
-      boost::system::error_code ignored;
-      socket.close(ignored);
-      continue;
-    }
-    asio::co_spawn(acceptor.get_executor(), Session(std::move(socket)), asio::detached);
-  }
-}
-
-namespace {
+// One acceptor with what its thread keeps beside it. Owned by the HttpServer; the acceptor and the
+// timer belong to an io_context and are destroyed by ReleaseAcceptors, the list of connections
+// (which the coroutine frames of sessions refer to until their io_context is destroyed) only with
+// the server.
+struct HttpServer::Listener {
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::unique_ptr<asio::steady_timer> pause;
+  // A descriptor kept open so that, when the process has none left, one can be freed to accept and
+  // close the connections waiting in the kernel's queue (they are refused rather than left
+  // hanging).
+  int reserve_fd = -1;
+  // This thread's open connections, oldest first. Touched only on the listener's thread.
+  std::list<Connection*> open;
+};
 
 // A connection's socket and its deadline. The deadline is a plain time point that the session moves
 // forward per phase (no timer operation, no syscall per request); one watchdog coroutine per
 // connection sleeps until the deadline and closes the socket if it has passed, which makes the
 // pending read or write fail with operation_aborted.
-struct Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+struct HttpServer::Connection {
+  Connection(tcp::socket s, Listener* l)
+      : socket(std::move(s)), timer(socket.get_executor()), listener(l) {}
   tcp::socket socket;
   asio::steady_timer timer;
   std::chrono::steady_clock::time_point deadline;
   bool done = false;
+  Listener* listener;
+  std::list<Connection*>::iterator position;
+  bool listed = false;     // in listener->open
+  bool counted = true;     // counted in HttpServer::connections_
+  bool answering = false;  // between a request's last byte and its answer's: never evicted
+  Peer peer;
 
   void ExpiresAfter(std::chrono::steady_clock::duration d) {
     deadline = std::chrono::steady_clock::now() + d;
   }
 };
 
-asio::awaitable<void> Watchdog(std::shared_ptr<Connection> c) {
+namespace {
+
+asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c);
+
+// accept() failures that mean "no resources right now": retrying at once cannot succeed.
+bool IsResourceExhaustion(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors ||  // EMFILE
+         ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
+         ec == asio::error::no_memory || ec.value() == EPERM;
+}
+
+bool IsClosedByPeerOrUs(const boost::system::error_code& ec) {
+  return ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
+         ec == asio::error::connection_reset || ec == asio::error::eof ||
+         ec == asio::error::bad_descriptor || ec == asio::error::broken_pipe;
+}
+
+// Logs `message` at most once per interval per server, with how many times it happened since.
+class ThrottledLog {
+ public:
+  void Warn(std::string_view message, std::string_view server, const std::string& error) {
+    const int64_t now = absl::GetCurrentTimeNanos();
+    const int64_t seen = suppressed_.fetch_add(1) + 1;
+    int64_t last = last_ns_.load();
+    if (last != 0 && now - last < kIntervalNs) return;
+    if (!last_ns_.compare_exchange_strong(last, now)) return;
+    suppressed_.fetch_sub(seen);
+    Log(LogLevel::kWarn, message).Str("server", server).Str("error", error).Int("times", seen);
+  }
+
+ private:
+  static constexpr int64_t kIntervalNs = 10'000'000'000;  // 10 s
+  std::atomic<int64_t> last_ns_{0};
+  std::atomic<int64_t> suppressed_{0};
+};
+
+ThrottledLog g_accept_failure_log;
+ThrottledLog g_full_log;
+
+// Binds an abstract Unix socket named after `endpoint`: at most one process per network namespace
+// holds it, and the kernel releases it when the process dies. Returns the descriptor, or -1 with
+// `*taken` set if another process holds it.
+int LockAddress(const tcp::endpoint& endpoint, bool* taken) {
+  *taken = false;
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const std::string name =
+      absl::StrCat("sluice-listen:", endpoint.address().to_string(), ":", endpoint.port());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t length = std::min(name.size(), sizeof(addr.sun_path) - 1);
+  std::memcpy(addr.sun_path + 1, name.data(), length);  // sun_path[0] == 0: abstract namespace
+  const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + length);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), size) != 0) {
+    *taken = errno == EADDRINUSE;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True if something listens on `endpoint`, whether or not it set SO_REUSEPORT: a socket without
+// SO_REUSEPORT cannot bind beside a listener (SO_REUSEADDR only lets it past TIME_WAIT leftovers).
+bool AddressInUse(const tcp::endpoint& endpoint) {
+  const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool in_use = ::bind(fd, endpoint.data(), endpoint.size()) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return in_use;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(RequestHandler* handler, ServerOptions options)
+    : handler_(handler), options_(std::move(options)) {}
+
+HttpServer::~HttpServer() {
+  for (auto& l : listeners_) {
+    if (l->reserve_fd >= 0) ::close(l->reserve_fd);
+  }
+  if (address_lock_ >= 0) ::close(address_lock_);
+}
+
+void HttpServer::ReleaseAcceptors() {
+  for (auto& l : listeners_) {
+    l->pause.reset();
+    l->acceptor.reset();
+  }
+}
+
+absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
+                                const tcp::endpoint& endpoint) {
+  const std::string where = absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  if (endpoint.port() != 0) {
+    bool taken = false;
+    const int lock = LockAddress(endpoint, &taken);
+    if (taken || AddressInUse(endpoint)) {
+      if (lock >= 0) ::close(lock);
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", where, ": address already in use",
+          taken ? " by another sluice process (two instances sharing a port would each count "
+                  "half of every subject's requests)"
+                : ""));
+    }
+    address_lock_ = lock;
+  }
+  std::vector<std::unique_ptr<Listener>> listeners;
+  tcp::endpoint bound = endpoint;
+  for (asio::io_context* io : contexts) {
+    auto l = std::make_unique<Listener>();
+    l->acceptor = std::make_unique<tcp::acceptor>(*io);
+    l->pause = std::make_unique<asio::steady_timer>(*io);
+    tcp::acceptor& acceptor = *l->acceptor;
+    boost::system::error_code ec;
+    acceptor.open(bound.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.set_option(ReusePort(true), ec);
+    if (!ec) acceptor.bind(bound, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    // Synchronous accept() calls (shedding under EMFILE) must never block.
+    if (!ec) acceptor.non_blocking(true, ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", where, ": ", ec.message()));
+    }
+    // With port 0 the first bind picks the port; the others must share it.
+    bound = acceptor.local_endpoint();
+    l->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    listeners.push_back(std::move(l));
+  }
+  port_ = bound.port();
+  for (auto& l : listeners) {
+    asio::co_spawn(l->acceptor->get_executor(), Accept(*l), asio::detached);
+    listeners_.push_back(std::move(l));
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::StopAccepting() {
+  stopping_.store(true);
+  for (auto& l : listeners_) {
+    if (!l->acceptor) continue;
+    // Closing must happen on the acceptor's own thread.
+    asio::post(l->acceptor->get_executor(), [a = l->acceptor.get(), t = l->pause.get()] {
+      boost::system::error_code ignored;
+      a->close(ignored);
+      t->cancel();
+    });
+  }
+}
+
+bool HttpServer::EvictOne(Listener& listener) {
+  for (Connection* c : listener.open) {
+    if (c->answering || c->peer.authenticated) continue;
+    listener.open.erase(c->position);
+    c->listed = false;
+    c->counted = false;
+    connections_.fetch_sub(1);
+    boost::system::error_code ignored;
+    c->socket.close(ignored);  // its session ends with operation_aborted
+    if (options_.evicted != nullptr) options_.evicted->Inc();
+    return true;
+  }
+  return false;
+}
+
+asio::awaitable<void> HttpServer::BackOffAfterAcceptFailure(Listener& listener,
+                                                            const boost::system::error_code& ec) {
+  if (options_.accept_failures != nullptr) options_.accept_failures->Inc();
+  g_accept_failure_log.Warn("cannot accept connections; refusing new ones until resources free up",
+                            options_.name, ec.message());
+  tcp::acceptor& acceptor = *listener.acceptor;
+  if (listener.reserve_fd >= 0) {
+    ::close(listener.reserve_fd);
+    listener.reserve_fd = -1;
+  }
+  // With one descriptor free, the waiting clients get a closed connection instead of a hang.
+  for (int shed = 0; shed < 1024; ++shed) {
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) break;
+    ::close(fd);
+  }
+  listener.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  boost::system::error_code ignored;
+  listener.pause->expires_after(std::chrono::milliseconds(100));
+  co_await listener.pause->async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+}
+
+asio::awaitable<void> HttpServer::Accept(Listener& listener) {
+  tcp::acceptor& acceptor = *listener.acceptor;
+  while (!stopping_.load()) {
+    boost::system::error_code ec;
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open() || stopping_.load()) {
+        co_return;
+      }
+      if (IsResourceExhaustion(ec)) co_await BackOffAfterAcceptFailure(listener, ec);
+      continue;  // e.g. ECONNABORTED: the client gave up while queued
+    }
+    // Counted before the session starts, so that connections accepted together on several threads
+    // cannot overshoot the cap.
+    const int64_t open = connections_.fetch_add(1) + 1;
+    if (open > static_cast<int64_t>(options_.max_connections) &&
+        !(options_.evict_unauthenticated && EvictOne(listener))) {
+      connections_.fetch_sub(1);
+      if (options_.refused != nullptr) options_.refused->Inc();
+      g_full_log.Warn("connection refused: the connection cap is reached", options_.name,
+                      absl::StrCat("max_connections ", options_.max_connections));
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    auto conn = std::make_shared<Connection>(std::move(socket), &listener);
+    asio::co_spawn(acceptor.get_executor(), Session(std::move(conn)), asio::detached);
+  }
+}
+
+namespace {
+
+asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c) {
   boost::system::error_code ec;
   while (!c->done) {
     c->timer.expires_at(c->deadline);
@@ -219,32 +424,83 @@ asio::awaitable<void> Watchdog(std::shared_ptr<Connection> c) {
   }
 }
 
+// Closing a socket with unread input makes the kernel send a reset, which can destroy the answer
+// before the client reads it. So: stop sending, read and drop what still comes for a short while,
+// then close.
+asio::awaitable<void> LingeringClose(HttpServer::Connection& c) {
+  boost::system::error_code ec;
+  c.socket.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  c.ExpiresAfter(std::chrono::seconds(2));
+  std::array<char, 4096> scratch;
+  size_t total = 0;
+  while (total < 256 * 1024) {
+    const size_t n = co_await c.socket.async_read_some(
+        asio::buffer(scratch), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    total += n;
+  }
+}
+
 }  // namespace
 
-asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
-  ScopedCount open(connections_);
+asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
+  Listener& listener = *conn->listener;
+  conn->position = listener.open.insert(listener.open.end(), conn.get());
+  conn->listed = true;
+  // Runs also when the io_context is destroyed with this coroutine suspended.
+  struct Unregister {
+    HttpServer* server;
+    Connection* conn;
+    ~Unregister() {
+      if (conn->listed) conn->listener->open.erase(conn->position);
+      conn->listed = false;
+      if (conn->counted) server->connections_.fetch_sub(1);
+      conn->counted = false;
+      server->handler_->ConnectionClosed();
+    }
+  } unregister{this, conn.get()};
   handler_->ConnectionOpened();
+
   boost::system::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
-  Peer peer;
-  peer.address = socket.remote_endpoint(ignored).address();
+  conn->socket.set_option(tcp::no_delay(true), ignored);
+  Peer& peer = conn->peer;
+  peer.address = conn->socket.remote_endpoint(ignored).address();
   if (peer.address.is_v6() && peer.address.to_v6().is_v4_mapped()) {
     peer.address = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address.to_v6());
   }
 
-  auto conn = std::make_shared<Connection>(std::move(socket));
   conn->ExpiresAfter(options_.header_timeout);
   asio::co_spawn(conn->socket.get_executor(), Watchdog(conn), asio::detached);
 
+  const auto idle_timeout = [&] {
+    return peer.authenticated || options_.unauthenticated_idle_timeout.count() == 0
+               ? options_.idle_timeout
+               : options_.unauthenticated_idle_timeout;
+  };
   beast::flat_buffer buffer;
   bool first = true;
+  bool linger = false;  // close gracefully: an answer was sent and input may still be coming
   boost::system::error_code ec;
   auto with_ec = asio::redirect_error(asio::use_awaitable, ec);
+  // Answers a request that never reaches the handler; the connection is closed after it.
+  auto reject = [&](unsigned status, std::string_view detail) -> asio::awaitable<void> {
+    Log(LogLevel::kWarn, "request rejected")
+        .Int("status", status)
+        .Str("client", peer.address.to_string())
+        .Str("error", detail);
+    Response res = handler_->Reject(status, detail, 11);
+    res.keep_alive(false);
+    res.prepare_payload();
+    const std::string wire = Serialize(res);
+    co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
+    linger = !ec;
+  };
   while (!stopping_.load()) {
     // Wait for the next request's first byte (idle keep-alive), then give the whole header block
     // and body the header timeout, so a client trickling bytes is cut off.
     if (buffer.size() == 0) {
-      conn->ExpiresAfter(first ? options_.header_timeout : options_.idle_timeout);
+      conn->ExpiresAfter(first ? options_.header_timeout : idle_timeout());
       const std::size_t n = co_await conn->socket.async_read_some(buffer.prepare(4096), with_ec);
       if (ec) break;
       buffer.commit(n);
@@ -255,30 +511,41 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.header_limit));
     parser.body_limit(options_.body_limit);
-    co_await bhttp::async_read(conn->socket, buffer, parser, with_ec);
-    if (ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof ||
-        ec == asio::error::bad_descriptor) {
+    co_await bhttp::async_read_header(conn->socket, buffer, parser, with_ec);
+    if (IsClosedByPeerOrUs(ec)) break;
+    if (ec) {
+      co_await reject(ParseErrorStatus(ec), ec.message());
       break;
     }
-    if (ec) {
-      unsigned status = ec == bhttp::error::header_limit ? 431
-                        : ec == bhttp::error::body_limit ? 413
-                                                         : 400;
-      Log(LogLevel::kWarn, "request rejected")
-          .Int("status", status)
-          .Str("client", peer.address.to_string())
-          .Str("error", ec.message());
-      Response res = handler_->Reject(status, ec.message(), 11);
-      res.keep_alive(false);
-      res.prepare_payload();
-      const std::string wire = Serialize(res);
-      co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
+    if (std::optional<FramingError> bad = CheckFraming(parser.get().base())) {
+      co_await reject(bad->status, bad->detail);
       break;
+    }
+    if (!parser.is_done()) {
+      // A client that sent "Expect: 100-continue" waits for this before sending the body
+      // (HTTP/1.0 has no 1xx answers: there the expectation is ignored).
+      if (parser.get().version() == 11 && ExpectsContinue(parser.get().base())) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        co_await asio::async_write(conn->socket, asio::buffer(kContinue), with_ec);
+        if (ec) break;
+      }
+      co_await bhttp::async_read(conn->socket, buffer, parser, with_ec);
+      if (IsClosedByPeerOrUs(ec) && ec != bhttp::error::end_of_stream) break;
+      if (ec) {
+        // end_of_stream here: the client closed in the middle of the body.
+        co_await reject(ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec),
+                        ec.message());
+        break;
+      }
     }
 
     Request req = parser.release();
+    if (std::optional<std::string> origin =
+            OriginFormTarget(std::string_view(req.target().data(), req.target().size()))) {
+      req.target(*origin);
+    }
     Response res;
+    conn->answering = true;
     const auto started = std::chrono::steady_clock::now();
     {
       ScopedCount busy(in_flight_);
@@ -291,13 +558,18 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
     res.prepare_payload();
     const std::string wire = Serialize(res);
     co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
-    if (ec || !keep_alive) break;
+    conn->answering = false;
+    if (ec) break;
+    if (!keep_alive) {
+      linger = true;
+      break;
+    }
   }
+  if (linger && !stopping_.load()) co_await LingeringClose(*conn);
   conn->done = true;
   conn->timer.cancel();
   conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
   conn->socket.close(ignored);
-  handler_->ConnectionClosed();
 }
 
 }  // namespace sluice::http

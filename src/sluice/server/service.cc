@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -14,6 +15,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "sluice/alerts/dead_letters.h"
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
@@ -24,9 +27,12 @@
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
 #include "sluice/server/alert_delivery.h"
+#include "sluice/server/config_check.h"
+#include "sluice/server/cpus.h"
 #include "sluice/store/memory/maintainer.h"
 #include "sluice/store/memory/memory_store.h"
 #include "sluice/store/memory/snapshot.h"
+#include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/clock_sync.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/redis_outbox.h"
@@ -71,6 +77,7 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
 
   auto fe = std::make_shared<http::Frontend>();
   fe->server = cfg.server;
+  fe->on_store_error = cfg.on_store_error;
   fe->admin_token = cfg.server.admin_token;
   if (fe->admin_token.empty()) {
     if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) fe->admin_token = env;
@@ -110,6 +117,85 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   }
 }
 
+// The readiness probe's request: one request of an internal plan (one 1-minute limit with the
+// largest quota, no alerts) for the subject "sluice.readyz" — the same write path as a decision,
+// touching no configured plan's counters.
+class StoreProbe {
+ public:
+  static constexpr int64_t kProbeQuota = 1'000'000'000;  // more probes than a minute can hold
+
+  StoreProbe(Store* store, const Clock* clock) : store_(store), clock_(clock) {
+    config::Config probe;
+    probe.plans.push_back(config::PlanConfig{
+        .name = "sluice.readyz",
+        .limits = {config::LimitConfig{
+            .name = "probe", .quota = kProbeQuota, .window = *config::ParseWindow("1m")}}});
+    absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(probe);
+    plans_ = std::move(*plans);
+  }
+
+  void Run(StatusCallback done) const {
+    const Plan* plan = plans_.Find("sluice.readyz");
+    const absl::Time now = clock_->Now();
+    const WindowBounds window = WindowAt(plan->limits.front().window, plan->tz, now);
+    store_->Decide(StoreRequest{.subject = "sluice.readyz",
+                                .plan = plan,
+                                .cost = 1,
+                                .now = now,
+                                .windows = absl::MakeConstSpan(&window, 1)},
+                   [done = std::move(done)](absl::StatusOr<StoreResult> r) mutable {
+                     std::move(done)(r.status());
+                   });
+  }
+
+ private:
+  Store* store_;
+  const Clock* clock_;
+  PlanSet plans_;
+};
+
+// One timer per event loop that records when it last ran; a loop that has not run for a few seconds
+// is stuck (a handler blocking its thread), which /healthz reports.
+class LoopHeartbeats {
+ public:
+  static constexpr auto kInterval = std::chrono::seconds(1);
+  static constexpr int64_t kStaleAfterNs = 5'000'000'000;
+
+  explicit LoopHeartbeats(const std::vector<std::unique_ptr<asio::io_context>>& contexts)
+      : beats_(contexts.size()) {
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      timers_.push_back(std::make_unique<asio::steady_timer>(*contexts[i]));
+      beats_[i].store(absl::GetCurrentTimeNanos());
+      Tick(i);
+    }
+  }
+
+  // True if every loop ran within the last few seconds. Thread-safe.
+  [[nodiscard]] bool AllTurning() const {
+    const int64_t now = absl::GetCurrentTimeNanos();
+    for (const auto& beat : beats_) {
+      if (now - beat.load(std::memory_order_relaxed) > kStaleAfterNs) return false;
+    }
+    return true;
+  }
+
+  // REQUIRES: the loops are stopped.
+  void Release() { timers_.clear(); }
+
+ private:
+  void Tick(size_t i) {
+    timers_[i]->expires_after(kInterval);
+    timers_[i]->async_wait([this, i](const boost::system::error_code& ec) {
+      if (ec) return;
+      beats_[i].store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+      Tick(i);
+    });
+  }
+
+  std::vector<std::atomic<int64_t>> beats_;
+  std::vector<std::unique_ptr<asio::steady_timer>> timers_;
+};
+
 }  // namespace
 
 int Serve(const std::string& config_path) {
@@ -135,6 +221,11 @@ int Serve(const std::string& config_path) {
     Log(LogLevel::kError, "invalid configuration").Error(peek.status());
     return config::kExitConfigError;
   }
+  // Everything below that could refuse this file, checked the way `sluice check-config` does.
+  if (absl::Status s = CheckServable(*peek); !s.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(s);
+    return config::kExitConfigError;
+  }
   const bool use_redis = peek->store.type == config::StoreType::kRedis;
   redis::ConnectionOptions redis_options;
   if (use_redis) {
@@ -152,7 +243,7 @@ int Serve(const std::string& config_path) {
                                 {.key_prefix = peek->store.redis.key_prefix,
                                  .redis_clock = &redis_clock,
                                  .decision_deadline = peek->store.redis.timeout,
-                                 .clock_allowance = absl::Milliseconds(100),
+                                 .clock_error = absl::Milliseconds(1),
                                  .sync_state = &redis_clock});
   OverLimitCacheStats overlimit_stats;
   const LimiterContext limiter_context{
@@ -162,12 +253,14 @@ int Serve(const std::string& config_path) {
       .overlimit_cache_capacity = use_redis ? kOverLimitCacheCapacity : 0,
       .overlimit_stats = &overlimit_stats};
 
+  // Built from the file already read and checked (reading it again could see another file).
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
-      LoadFrontend(config_path, limiter_context, &cfg);
+      BuildFrontend(*peek, limiter_context);
   if (!initial.ok()) {
     Log(LogLevel::kError, "invalid configuration").Error(initial.status());
     return config::kExitConfigError;
   }
+  cfg = *peek;
   absl::StatusOr<asio::ip::tcp::endpoint> data_endpoint = http::ParseEndpoint(cfg.server.listen);
   absl::StatusOr<asio::ip::tcp::endpoint> admin_endpoint =
       http::ParseEndpoint(cfg.server.admin_listen);
@@ -178,14 +271,33 @@ int Serve(const std::string& config_path) {
   }
 
   const std::string snapshot = use_redis ? std::string() : cfg.store.memory.snapshot_path;
+  // Held until Serve returns, after the final snapshot: a second process on the same file would
+  // overwrite this one's counters every interval.
+  std::optional<SnapshotLock> snapshot_lock;
   if (!snapshot.empty()) {
+    absl::StatusOr<SnapshotLock> lock = SnapshotLock::Acquire(snapshot);
+    if (!lock.ok()) {
+      Log(LogLevel::kError, "cannot lock snapshot").Error(lock.status());
+      return kExitFailure;
+    }
+    snapshot_lock.emplace(*std::move(lock));
+    // Only now is it certain that no other writer is using them.
+    if (absl::StatusOr<size_t> removed = RemoveStaleSnapshotTemps(snapshot); !removed.ok()) {
+      Log(LogLevel::kWarn, "cannot remove stale snapshot temporary files").Error(removed.status());
+    } else if (*removed > 0) {
+      Log(LogLevel::kInfo, "removed stale snapshot temporary files")
+          .Str("path", snapshot)
+          .Int("files", static_cast<int64_t>(*removed));
+    }
     SnapshotStats stats;
     absl::Status s = LoadSnapshot(snapshot, memory_store, &stats);
     if (s.ok()) {
       Log(LogLevel::kInfo, "snapshot loaded")
           .Str("path", snapshot)
           .Int("subjects", static_cast<int64_t>(stats.subjects))
-          .Int("pending_alerts", static_cast<int64_t>(stats.events));
+          .Int("pending_alerts", static_cast<int64_t>(stats.events))
+          .Int("dropped_subjects", static_cast<int64_t>(stats.dropped_subjects))
+          .Int("dropped_alerts", static_cast<int64_t>(stats.dropped_events));
     } else if (absl::IsNotFound(s)) {
       Log(LogLevel::kInfo, "no snapshot yet; starting empty").Str("path", snapshot);
     } else {
@@ -241,14 +353,54 @@ int Serve(const std::string& config_path) {
   http::FrontendHolder frontend(std::move(*initial));
   http::DataPlane data_plane(&frontend, &http_metrics);
   alerts::DeadLetterList dead_letters;
-  http::AdminPlane admin_plane(&frontend, &http_metrics, &registry,
-                               [&dead_letters] { return DeadLettersJson(dead_letters); });
-  http::HttpServer data_server(&data_plane, {});
-  http::HttpServer admin_server(&admin_plane, {.max_connections = 64});
+  // Set by SIGTERM/SIGINT: readiness fails from then on while the data plane drains.
+  std::atomic<bool> stopping{false};
+  const StoreProbe store_probe(limiter_context.store, limiter_context.clock);
+  // Built once the event loops exist (below); /healthz reads it through this pointer.
+  std::atomic<const LoopHeartbeats*> heartbeats{nullptr};
+  http::AdminPlane admin_plane(
+      &frontend, &http_metrics, &registry,
+      {.dead_letters = [&dead_letters] { return DeadLettersJson(dead_letters); },
+       .live =
+           [&heartbeats] {
+             const LoopHeartbeats* h = heartbeats.load();
+             return h == nullptr || h->AllTurning();
+           },
+       .probe_store = [&store_probe](StatusCallback done) { store_probe.Run(std::move(done)); },
+       .stopping = &stopping});
+  metrics::CounterFamily& accept_failures = registry.AddCounterFamily(
+      "sluice_accept_failures_total",
+      "accept() failures for want of resources (EMFILE, ENFILE, ...), by plane; while they last, "
+      "waiting clients are refused and accepting pauses for 100 ms at a time.",
+      {"plane"});
+  metrics::CounterFamily& refused = registry.AddCounterFamily(
+      "sluice_connections_refused_total",
+      "Connections closed at once because the plane's connection cap was reached.", {"plane"});
+  metrics::CounterFamily& evicted = registry.AddCounterFamily(
+      "sluice_connections_evicted_total",
+      "Admin connections that had not authenticated, closed to make room for a new one.",
+      {"plane"});
+  http::HttpServer data_server(&data_plane,
+                               {.max_connections = static_cast<size_t>(cfg.server.max_connections),
+                                .accept_failures = &accept_failures.WithLabels({"data"}),
+                                .refused = &refused.WithLabels({"data"}),
+                                .evicted = &evicted.WithLabels({"data"}),
+                                .name = "data"});
+  // The admin plane keeps room for the kubelet and Prometheus: a connection that has not shown the
+  // token idles out sooner and is the first to go when the plane is full.
+  http::HttpServer admin_server(
+      &admin_plane, {.header_timeout = std::chrono::seconds(5),
+                     .unauthenticated_idle_timeout = std::chrono::seconds(5),
+                     .max_connections = static_cast<size_t>(cfg.server.admin_max_connections),
+                     .evict_unauthenticated = true,
+                     .accept_failures = &accept_failures.WithLabels({"admin"}),
+                     .refused = &refused.WithLabels({"admin"}),
+                     .evicted = &evicted.WithLabels({"admin"}),
+                     .name = "admin"});
 
-  const unsigned threads = cfg.server.threads > 0
-                               ? static_cast<unsigned>(cfg.server.threads)
-                               : std::max(1u, std::thread::hardware_concurrency());
+  // 0: one per CPU this process may use (affinity mask, cgroup CPU quota), not per CPU of the host.
+  const unsigned threads =
+      cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads) : AvailableCpus();
   std::vector<std::unique_ptr<asio::io_context>> contexts;
   std::vector<asio::io_context*> context_ptrs;
   for (unsigned i = 0; i < threads; ++i) {
@@ -263,6 +415,9 @@ int Serve(const std::string& config_path) {
     Log(LogLevel::kError, "cannot start the admin plane").Error(s);
     return kExitFailure;
   }
+
+  LoopHeartbeats loop_heartbeats(contexts);
+  heartbeats.store(&loop_heartbeats);
 
   if (use_redis) {
     for (auto& io : contexts) {
@@ -316,7 +471,9 @@ int Serve(const std::string& config_path) {
   asio::io_context control(1);
   asio::signal_set signals(control, SIGTERM, SIGINT, SIGHUP);
   asio::steady_timer drain_timer(control);
+  asio::steady_timer delay_timer(control);
   std::chrono::steady_clock::time_point drain_deadline;
+  bool draining = false;
   std::function<void()> poll_drain = [&] {
     if ((data_server.in_flight() == 0 && admin_server.in_flight() == 0) ||
         std::chrono::steady_clock::now() >= drain_deadline) {
@@ -351,12 +508,33 @@ int Serve(const std::string& config_path) {
           signals.async_wait(on_signal);
           return;
         }
-        Log(LogLevel::kInfo, "stopping: draining in-flight requests")
-            .Str("signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        data_server.StopAccepting();
-        admin_server.StopAccepting();
-        drain_deadline = std::chrono::steady_clock::now() + kDrainDeadline;
-        poll_drain();
+        const auto drain = [&] {
+          if (draining) return;
+          draining = true;
+          delay_timer.cancel();
+          Log(LogLevel::kInfo, "stopping: no new connections; draining in-flight requests");
+          data_server.StopAccepting();
+          admin_server.StopAccepting();
+          drain_deadline = std::chrono::steady_clock::now() + kDrainDeadline;
+          poll_drain();
+        };
+        const std::string_view name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+        if (stopping.exchange(true) || sig == SIGINT ||
+            cfg.server.shutdown_delay <= absl::ZeroDuration()) {
+          // SIGINT, a second signal or no delay: stop now.
+          Log(LogLevel::kInfo, "stopping").Str("signal", name);
+          drain();
+        } else {
+          // Readiness is 503 from now on; decisions go on until load balancers have noticed.
+          Log(LogLevel::kInfo, "stopping: readiness now fails; serving until shutdown_delay ends")
+              .Str("signal", name)
+              .Str("shutdown_delay", absl::FormatDuration(cfg.server.shutdown_delay));
+          delay_timer.expires_after(absl::ToChronoMilliseconds(cfg.server.shutdown_delay));
+          delay_timer.async_wait([drain](const boost::system::error_code& e) {
+            if (!e) drain();
+          });
+        }
+        signals.async_wait(on_signal);
       };
   signals.async_wait(on_signal);
 
@@ -374,6 +552,8 @@ int Serve(const std::string& config_path) {
 
   for (auto& io : contexts) io->stop();
   for (std::thread& t : workers) t.join();
+  heartbeats.store(nullptr);
+  loop_heartbeats.Release();
   // Tear down in dependency order: acceptors, then the contexts (and the coroutine frames they
   // still hold, which refer to the servers), then the servers.
   data_server.ReleaseAcceptors();

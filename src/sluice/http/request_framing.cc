@@ -1,0 +1,145 @@
+#include "sluice/http/request_framing.h"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+
+namespace sluice::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+bool IStartsWith(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && IEquals(s.substr(0, prefix.size()), prefix);
+}
+
+// RFC 3986 host (reg-name, IPv4 or IP-literal) with an optional port: unreserved, pct-encoded and
+// sub-delims characters, ':' and brackets. Empty is allowed (RFC 9112 §3.2).
+bool IsPlausibleHost(std::string_view host) {
+  for (const char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+FramingError Bad(std::string detail) { return FramingError{.status = 400, .detail = detail}; }
+
+}  // namespace
+
+std::optional<std::string> OriginFormTarget(std::string_view target) {
+  size_t authority;
+  if (IStartsWith(target, "http://")) {
+    authority = 7;
+  } else if (IStartsWith(target, "https://")) {
+    authority = 8;
+  } else {
+    return std::nullopt;
+  }
+  const size_t path = target.find_first_of("/?#", authority);
+  if (path == std::string_view::npos || target[path] == '#') return "/";
+  if (target[path] == '?') return "/" + std::string(target.substr(path));
+  return std::string(target.substr(path));
+}
+
+bool ExpectsContinue(const bhttp::request_header<>& header) {
+  auto it = header.find(bhttp::field::expect);
+  return it != header.end() && IEquals(TrimOws(Sv(it->value())), "100-continue");
+}
+
+std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) {
+  const unsigned version = header.version();
+  if (version != 10 && version != 11) {
+    return FramingError{.status = 505, .detail = "only HTTP/1.0 and HTTP/1.1 are served"};
+  }
+
+  int content_lengths = 0;
+  int transfer_encodings = 0;
+  int hosts = 0;
+  int expects = 0;
+  int chunked = 0;
+  bool other_coding = false;
+  std::string_view host;
+  for (const auto& field : header) {
+    switch (field.name()) {
+      case bhttp::field::content_length:
+        ++content_lengths;
+        break;
+      case bhttp::field::transfer_encoding: {
+        ++transfer_encodings;
+        // A list over one or more field lines (RFC 9110 §5.3); empty elements do not count.
+        std::string_view rest = Sv(field.value());
+        while (true) {
+          const size_t comma = rest.find(',');
+          const std::string_view coding = TrimOws(rest.substr(0, comma));
+          if (IEquals(coding, "chunked")) {
+            ++chunked;
+          } else if (!coding.empty()) {
+            other_coding = true;
+          }
+          if (comma == std::string_view::npos) break;
+          rest.remove_prefix(comma + 1);
+        }
+        break;
+      }
+      case bhttp::field::host:
+        ++hosts;
+        host = Sv(field.value());
+        break;
+      case bhttp::field::expect:
+        ++expects;
+        break;
+      default:
+        break;
+    }
+  }
+
+  if (transfer_encodings > 0) {
+    if (content_lengths > 0) {
+      return Bad("a request may not carry both Transfer-Encoding and Content-Length");
+    }
+    if (version == 10) return Bad("Transfer-Encoding is not allowed in an HTTP/1.0 request");
+    if (chunked != 1 || other_coding) {
+      return Bad(
+          "Transfer-Encoding must be exactly \"chunked\" (no other transfer coding is "
+          "supported)");
+    }
+  }
+  if (hosts > 1) return Bad("more than one Host header");
+  if (hosts == 0 && version == 11) return Bad("an HTTP/1.1 request must carry a Host header");
+  if (!IsPlausibleHost(host)) return Bad("bad Host header");
+
+  const std::string_view target = Sv(header.target());
+  const bool origin_form = !target.empty() && target.front() == '/';
+  const bool absolute_form = IStartsWith(target, "http://") || IStartsWith(target, "https://");
+  if (!origin_form && !absolute_form && target != "*") {
+    return Bad("bad request target (want /path, http://host/path or *)");
+  }
+
+  if (expects > 1) return FramingError{.status = 417, .detail = "more than one Expect header"};
+  if (expects == 1 && !ExpectsContinue(header)) {
+    return FramingError{.status = 417, .detail = "only Expect: 100-continue is supported"};
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,113 @@
+#include "sluice/http/request_framing.h"
+
+#include <string>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+using ::testing::HasSubstr;
+
+// The header block of `wire` as Beast parses it, or a test failure if Beast refuses it.
+bhttp::request_header<> Header(std::string wire) {
+  bhttp::request_parser<bhttp::string_body> parser;
+  boost::system::error_code ec;
+  parser.put(boost::asio::buffer(wire), ec);
+  if (ec == bhttp::error::need_more) ec = {};
+  EXPECT_FALSE(ec) << ec.message() << " in " << wire;
+  EXPECT_TRUE(parser.is_header_done());
+  return parser.get().base();
+}
+
+std::optional<FramingError> Check(std::string head) {
+  return CheckFraming(Header(std::move(head) + "\r\n"));
+}
+
+TEST(RequestFramingTest, PlainRequestsPass) {
+  EXPECT_EQ(Check("GET /v1/authorize HTTP/1.1\r\nHost: x\r\n"), std::nullopt);
+  EXPECT_EQ(Check("POST /v1/check HTTP/1.1\r\nHost: a.b:8080\r\nContent-Length: 2\r\n"),
+            std::nullopt);
+  EXPECT_EQ(Check("POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"),
+            std::nullopt);
+  EXPECT_EQ(Check("POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n"),
+            std::nullopt);
+  EXPECT_EQ(Check("GET / HTTP/1.0\r\n"), std::nullopt);           // HTTP/1.0 needs no Host
+  EXPECT_EQ(Check("GET / HTTP/1.1\r\nHost:\r\n"), std::nullopt);  // empty Host is allowed
+}
+
+TEST(RequestFramingTest, TransferEncodingMustEndInChunkedAlone) {
+  for (const char* te : {"identity", "gzip", "xchunked", "chunked, identity", "gzip, chunked",
+                         "chunked, chunked", "chunked;q=1"}) {
+    std::optional<FramingError> e = Check(
+        std::string("POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") + te + "\r\n");
+    ASSERT_TRUE(e.has_value()) << te;
+    EXPECT_EQ(e->status, 400u) << te;
+  }
+}
+
+TEST(RequestFramingTest, TransferEncodingOverSeveralLinesIsOneList) {
+  std::optional<FramingError> e = Check(
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: "
+      "chunked\r\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 400u);
+}
+
+TEST(RequestFramingTest, TransferEncodingWithContentLengthIsRefused) {
+  // Beast itself refuses Content-Length after chunked; the other orders reach us.
+  std::optional<FramingError> e = Check(
+      "POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 3\r\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_THAT(e->detail, HasSubstr("both Transfer-Encoding and Content-Length"));
+}
+
+TEST(RequestFramingTest, TransferEncodingInHttp10IsRefused) {
+  std::optional<FramingError> e =
+      Check("POST /v1/check HTTP/1.0\r\nTransfer-Encoding: chunked\r\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 400u);
+}
+
+TEST(RequestFramingTest, HostRules) {
+  EXPECT_TRUE(Check("GET / HTTP/1.1\r\n").has_value());
+  EXPECT_TRUE(Check("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n").has_value());
+  EXPECT_TRUE(Check("GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n").has_value());
+  EXPECT_TRUE(Check("GET / HTTP/1.1\r\nHost: a b\r\n").has_value());
+  EXPECT_TRUE(Check("GET / HTTP/1.1\r\nHost: a/b\r\n").has_value());
+  EXPECT_FALSE(Check("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n").has_value());
+}
+
+TEST(RequestFramingTest, RequestTargetForms) {
+  EXPECT_FALSE(Check("POST http://h/v1/check HTTP/1.1\r\nHost: h\r\n").has_value());
+  EXPECT_FALSE(Check("OPTIONS * HTTP/1.1\r\nHost: h\r\n").has_value());
+  EXPECT_TRUE(Check("CONNECT h:443 HTTP/1.1\r\nHost: h\r\n").has_value());
+  EXPECT_TRUE(Check("GET v1/check HTTP/1.1\r\nHost: h\r\n").has_value());
+}
+
+TEST(RequestFramingTest, ExpectOtherThanContinueIs417) {
+  std::optional<FramingError> e = Check("POST / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 417u);
+  EXPECT_FALSE(Check("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\n").has_value());
+  EXPECT_TRUE(
+      ExpectsContinue(Header("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n")));
+}
+
+TEST(RequestFramingTest, AbsoluteFormBecomesOriginForm) {
+  EXPECT_EQ(OriginFormTarget("http://host:8080/v1/check?x=1"), "/v1/check?x=1");
+  EXPECT_EQ(OriginFormTarget("HTTPS://host/v1/authorize"), "/v1/authorize");
+  EXPECT_EQ(OriginFormTarget("http://host"), "/");
+  EXPECT_EQ(OriginFormTarget("http://host?a=b"), "/?a=b");
+  EXPECT_EQ(OriginFormTarget("/v1/check"), std::nullopt);
+  EXPECT_EQ(OriginFormTarget("*"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace sluice::http
