@@ -1,0 +1,499 @@
+"""Hostile clients and exhausted machines, black-box against the real binary: request smuggling,
+forwarded-address spoofing, credential scheme case, connection caps, running out of file
+descriptors, a second instance on the same address, readiness and the shutdown delay."""
+import http.client
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import time
+import unittest
+
+import harness
+
+PLANS = """
+plans:
+  free:
+    limits:
+      - { name: per_minute, quota: 60, window: 1m }
+  anon:
+    limits:
+      - { name: per_minute, quota: 50, window: 1m }
+keys:
+  - { key: key-free, subject: user-1, plan: free }
+"""
+
+ANON = '  anonymous_plan: anon\n  trusted_proxies: ["127.0.0.2/32"]\n'
+
+
+def read_until_closed(sock, timeout=5.0):
+    """Everything the server sends until it closes the connection; raises if it stays open."""
+    sock.settimeout(timeout)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        except socket.timeout:
+            raise AssertionError(f"connection still open after {timeout}s; got {b''.join(chunks)!r}")
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise AssertionError("connection still open")
+    return b"".join(chunks)
+
+
+def status_lines(reply):
+    return re.findall(rb"HTTP/1\.[01] \d{3} [^\r\n]*", reply)
+
+
+class ServiceCase(unittest.TestCase):
+    extra_server = ""
+
+    def setUp(self):
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+        self.svc = harness.Service(PLANS, self.dir.name, extra_server=self.extra_server)
+        self.svc.__enter__()
+        self.addCleanup(self.svc.__exit__)
+        harness.clear_of_window_end(60, 5)
+
+    def connect(self, admin=False, source=None):
+        s = socket.create_connection(
+            ("127.0.0.1", self.svc.admin_port if admin else self.svc.port), timeout=5,
+            source_address=(source, 0) if source else None)
+        self.addCleanup(s.close)
+        return s
+
+    def used(self, subject="user-1", plan="free"):
+        return self.svc.check({"subject": subject, "plan": plan, "cost": 0})[2]["limits"][0]["used"]
+
+
+SMUGGLED = b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"
+
+
+class SmugglingTest(ServiceCase):
+    def send_framed(self, framing_headers, body):
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                  framing_headers + b"\r\n" + body)
+        return read_until_closed(s)
+
+    def assert_refused_and_closed(self, framing_headers, body=SMUGGLED):
+        reply = self.send_framed(framing_headers, body)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request"], reply)
+        self.assertIn(b"Connection: close", reply)
+        # The body was never read as a request: user-1 was not charged.
+        self.assertEqual(self.used(), 0)
+
+    def test_transfer_encoding_not_ending_in_chunked_is_400_and_closed(self):
+        for te in [b"identity", b"gzip", b"xchunked", b"chunked, identity", b"gzip, chunked",
+                   b"chunked;ext=1", b" ", b"Chunked\x0b"]:
+            with self.subTest(te=te):
+                self.assert_refused_and_closed(b"Transfer-Encoding: " + te + b"\r\n")
+
+    def test_transfer_encoding_over_two_lines_is_one_list(self):
+        self.assert_refused_and_closed(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n")
+
+    def test_transfer_encoding_and_content_length_in_either_order_are_400_and_closed(self):
+        n = str(len(SMUGGLED)).encode()
+        self.assert_refused_and_closed(b"Transfer-Encoding: chunked\r\nContent-Length: " + n + b"\r\n",
+                                       b"0\r\n\r\n" + SMUGGLED)
+        self.assert_refused_and_closed(b"Content-Length: " + n + b"\r\nTransfer-Encoding: chunked\r\n",
+                                       b"0\r\n\r\n" + SMUGGLED)
+        self.assert_refused_and_closed(b"Content-Length: 0\r\nTransfer-Encoding: identity\r\n")
+
+    def test_conflicting_content_lengths_are_400_and_closed(self):
+        self.assert_refused_and_closed(b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}" + SMUGGLED)
+        self.assert_refused_and_closed(b"Content-Length: +2\r\n", b"{}" + SMUGGLED)
+
+    def test_transfer_encoding_in_http10_is_refused(self):
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLED)
+        reply = read_until_closed(s)
+        self.assertEqual(len(status_lines(reply)), 1, reply)
+        self.assertIn(b" 400 ", reply)
+        self.assertEqual(self.used(), 0)
+
+    def test_chunked_body_is_read_as_the_body(self):
+        body = json.dumps({"subject": "user-1", "plan": "free", "cost": 2}).encode()
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Connection: close\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
+        self.assertEqual(self.used(), 2)
+
+    def test_missing_or_doubled_host_is_400_and_closed(self):
+        for head in [b"GET /v1/authorize HTTP/1.1\r\nX-API-Key: key-free\r\n\r\n",
+                     b"GET /v1/authorize HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-API-Key: key-free\r\n\r\n"]:
+            with self.subTest(head=head):
+                s = self.connect()
+                s.sendall(head + SMUGGLED)
+                reply = read_until_closed(s)
+                self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request"], reply)
+        self.assertEqual(self.used(), 0)
+
+    def test_a_handler_error_with_its_body_read_keeps_the_connection_in_step(self):
+        bad = b"{not json"
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(bad) + bad +
+                  b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\nConnection: close\r\n\r\n")
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"], reply)
+        self.assertEqual(self.used(), 1)
+
+
+class ExpectAndTargetTest(ServiceCase):
+    def test_expect_100_continue_is_answered_before_the_body(self):
+        body = json.dumps({"subject": "user-1", "plan": "free"}).encode()
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        s.settimeout(3)
+        first = s.recv(4096)
+        self.assertTrue(first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first)
+        s.sendall(body)
+        reply = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
+
+    def test_expect_with_a_body_over_the_limit_gets_413_without_100(self):
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 10000000\r\n\r\n")
+        reply = read_until_closed(s)
+        self.assertEqual(len(status_lines(reply)), 1, reply)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 413 "), reply)
+
+    def test_unknown_expectation_is_417(self):
+        s = self.connect()
+        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 2\r\n\r\n{}")
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 417 Expectation Failed"], reply)
+
+    def test_absolute_form_target_is_accepted(self):
+        body = json.dumps({"subject": "user-1", "plan": "free"}).encode()
+        s = self.connect()
+        s.sendall(b"POST http://127.0.0.1:%d/v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (self.svc.port, len(body)) + body)
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
+        self.assertIn(b'"allowed":true', reply)
+
+    def test_other_http_versions_are_505(self):
+        s = self.connect()
+        s.sendall(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 505 HTTP Version Not Supported"])
+
+
+class ForwardedTest(ServiceCase):
+    extra_server = ANON
+
+    def subject_from_proxy(self, headers):
+        conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5,
+                                          source_address=("127.0.0.2", 0))
+        try:
+            conn.putrequest("GET", "/v1/authorize")
+            for name, value in headers:
+                conn.putheader(name, value)
+            conn.endheaders()
+            res = conn.getresponse()
+            res.read()
+            self.assertEqual(res.status, 200)
+            return res.getheader("Sluice-Subject")
+        finally:
+            conn.close()
+
+    def test_several_x_forwarded_for_lines_are_one_list(self):
+        # The client forged the first line; the trusted proxy appended the second.
+        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "203.0.113.9"),
+                                                  ("X-Forwarded-For", "198.51.100.7")]),
+                         "ip:198.51.100.7")
+        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "203.0.113.9, 127.0.0.2"),
+                                                  ("X-Forwarded-For", "127.0.0.2")]),
+                         "ip:203.0.113.9")
+
+    def test_forwarded_for_is_walked_by_the_same_rule(self):
+        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9, for=198.51.100.7;proto=http")]),
+                         "ip:198.51.100.7")
+        self.assertEqual(self.subject_from_proxy([("Forwarded", 'For="[2001:db8:cafe::17]:4711"')]),
+                         "ip:2001:db8:cafe::17")
+        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9"),
+                                                  ("Forwarded", "for=198.51.100.8")]),
+                         "ip:198.51.100.8")
+        # "unknown" or an obfuscated node: nothing left of it can be believed.
+        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9, for=_hidden")]),
+                         "ip:127.0.0.2")
+
+    def test_disagreeing_headers_fall_back_to_the_proxy(self):
+        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "198.51.100.7"),
+                                                  ("Forwarded", "for=203.0.113.9")]),
+                         "ip:127.0.0.2")
+        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "198.51.100.7"),
+                                                  ("Forwarded", "for=198.51.100.7")]),
+                         "ip:198.51.100.7")
+
+    def test_an_untrusted_peer_cannot_choose_its_address(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5)
+        conn.request("GET", "/v1/authorize", headers={"X-Forwarded-For": "203.0.113.9",
+                                                      "Forwarded": "for=203.0.113.9"})
+        res = conn.getresponse()
+        res.read()
+        conn.close()
+        self.assertEqual(res.getheader("Sluice-Subject"), "ip:127.0.0.1")
+
+
+class AuthSchemeTest(ServiceCase):
+    def test_bearer_scheme_is_case_insensitive_on_the_data_plane(self):
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"]:
+            with self.subTest(scheme=scheme):
+                status, headers, _ = self.svc.request("GET", "/v1/authorize",
+                                                      headers={"Authorization": f"{scheme} key-free"})
+                self.assertEqual((status, headers.get("sluice-subject")), (200, "user-1"))
+
+    def test_bearer_scheme_is_case_insensitive_on_the_admin_plane(self):
+        for scheme in ["Bearer", "bearer", "BEARER"]:
+            with self.subTest(scheme=scheme):
+                status, _, _ = self.svc.request(
+                    "GET", "/metrics", headers={"Authorization": f"{scheme} {self.svc.admin_token}"},
+                    admin=True)
+                self.assertEqual(status, 200)
+        self.assertEqual(self.svc.request("GET", "/metrics", admin=True,
+                                          headers={"Authorization": "Basic " + self.svc.admin_token})[0], 401)
+
+    def test_two_credentials_are_refused(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5)
+        conn.putrequest("GET", "/v1/authorize")
+        conn.putheader("X-API-Key", "key-free")
+        conn.putheader("X-API-Key", "other")
+        conn.endheaders()
+        res = conn.getresponse()
+        res.read()
+        conn.close()
+        self.assertEqual(res.status, 400)
+        self.assertEqual(self.used(), 0)
+
+
+def metric(svc, name, conn=None):
+    """The value of the first sample of `name` in /metrics (0 if absent)."""
+    if conn is None:
+        status, _, body = svc.request("GET", "/metrics", admin=True,
+                                      headers={"Authorization": "Bearer " + svc.admin_token})
+    else:
+        conn.request("GET", "/metrics", headers={"Authorization": "Bearer " + svc.admin_token})
+        res = conn.getresponse()
+        status, body = res.status, res.read()
+    assert status == 200, status
+    for line in body.decode().splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def answers(sock, request=b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"):
+    """True if `sock` still gets an answer to a request."""
+    try:
+        sock.settimeout(5)
+        sock.sendall(request)
+        return sock.recv(4096).startswith(b"HTTP/1.1 ")
+    except OSError:
+        return False
+
+
+def closed_by_server(sock, timeout=3.0):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+class ConnectionCapTest(ServiceCase):
+    extra_server = "  max_connections: 5\n  admin_max_connections: 4\n"
+
+    def test_the_data_plane_cap_is_exact(self):
+        held = [self.connect() for _ in range(5)]
+        for s in held:  # each one is being served before the next one comes
+            self.assertTrue(answers(s, b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"))
+        extra = self.connect()
+        self.assertTrue(closed_by_server(extra), "a 6th connection was kept under a cap of 5")
+        for s in held:
+            self.assertTrue(answers(s, b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"))
+        self.assertGreaterEqual(metric(self.svc, 'sluice_connections_refused_total{plane="data"}'), 1)
+        # A freed slot is usable again.
+        held[0].close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            s = self.connect()
+            if answers(s, b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"):
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("no connection accepted after one was closed")
+
+    def test_idle_admin_connections_cannot_lock_out_probes_and_metrics(self):
+        hoard = [self.connect(admin=True) for _ in range(70)]
+        time.sleep(0.2)  # let the server accept (and evict) them all
+        self.assertEqual(self.svc.request("GET", "/healthz", admin=True)[0], 200)
+        self.assertEqual(self.svc.request("GET", "/readyz", admin=True)[0], 200)
+        self.assertGreaterEqual(metric(self.svc, 'sluice_connections_evicted_total{plane="admin"}'), 60)
+        del hoard
+
+    def test_an_authenticated_admin_connection_is_not_evicted(self):
+        scraper = http.client.HTTPConnection("127.0.0.1", self.svc.admin_port, timeout=5)
+        self.addCleanup(scraper.close)
+        metric(self.svc, "sluice_build_info", conn=scraper)
+        hoard = [self.connect(admin=True) for _ in range(20)]
+        time.sleep(0.2)
+        self.assertEqual(self.svc.request("GET", "/healthz", admin=True)[0], 200)
+        # The scraper's keep-alive connection survived the flood.
+        self.assertEqual(metric(self.svc, "sluice_build_info", conn=scraper), 1)
+        del hoard
+
+
+class SecondInstanceTest(unittest.TestCase):
+    def test_a_second_serve_on_the_same_listen_address_refuses_to_start(self):
+        with harness.tempdir() as d, harness.Service(PLANS, d) as first:
+            other = os.path.join(d, "other")
+            os.mkdir(other)
+            config = harness.write_config(other, (
+                "server:\n"
+                f'  listen: "127.0.0.1:{first.port}"\n'
+                f'  admin_listen: "127.0.0.1:{harness.free_port()}"\n' + PLANS))
+            second = harness.run("serve", "-c", config, timeout=20)
+            self.assertNotEqual(second.returncode, 0)
+            self.assertIn("already in use", second.stderr)
+            self.assertEqual(first.check({"subject": "s", "plan": "free"})[0], 200)
+
+
+class FileDescriptorExhaustionTest(unittest.TestCase):
+    LIMIT = 64
+
+    def test_emfile_backs_off_keeps_serving_and_recovers(self):
+        with harness.tempdir() as d:
+            svc = harness.Service(PLANS, d)
+            harness.write_config(d, svc.server_yaml.replace("threads: 2", "threads: 1") + PLANS)
+            limit = self.LIMIT
+            server = harness.Server(
+                svc.config_path,
+                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+            self.addCleanup(server.kill)
+            proc = server.proc
+            server.wait_for_line("sluice started")
+            scraper = http.client.HTTPConnection("127.0.0.1", svc.admin_port, timeout=5)
+            self.addCleanup(scraper.close)
+            metric(svc, "sluice_build_info", conn=scraper)
+            first = socket.create_connection(("127.0.0.1", svc.port), timeout=5)
+            self.addCleanup(first.close)
+            self.assertTrue(answers(first))
+            hoard = []
+            for _ in range(limit + 20):
+                try:
+                    hoard.append(socket.create_connection(("127.0.0.1", svc.port), timeout=2))
+                except OSError:
+                    break
+            time.sleep(0.5)
+            # Out of descriptors: CPU stays low (no busy loop) over two seconds.
+            cpu_before = self._cpu_seconds(proc.pid)
+            time.sleep(2.0)
+            cpu = self._cpu_seconds(proc.pid) - cpu_before
+            self.assertLess(cpu, 0.3, f"sluice used {cpu:.2f} s of CPU in 2 s while out of descriptors")
+            # The connections it has are still served.
+            self.assertTrue(answers(first))
+            self.assertGreater(metric(svc, 'sluice_accept_failures_total{plane="data"}', conn=scraper), 0)
+            # A new client is not left hanging: it is closed (or answered) promptly.
+            late = socket.create_connection(("127.0.0.1", svc.port), timeout=5)
+            self.addCleanup(late.close)
+            self.assertTrue(closed_by_server(late, timeout=3.0))
+            warnings = [l for l in server.lines if "cannot accept connections" in l]
+            self.assertLessEqual(len(warnings), 2, warnings)
+            # Descriptors free again: it recovers by itself.
+            for s in hoard:
+                s.close()
+            deadline = time.monotonic() + 5
+            recovered = False
+            while time.monotonic() < deadline and not recovered:
+                try:
+                    with socket.create_connection(("127.0.0.1", svc.port), timeout=2) as s:
+                        recovered = answers(s)
+                except OSError:
+                    pass
+                if not recovered:
+                    time.sleep(0.1)
+            self.assertTrue(recovered, "no new connection served after descriptors were freed")
+
+    @staticmethod
+    def _cpu_seconds(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ProbesAndShutdownTest(unittest.TestCase):
+    def start(self, d, extra=""):
+        svc = harness.Service(PLANS, d, extra_server=extra)
+        svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        return svc
+
+    def test_health_and_readiness_with_the_memory_store(self):
+        with harness.tempdir() as d:
+            svc = self.start(d)
+            status, _, body = svc.request("GET", "/healthz", admin=True)
+            self.assertEqual((status, json.loads(body)), (200, {"status": "ok"}))
+            status, _, body = svc.request("GET", "/readyz", admin=True)
+            self.assertEqual((status, json.loads(body)), (200, {"status": "ready", "store": "ok"}))
+            self.assertEqual(metric(svc, "sluice_store_up"), 1)
+
+    def test_sigterm_fails_readiness_at_once_and_serves_until_the_delay_ends(self):
+        with harness.tempdir() as d:
+            svc = self.start(d, "  shutdown_delay: 2s\n")
+            sent = time.monotonic()
+            svc.server.proc.send_signal(signal.SIGTERM)
+            deadline = sent + 1.0
+            while True:
+                status, _, body = svc.request("GET", "/readyz", admin=True)
+                if status == 503:
+                    break
+                self.assertLess(time.monotonic(), deadline, "readiness still 200 a second after SIGTERM")
+                time.sleep(0.02)
+            self.assertEqual(json.loads(body)["status"], "stopping")
+            decisions = 0
+            while time.monotonic() < sent + 1.6:
+                self.assertEqual(svc.check({"subject": "late", "plan": "free"})[0], 200)
+                decisions += 1
+            self.assertGreater(decisions, 0)
+            code = svc.server.proc.wait(timeout=10)
+            took = time.monotonic() - sent
+            self.assertEqual(code, 0)
+            self.assertGreaterEqual(took, 1.9)
+            self.assertLess(took, 6)
+
+    def test_sigint_skips_the_delay(self):
+        with harness.tempdir() as d:
+            svc = self.start(d, "  shutdown_delay: 30s\n")
+            sent = time.monotonic()
+            svc.server.proc.send_signal(signal.SIGINT)
+            self.assertEqual(svc.server.proc.wait(timeout=10), 0)
+            self.assertLess(time.monotonic() - sent, 5)
+
+    def test_a_second_sigterm_ends_the_delay(self):
+        with harness.tempdir() as d:
+            svc = self.start(d, "  shutdown_delay: 30s\n")
+            sent = time.monotonic()
+            svc.server.proc.send_signal(signal.SIGTERM)
+            svc.server.wait_for_line("readiness now fails")
+            svc.server.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(svc.server.proc.wait(timeout=10), 0)
+            self.assertLess(time.monotonic() - sent, 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
