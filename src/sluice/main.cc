@@ -1,19 +1,49 @@
 // The sluice command line: serve, check-config, --version, --help.
+//
+// Exit codes (docs/operations.md): 0 ok, 1 runtime failure, 64 usage error (sysexits.h EX_USAGE),
+// 78 configuration error (EX_CONFIG). CLI11's own codes (105 for a missing option, ...) are mapped
+// to 64: an operator's script tests for sysexits.h codes, not for a parser library's.
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
+#include "absl/status/status.h"
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
-#include "sluice/http/key_registry.h"
+#include "sluice/server/config_check.h"
 #include "sluice/server/service.h"
 
 namespace sluice {
 namespace {
 
 constexpr int kExitOk = 0;
+constexpr int kExitUsage = 64;
+
+constexpr char kExitCodes[] =
+    "Exit codes:\n"
+    "  0   ok (serve: stopped cleanly after SIGTERM or SIGINT)\n"
+    "  1   runtime failure: an address already in use, the snapshot held by another process,\n"
+    "      a damaged snapshot, a failed final snapshot\n"
+    "  64  usage error: no or unknown command or option, a missing -c\n"
+    "  78  configuration error: the file cannot be read or is invalid (the message names the\n"
+    "      file and the key path)\n";
+
+// The first argument that is neither an option nor --log-level's value: the command; null if none.
+// CLI11 would call an unknown command "A subcommand is required", naming neither.
+const char* FirstCommand(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (!arg.starts_with("-")) return argv[i];
+  }
+  return nullptr;
+}
 
 int CheckConfig(const std::string& path) {
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
@@ -21,9 +51,9 @@ int CheckConfig(const std::string& path) {
     std::cerr << cfg.status().message() << "\n";
     return config::kExitConfigError;
   }
-  // What only the key registry can see: a plaintext key and its hash in two entries.
-  if (absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(*cfg); !keys.ok()) {
-    std::cerr << path << ": " << keys.status().message() << "\n";
+  // The same checks `serve` makes before it starts, so that the two never disagree.
+  if (absl::Status s = server::CheckServable(*cfg); !s.ok()) {
+    std::cerr << s.message() << "\n";
     return config::kExitConfigError;
   }
   size_t limits = 0;
@@ -42,9 +72,9 @@ int CheckConfig(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "sluice: rate limits, daily and monthly quotas by plan, and quota alerts for HTTP APIs.\n"
-      "Exit codes: 0 ok, 1 runtime failure, 78 configuration error.",
+      "sluice: rate limits, daily and monthly quotas by plan, and quota alerts for HTTP APIs.",
       "sluice"};
+  app.footer(sluice::kExitCodes);
   app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand: `sluice serve -c f --log-level
@@ -62,12 +92,30 @@ int main(int argc, char** argv) {
       "check-config", "Validate a configuration file; exit 0 if valid, 78 with the error if not");
   check->add_option("-c,--config", check_config, "Configuration file (sluice.yaml)")->required();
 
-  CLI11_PARSE(app, argc, argv);
+  if (argc <= 1) {
+    std::cerr << app.help();
+    return sluice::kExitUsage;
+  }
+  if (const char* command = sluice::FirstCommand(argc, argv);
+      command != nullptr && std::string_view(command) != "serve" &&
+      std::string_view(command) != "check-config") {
+    std::cerr << "sluice: unknown command \"" << command
+              << "\" (want serve or check-config)\nRun with --help for more information.\n";
+    return sluice::kExitUsage;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end the parse with code 0 (printed to stdout); every other parse error
+    // is printed to stderr with a pointer to --help.
+    const int code = app.exit(e);
+    return code == 0 ? sluice::kExitOk : sluice::kExitUsage;
+  }
 
   sluice::LogLevel level;
   if (!sluice::ParseLogLevel(log_level, &level)) {
     std::cerr << "--log-level: want debug, info, warn or error\n";
-    return 2;
+    return sluice::kExitUsage;
   }
   sluice::SetLogLevel(level);
 

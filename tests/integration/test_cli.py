@@ -37,6 +37,81 @@ class CheckConfigTest(unittest.TestCase):
         self.assertEqual(result.returncode, 78)
         self.assertIn("nope.yaml", result.stderr)
 
+    def check_78(self, path, message):
+        result = harness.run("check-config", "-c", path, timeout=20)
+        self.assertEqual(result.returncode, 78, result.stderr)
+        self.assertEqual(result.stderr.strip(), f"{path}: {message}")
+
+    def test_dev_zero_is_not_a_regular_file(self):
+        self.check_78("/dev/zero", "not a regular file (a character device)")
+
+    def test_directory_is_not_a_regular_file(self):
+        self.check_78(self.dir.name, "not a regular file (a directory)")
+
+    def test_fifo_is_refused_without_waiting_for_a_writer(self):
+        path = os.path.join(self.dir.name, "fifo.yaml")
+        os.mkfifo(path)
+        self.check_78(path, "not a regular file (a FIFO)")
+
+    def test_file_over_16_mib_is_refused(self):
+        path = os.path.join(self.dir.name, "big.yaml")
+        with open(path, "wb") as f:
+            f.write(b"#" * (17 << 20))
+        self.check_78(path, f"too large: {17 << 20} bytes (at most 16 MiB)")
+
+    def test_deep_nesting_is_nested_too_deep(self):
+        path = harness.write_config(self.dir.name, "plans: " + "[" * 100_000)
+        result = harness.run("check-config", "-c", path)
+        self.assertEqual(result.returncode, 78)
+        self.assertIn("nested too deep", result.stderr)
+
+    def test_alias_bomb_is_refused_quickly(self):
+        # 10,000 plans sharing one alias of 1,000 limits: ten million limits once expanded.
+        limits = ", ".join(f"{{ name: l{i}, quota: 1, window: 1m }}" for i in range(1000))
+        text = f"plans:\n  p0: {{ limits: &l [{limits}] }}\n"
+        text += "".join(f"  p{i}: {{ limits: *l }}\n" for i in range(1, 10_000))
+        result = harness.run("check-config", "-c", harness.write_config(self.dir.name, text),
+                             timeout=20)
+        self.assertEqual(result.returncode, 78)
+        self.assertIn("too many values (more than 2000000 with aliases expanded)", result.stderr)
+
+    def test_huge_redis_timeout_is_refused(self):
+        path = harness.write_config(self.dir.name, VALID + "store:\n  redis: { timeout: 3000000h }\n")
+        self.check_78(path, "store.redis.timeout: must be at most 10s, got 3000000h")
+
+    def test_bad_redis_percent_escape_fails_check_config_as_serve_does(self):
+        path = harness.write_config(self.dir.name, VALID + """
+store:
+  type: redis
+  redis: { url: "redis://app:hunter%zz2@127.0.0.1:6379/0" }
+""")
+        message = (f"{path}: store.redis.url: redis URL credentials: bad percent-encoding "
+                   "(write a literal % as %25)")
+        checked = harness.run("check-config", "-c", path)
+        self.assertEqual(checked.returncode, 78)
+        self.assertEqual(checked.stderr.strip(), message)
+        self.assertNotIn("hunter", checked.stderr)
+        served = harness.run("serve", "-c", path)
+        self.assertEqual(served.returncode, 78)
+        line = json.loads(served.stderr.strip().splitlines()[-1])
+        self.assertEqual(line["error"], message)
+        self.assertNotIn("hunter", served.stderr)
+
+    def test_snapshot_in_a_missing_directory_is_refused_by_both(self):
+        snapshot = os.path.join(self.dir.name, "missing", "state.snap")
+        path = harness.write_config(self.dir.name, VALID + f"""
+store:
+  memory: {{ snapshot_path: "{snapshot}" }}
+""")
+        message = (f"{path}: store.memory.snapshot_path: directory "
+                   f"{os.path.dirname(snapshot)} does not exist")
+        checked = harness.run("check-config", "-c", path)
+        self.assertEqual(checked.returncode, 78)
+        self.assertEqual(checked.stderr.strip(), message)
+        served = harness.run("serve", "-c", path)
+        self.assertEqual(served.returncode, 78)
+        self.assertEqual(json.loads(served.stderr.strip().splitlines()[-1])["error"], message)
+
     def test_duplicate_key_message_never_shows_the_key(self):
         text = VALID + """
 keys:
@@ -61,8 +136,48 @@ class CommandLineTest(unittest.TestCase):
         for word in ("serve", "check-config", "--version"):
             self.assertIn(word, result.stdout)
 
-    def test_no_command_is_a_usage_error(self):
-        self.assertNotEqual(harness.run().returncode, 0)
+    def test_no_arguments_print_usage_to_stderr_and_exit_64(self):
+        result = harness.run()
+        self.assertEqual(result.returncode, 64)
+        self.assertIn("Usage:", result.stderr)
+        self.assertEqual(result.stdout, "")
+
+    def test_unknown_command_exits_64_naming_it(self):
+        result = harness.run("frobnicate")
+        self.assertEqual(result.returncode, 64)
+        self.assertIn('unknown command "frobnicate"', result.stderr)
+
+    def test_unknown_option_exits_64(self):
+        result = harness.run("check-config", "-c", "x.yaml", "--frobnicate")
+        self.assertEqual(result.returncode, 64)
+        self.assertIn("--frobnicate", result.stderr)
+
+    def test_missing_config_option_exits_64(self):
+        for command in ("serve", "check-config"):
+            result = harness.run(command)
+            self.assertEqual(result.returncode, 64, command)
+            self.assertIn("--config is required", result.stderr)
+
+    def test_bad_log_level_exits_64(self):
+        self.assertEqual(harness.run("--log-level", "loud", "check-config", "-c", "x").returncode, 64)
+
+    def test_help_lists_every_exit_code(self):
+        result = harness.run("--help")
+        self.assertEqual(result.returncode, 0)
+        for line in ("0   ok", "1   runtime failure", "64  usage error", "78  configuration error"):
+            self.assertIn(line, result.stdout)
+
+
+def harness_request(port, path, payload):
+    """POSTs `payload` as JSON to 127.0.0.1:`port`; returns (status, headers, body)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, json.dumps(payload), {"Content-Type": "application/json"})
+        res = conn.getresponse()
+        return res.status, dict(res.getheaders()), res.read()
+    finally:
+        conn.close()
 
 
 class ServeLifecycleTest(unittest.TestCase):
@@ -79,10 +194,63 @@ store:
   memory: {{ snapshot_path: "{self.snapshot}", snapshot_interval: 1s }}
 """)
 
-    def start(self):
-        server = harness.Server(self.config)
+    def start(self, config=None):
+        server = harness.Server(config or self.config)
         self.addCleanup(server.kill)
         return server
+
+    def config_on_other_ports(self):
+        """The same snapshot_path, other listen ports."""
+        return harness.write_config(self.dir.name, VALID + f"""
+server:
+  listen: "127.0.0.1:{harness.free_port()}"
+  admin_listen: "127.0.0.1:{harness.free_port()}"
+store:
+  type: memory
+  memory: {{ snapshot_path: "{self.snapshot}", snapshot_interval: 1s }}
+""", "second.yaml")
+
+    def test_second_instance_on_the_same_snapshot_refuses_to_start(self):
+        first = self.start()
+        started = json.loads(first.wait_for_line("sluice started"))
+        second = self.start(self.config_on_other_ports())
+        line = json.loads(second.wait_for_line("cannot lock snapshot"))
+        self.assertEqual(second.proc.wait(timeout=10), 1)
+        self.assertIn(f"snapshot {self.snapshot} is in use by another process", line["error"])
+        self.assertIn(f"pid {first.proc.pid}", line["error"])
+        # The first is unharmed: it still answers and still saves its snapshot on the way out.
+        status, _, _ = harness_request(started["port"], "/v1/check",
+                                       {"subject": "a", "plan": "free"})
+        self.assertEqual(status, 200)
+        self.assertIsNone(first.proc.poll())
+        if os.path.exists(self.snapshot):
+            os.unlink(self.snapshot)
+        self.assertEqual(first.stop(signal.SIGTERM), 0)
+        self.assertTrue(os.path.exists(self.snapshot))
+
+    def test_snapshot_lock_is_free_once_the_holder_stopped(self):
+        first = self.start()
+        first.wait_for_line("sluice started")
+        self.assertEqual(first.stop(signal.SIGTERM), 0)
+        again = self.start(self.config_on_other_ports())
+        again.wait_for_line("sluice started")
+        self.assertEqual(again.stop(signal.SIGTERM), 0)
+
+    def test_stale_temp_snapshot_files_are_removed_at_start(self):
+        stale = [self.snapshot + ".tmp.4242", self.snapshot + ".tmp.1"]
+        keep = [self.snapshot + ".bak", os.path.join(self.dir.name, "other.snap.tmp.4242")]
+        for path in stale + keep:
+            with open(path, "wb") as f:
+                f.write(b"half a snapshot")
+        server = self.start()
+        line = json.loads(server.wait_for_line("removed stale snapshot temporary files"))
+        self.assertEqual(line["files"], 2)
+        server.wait_for_line("sluice started")
+        for path in stale:
+            self.assertFalse(os.path.exists(path), path)
+        for path in keep:
+            self.assertTrue(os.path.exists(path), path)
+        self.assertEqual(server.stop(signal.SIGTERM), 0)
 
     def test_sigterm_saves_a_snapshot_and_exits_zero(self):
         server = self.start()

@@ -808,6 +808,18 @@ TEST_F(ConfigTest, AliasBombIsRefusedBeforeItIsExpanded) {
               HasSubstr("too many values (more than 2000000 with aliases expanded)"));
 }
 
+TEST_F(ConfigTest, AliasBombInsideThePlansIsRefused) {
+  // 10,000 plans sharing one alias of 1,000 limits: ten million limits once expanded.
+  std::string yaml = "plans:\n  p0: { limits: &l [";
+  for (int i = 0; i < 1000; ++i) {
+    absl::StrAppend(&yaml, i == 0 ? "" : ", ", "{ name: l", i, ", quota: 1, window: 1m }");
+  }
+  absl::StrAppend(&yaml, "] }\n");
+  for (int i = 1; i < 10'000; ++i) absl::StrAppend(&yaml, "  p", i, ": { limits: *l }\n");
+  EXPECT_THAT(ErrorOf(yaml),
+              HasSubstr("too many values (more than 2000000 with aliases expanded)"));
+}
+
 TEST_F(ConfigTest, AliasToAnEnclosingValueIsRefused) {
   EXPECT_THAT(ErrorOf(WithPlan("keys: &k [*k]\n")),
               HasSubstr("alias refers to a value containing it"));

@@ -1,0 +1,125 @@
+#include "sluice/server/config_check.h"
+
+#include <string>
+#include <string_view>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "sluice/common/strings.h"
+#include "sluice/http/client_address.h"
+#include "sluice/http/key_registry.h"
+#include "sluice/http/server.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/store/memory/snapshot_file.h"
+#include "sluice/store/redis/connection.h"
+
+namespace sluice::server {
+namespace {
+
+namespace ip = boost::asio::ip;
+
+// "<file>: <key_path>: <what>"; `key_path` may be empty when `what` already starts with one.
+absl::Status Refuse(const config::Config& cfg, std::string_view key_path, std::string_view what) {
+  if (key_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(ToAbsl(cfg.path), ": ", ToAbsl(what)));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(ToAbsl(cfg.path), ": ", ToAbsl(key_path), ": ", ToAbsl(what)));
+}
+
+// The URL's userinfo ("user:password"), "" without one. ParseRedisUrl's messages do not quote it;
+// this is what the check makes sure of.
+std::string_view UserInfo(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (!url.starts_with(kScheme)) return {};
+  url.remove_prefix(kScheme.size());
+  const size_t at = url.rfind('@');
+  return at == std::string_view::npos ? std::string_view() : url.substr(0, at);
+}
+
+absl::Status CheckRedisUrl(const config::Config& cfg) {
+  const std::string& url = cfg.store.redis.url;
+  absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(url);
+  if (parsed.ok()) return absl::OkStatus();
+  const std::string_view message = ToStd(parsed.status().message());
+  const std::string_view userinfo = UserInfo(url);
+  const size_t colon = userinfo.find(':');
+  const std::string_view password =
+      colon == std::string_view::npos ? std::string_view() : userinfo.substr(colon + 1);
+  if ((!userinfo.empty() && message.find(userinfo) != std::string_view::npos) ||
+      (password.size() >= 3 && message.find(password) != std::string_view::npos)) {
+    return Refuse(cfg, "store.redis.url", "bad redis URL");
+  }
+  return Refuse(cfg, "store.redis.url", message);
+}
+
+// A v4-mapped IPv6 address as the IPv4 one: [::ffff:127.0.0.1] and 127.0.0.1 are one address.
+ip::address Normalize(const ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return ip::make_address_v4(ip::v4_mapped, a.to_v6());
+  }
+  return a;
+}
+
+// True if binding both would fail: the same port, and the same address or a wildcard that covers
+// the other (0.0.0.0 covers IPv4, :: covers both on a dual-stack host).
+bool Overlap(const ip::tcp::endpoint& a, const ip::tcp::endpoint& b) {
+  if (a.port() != b.port()) return false;
+  const ip::address x = Normalize(a.address());
+  const ip::address y = Normalize(b.address());
+  if (x == y) return true;
+  const auto covers = [](const ip::address& wild, const ip::address& other) {
+    return wild.is_unspecified() && (wild.is_v6() || other.is_v4());
+  };
+  return covers(x, y) || covers(y, x);
+}
+
+absl::Status CheckListeners(const config::Config& cfg) {
+  absl::StatusOr<ip::tcp::endpoint> data = http::ParseEndpoint(cfg.server.listen);
+  if (!data.ok()) return Refuse(cfg, "server.listen", ToStd(data.status().message()));
+  absl::StatusOr<ip::tcp::endpoint> admin = http::ParseEndpoint(cfg.server.admin_listen);
+  if (!admin.ok()) return Refuse(cfg, "server.admin_listen", ToStd(admin.status().message()));
+  if (Overlap(*data, *admin)) {
+    return Refuse(cfg, "server.admin_listen",
+                  absl::StrCat("overlaps server.listen (port ", admin->port(),
+                               " on the same or a wildcard address)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckServable(const config::Config& cfg) {
+  // PlanSet and KeyRegistry name the entry ("plans.x.timezone: ...", "keys[2]: ...").
+  if (absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg); !plans.ok()) {
+    return Refuse(cfg, "", ToStd(plans.status().message()));
+  }
+  if (absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(cfg); !keys.ok()) {
+    return Refuse(cfg, "", ToStd(keys.status().message()));
+  }
+  if (absl::StatusOr<http::ProxyTrust> proxies =
+          http::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
+      !proxies.ok()) {
+    // "trusted_proxies[1]: bad CIDR ..." lives under server.
+    return Refuse(cfg, "server", ToStd(proxies.status().message()));
+  }
+  if (absl::Status s = CheckListeners(cfg); !s.ok()) return s;
+  switch (cfg.store.type) {
+    case config::StoreType::kRedis:
+      return CheckRedisUrl(cfg);
+    case config::StoreType::kMemory:
+      if (cfg.store.memory.snapshot_path.empty()) return absl::OkStatus();
+      if (absl::Status s = CheckSnapshotPath(cfg.store.memory.snapshot_path); !s.ok()) {
+        return Refuse(cfg, "store.memory.snapshot_path", ToStd(s.message()));
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,25 @@
+// Everything about a configuration that `sluice serve` would refuse at start, checked without
+// binding, connecting or writing anything: `sluice check-config` and `sluice serve` call the same
+// function, so a file that passes the check is not refused by the server for its contents.
+#ifndef SLUICE_SERVER_CONFIG_CHECK_H_
+#define SLUICE_SERVER_CONFIG_CHECK_H_
+
+#include "absl/status/status.h"
+#include "sluice/config/config.h"
+
+namespace sluice::server {
+
+// OK if `cfg` (from config::ParseConfig or LoadConfigFile, so already valid on its own) can be
+// served: the plans and keys build (a plaintext key and its hash in two entries are one key), the
+// trusted proxies and both listen addresses parse and the two planes do not overlap, the Redis URL
+// parses (store.type redis), and the snapshot's directory exists (memory store with
+// snapshot_path). Otherwise InvalidArgument "<cfg.path>: <key.path>: <what is wrong>", in the
+// format of config errors; secrets (keys, the URL's password) are never quoted.
+//
+// What only the running server can find out (a port already in use, another process holding the
+// snapshot, a damaged snapshot, Redis unreachable) is not checked here.
+[[nodiscard]] absl::Status CheckServable(const config::Config& cfg);
+
+}  // namespace sluice::server
+
+#endif  // SLUICE_SERVER_CONFIG_CHECK_H_

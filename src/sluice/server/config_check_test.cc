@@ -1,0 +1,97 @@
+#include "sluice/server/config_check.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/config/config.h"
+
+namespace sluice::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kPlans[] = R"(
+plans:
+  free:
+    limits:
+      - { name: per_minute, quota: 60, window: 1m }
+)";
+
+// CheckServable's message for kPlans + `yaml`, "OK" if it passes; the YAML itself must be valid.
+std::string CheckOf(const std::string& yaml) {
+  absl::StatusOr<config::Config> cfg = config::ParseConfig(absl::StrCat(kPlans, yaml), "s.yaml");
+  if (!cfg.ok()) return absl::StrCat("config error: ", cfg.status().message());
+  const absl::Status s = CheckServable(*cfg);
+  return s.ok() ? "OK" : std::string(s.message());
+}
+
+TEST(CheckServableTest, DefaultsAreServable) { EXPECT_EQ(CheckOf(""), "OK"); }
+
+TEST(CheckServableTest, BadPercentEscapeInRedisPasswordIsRefusedWithoutQuotingIt) {
+  const std::string error = CheckOf(
+      "store:\n  type: redis\n  redis: { url: \"redis://app:s3cr%zzet@10.0.0.5:6379/0\" }\n");
+  EXPECT_EQ(error,
+            "s.yaml: store.redis.url: redis URL credentials: bad percent-encoding (write a literal "
+            "% as %25)");
+  EXPECT_THAT(error, Not(HasSubstr("s3cr")));
+}
+
+TEST(CheckServableTest, BadRedisPortIsRefused) {
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"redis://10.0.0.5:99999/0\" }\n"),
+            "s.yaml: store.redis.url: bad redis port \"99999\"");
+}
+
+TEST(CheckServableTest, RedisUrlIsNotParsedForTheMemoryStore) {
+  EXPECT_EQ(CheckOf("store:\n  type: memory\n  redis: { url: \"redis://a:%zz@h/0\" }\n"), "OK");
+}
+
+TEST(CheckServableTest, SnapshotInAMissingDirectoryIsRefused) {
+  EXPECT_EQ(CheckOf("store:\n  memory: { snapshot_path: /nonexistent-dir/state.snap }\n"),
+            "s.yaml: store.memory.snapshot_path: directory /nonexistent-dir does not exist");
+}
+
+TEST(CheckServableTest, SnapshotInAnExistingDirectoryIsServable) {
+  EXPECT_EQ(CheckOf(absl::StrCat("store:\n  memory: { snapshot_path: ",
+                                 std::filesystem::temp_directory_path().string(), "/x.snap }\n")),
+            "OK");
+}
+
+TEST(CheckServableTest, PlaintextKeyAndItsHashAreOneKey) {
+  // SHA-256 of "demo-hashed-key".
+  EXPECT_THAT(CheckOf("keys:\n"
+                      "  - { key: demo-hashed-key, subject: a, plan: free }\n"
+                      "  - { key_sha256: "
+                      "01bc727c90fb6f9cf915487e84abeb3ba1339efc6ba94f928583977a76bab05e, subject: "
+                      "b, plan: free }\n"),
+              HasSubstr("s.yaml: keys[1]"));
+}
+
+TEST(CheckServableTest, PlanesOnTheSamePortOfAWildcardOverlap) {
+  EXPECT_EQ(CheckOf("server: { listen: \"0.0.0.0:8080\", admin_listen: \"127.0.0.1:8080\" }\n"),
+            "s.yaml: server.admin_listen: overlaps server.listen (port 8080 on the same or a "
+            "wildcard address)");
+  EXPECT_THAT(CheckOf("server: { listen: \"[::]:8080\", admin_listen: \"127.0.0.1:8080\" }\n"),
+              HasSubstr("overlaps"));
+  EXPECT_THAT(
+      CheckOf(
+          "server: { listen: \"127.0.0.1:8080\", admin_listen: \"[::ffff:127.0.0.1]:8080\" }\n"),
+      HasSubstr("overlaps"));
+}
+
+TEST(CheckServableTest, PlanesOnDistinctAddressesOrPortsAreServable) {
+  EXPECT_EQ(CheckOf("server: { listen: \"127.0.0.1:8080\", admin_listen: \"127.0.0.2:8080\" }\n"),
+            "OK");
+  EXPECT_EQ(CheckOf("server: { listen: \"0.0.0.0:8080\", admin_listen: \"0.0.0.0:9090\" }\n"),
+            "OK");
+}
+
+}  // namespace
+}  // namespace sluice::server
