@@ -174,12 +174,13 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     probe_timer_.cancel(ignored);
   }
 
-  void Send(std::vector<std::string> argv, Callback done, LateCallback late) {
+  void Send(std::vector<std::string> argv, Callback done, LateCallback late,
+            bool despite_breaker = false) {
     if (!connected_) {
       Complete(std::move(done), absl::UnavailableError("redis: not connected"));
       return;
     }
-    if (circuit_open_) {
+    if (circuit_open_ && !despite_breaker) {
       Complete(std::move(done), absl::UnavailableError(ToAbsl(kCircuitOpenMessage)));
       return;
     }
@@ -472,6 +473,11 @@ void Connection::Stop() { impl_->Stop(); }
 
 void Connection::Send(std::vector<std::string> argv, Callback done, LateCallback late) {
   impl_->Send(std::move(argv), std::move(done), std::move(late));
+}
+
+void Connection::SendDespiteBreaker(std::vector<std::string> argv, Callback done,
+                                    LateCallback late) {
+  impl_->Send(std::move(argv), std::move(done), std::move(late), /*despite_breaker=*/true);
 }
 
 bool Connection::connected() const { return impl_->connected(); }

@@ -81,6 +81,12 @@ class Connection {
   // `late` (may be null) runs, posted like `done`, if `done` got DeadlineExceeded and the reply
   // arrives afterwards on the same connection.
   void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr);
+  // As Send, but not refused while the circuit breaker is open: for a command that must reach
+  // Redis whenever it can, such as taking back an admission nobody was told about (the breaker
+  // is often still open when the late replies of a stall arrive). Still refused when not
+  // connected or at `max_pending`.
+  void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
+                          LateCallback late = nullptr);
 
   // True once connected and the AUTH/SELECT handshake succeeded.
   [[nodiscard]] bool connected() const;

@@ -198,11 +198,16 @@ void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
-  conn->Send(refund, [this](absl::StatusOr<Reply> r) {
-    if (r.ok() && r->is_integer()) {
-      refunds_.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
+  // The late replies of a stall typically arrive while the breaker is still open; the refund
+  // must go out anyway. Counted when its reply arrives, in time or late.
+  conn->SendDespiteBreaker(
+      refund,
+      [this](absl::StatusOr<Reply> r) {
+        if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+      },
+      [this](Reply r) {
+        if (r.is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+      });
 }
 
 void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {

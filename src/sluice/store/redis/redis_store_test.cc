@@ -114,9 +114,10 @@ class RedisStoreTest : public ::testing::Test {
 
   // Connects with `timeout` per command; the store's deadline is `deadline` (none: the timeout).
   void Connect(std::chrono::milliseconds timeout,
-               std::optional<absl::Duration> deadline = std::nullopt) {
+               std::optional<absl::Duration> deadline = std::nullopt, int breaker_failures = 0) {
     connection_ = std::make_unique<Connection>(
-        io_, ConnectionOptions{.port = port_, .command_timeout = timeout, .breaker_failures = 0});
+        io_, ConnectionOptions{
+                 .port = port_, .command_timeout = timeout, .breaker_failures = breaker_failures});
     connection_->Start();
     ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return connection_->connected(); }));
     store_ = std::make_unique<RedisStore>(
@@ -193,6 +194,25 @@ TEST_F(RedisStoreTest, AnAdmissionWhoseReplyCameAfterTheTimeoutIsRefunded) {
 
   ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
   EXPECT_EQ(store_->late_admissions(), 1u);
+  EXPECT_EQ(Get(store_->CounterKey(req, 0)), "3");
+}
+
+// The bug: the refund was sent with Send(), which the breaker — opened by the stall's timeouts
+// and still open when the stall's late replies arrive — refused at once.
+TEST_F(RedisStoreTest, TheRefundGoesOutWhileTheBreakerIsStillOpen) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30), /*breaker_failures=*/1);
+  const StoreRequest req = Request(3);
+  ASSERT_TRUE(Decide(req).ok());  // loads the script; 3 used
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_EQ(StoreFailureOf(out->status()), StoreFailure::kTimeout);
+  EXPECT_TRUE(connection_->circuit_open());
+  server_.Resume();
+
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return !connection_->circuit_open(); }));
   EXPECT_EQ(Get(store_->CounterKey(req, 0)), "3");
 }
 
