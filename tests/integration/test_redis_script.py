@@ -13,6 +13,7 @@ import unittest
 SOURCE_DIR = os.environ.get("SLUICE_SOURCE_DIR",
                             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT_PATH = os.path.join(SOURCE_DIR, "src", "sluice", "store", "redis", "decide.lua")
+REFUND_PATH = os.path.join(SOURCE_DIR, "src", "sluice", "store", "redis", "refund.lua")
 
 PREFIX = "sl"
 GRACE = 60
@@ -215,6 +216,30 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.decide(lim, cost=10**6)[:2], (True, [top]))
         self.assertEqual(self.decide(lim, cost=1)[:2], (False, [top]))
         self.assertEqual(self.decide(lim, cost=0)[:2], (True, [top]))
+
+    # --- refund.lua: an admission whose reply came after the caller answered degraded ----------
+
+    def refund(self, keys, cost):
+        with open(REFUND_PATH) as f:
+            return self.redis.call("EVAL", f.read(), len(keys), *keys, cost)
+
+    def test_a_refund_takes_back_exactly_the_cost_and_keeps_the_expiry(self):
+        lim = [limit("m", 10), limit("h", 100)]
+        counters = keys_for("user-42", "free", lim)[0]
+        self.assertEqual(self.decide(lim, cost=3)[:2], (True, [3, 3]))
+        self.assertEqual(self.decide(lim, cost=4)[:2], (True, [7, 7]))
+        self.assertEqual(self.refund(counters, 4), 2)
+        self.assertEqual([self.redis.call("GET", k) for k in counters], [b"3", b"3"])
+        self.assertTrue(all(self.redis.call("TTL", k) > 0 for k in counters))
+
+    def test_a_refund_leaves_missing_smaller_or_unusable_counters_alone(self):
+        keys = ["sl:{7}:c:free:a:1:x", "sl:{7}:c:free:b:1:x", "sl:{7}:c:free:c:1:x"]
+        self.redis.call("SET", keys[1], "2")
+        self.redis.call("SET", keys[2], "garbage")
+        self.assertEqual(self.refund(keys, 3), 0)
+        self.assertIsNone(self.redis.call("GET", keys[0]))  # no negative key without a TTL
+        self.assertEqual(self.redis.call("GET", keys[1]), b"2")
+        self.assertEqual(self.redis.call("GET", keys[2]), b"garbage")
 
     def test_a_quota_or_cost_beyond_the_bounds_is_refused_before_anything_is_written(self):
         with self.assertRaises(RedisError):
