@@ -1,5 +1,6 @@
 #include "sluice/limiter/limiter.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -106,6 +107,75 @@ TEST(DecisionTest, TightestIsTheLimitWithLeastRemaining) {
   EXPECT_EQ(d.Tightest().limit, &b);
   d.limits[0].remaining = 2;
   EXPECT_EQ(d.Tightest().limit, &a);  // tie: the one that resets sooner
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A store that answers with whatever result it is given, right or wrong.
+class ScriptedStore final : public Store {
+ public:
+  explicit ScriptedStore(StoreResult result) : result_(std::move(result)) {}
+  void Decide(const StoreRequest&, DecideCallback done) override { std::move(done)(result_); }
+  void Usage(const StoreRequest&, UsageCallback done) override {
+    std::vector<LimitUsage> usage(result_.used.size());
+    for (size_t i = 0; i < usage.size(); ++i) usage[i].used = result_.used[i];
+    std::move(done)(std::move(usage));
+  }
+  void Reset(const StoreRequest&, std::optional<size_t>, StatusCallback done) override {
+    std::move(done)(absl::OkStatus());
+  }
+
+ private:
+  StoreResult result_;
+};
+
+class UnusableCounterTest : public ::testing::Test {
+ protected:
+  UnusableCounterTest() {
+    cfg_.plans.push_back(
+        {.name = "free",
+         .limits = {{.name = "per_minute", .quota = 60, .window = *config::ParseWindow("1m")},
+                    {.name = "daily", .quota = 5000, .window = *config::ParseWindow("day")}}});
+  }
+  Decision Decide(StoreResult result) {
+    ScriptedStore store(std::move(result));
+    Limiter limiter(*PlanSet::FromConfig(cfg_), &store, &clock_, {});
+    std::optional<absl::StatusOr<Decision>> out;
+    limiter.Decide({.subject = "u", .plan = "free"},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+    EXPECT_TRUE(out.has_value() && out->ok());
+    return **out;
+  }
+  config::Config cfg_;
+  FakeClock clock_{absl::FromUnixSeconds(1796083170)};
+};
+
+TEST_F(UnusableCounterTest, IsReportedAsExhaustedEvenIfAStoreAdmitted) {
+  for (const int64_t bad : {int64_t{-1}, std::numeric_limits<int64_t>::min(), kMaxUsed + 1,
+                            std::numeric_limits<int64_t>::max()}) {
+    Decision d = Decide({.allowed = true, .used = {bad, 7}});
+    EXPECT_FALSE(d.allowed) << bad;
+    EXPECT_EQ(d.limits[0].used, 60) << bad;
+    EXPECT_EQ(d.limits[0].remaining, 0) << bad;
+    EXPECT_TRUE(d.limits[0].violated) << bad;
+    EXPECT_EQ(d.limits[1].used, 7) << bad;
+    EXPECT_EQ(d.limits[1].remaining, 4993) << bad;
+    EXPECT_FALSE(d.limits[1].violated) << bad;
+    EXPECT_EQ(d.retry_after, 30) << bad;
+  }
+}
+
+TEST_F(UnusableCounterTest, AValidCounterAboveTheQuotaLeavesNothingAndNeverWraps) {
+  Decision d = Decide({.allowed = false, .used = {kMaxUsed, 0}});
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, kMaxUsed);
+  EXPECT_EQ(d.limits[0].remaining, 0);
+  EXPECT_TRUE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[1].violated);
 }
 
 }  // namespace
