@@ -90,7 +90,9 @@ def commandstat(client, name):
     return 0
 
 
-class RedisStoreTest(unittest.TestCase):
+class RedisCase(unittest.TestCase):
+    """A fresh redis-server per test, and sluice services on it."""
+
     def setUp(self):
         # The plan's limits have 1h windows: no test may straddle an hour boundary.
         harness.clear_of_window_end(3600, 30)
@@ -119,6 +121,8 @@ class RedisStoreTest(unittest.TestCase):
             streak = 0 if degraded else streak + 1
             self.assertLess(time.monotonic(), deadline, "sluice never connected to redis")
 
+
+class RedisStoreTest(RedisCase):
     def test_two_processes_admit_exactly_the_quota_and_record_each_alert_once(self):
         # A generous store timeout: this test is about exactness, and a decision answered degraded
         # (allowed uncounted, under on_store_error: allow) on a loaded 2-core machine would blur it.
@@ -302,6 +306,65 @@ class RedisStoreTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "no normal decision within 2 s")
             time.sleep(0.05)  # polling for recovery, bounded by the deadline above
         self.assertTrue(body["allowed"])
+
+
+class ReadinessTest(RedisCase):
+    """/readyz against each way Redis can fail: under allow it stays 200 and says the store is
+    failing (all replicas unready at once would turn fail-open into an outage); under deny it is
+    503 while the store fails. The probe takes the decision's write path, so a Redis that answers
+    but refuses writes (OOM, READONLY) counts as failing."""
+
+    def readiness(self, svc):
+        status, _, body = svc.request("GET", "/readyz", admin=True)
+        return status, json.loads(body)
+
+    def assert_failing(self, allow, deny, reason):
+        status, body = self.readiness(allow)
+        self.assertEqual((status, body["store"], body["store_error"]), (200, "failing", reason), body)
+        self.assertEqual(metric(allow, "sluice_store_up"), 0)
+        status, body = self.readiness(deny)
+        self.assertEqual((status, body["status"], body["store_error"]), (503, "unready", reason), body)
+
+    def assert_ready_again(self, *services):
+        for svc in services:
+            deadline = time.monotonic() + 3
+            while self.readiness(svc) != (200, {"status": "ready", "store": "ok"}):
+                self.assertLess(time.monotonic(), deadline, "not ready again within 3 s")
+                time.sleep(0.05)  # polling for recovery, bounded by the deadline above
+            self.assertEqual(metric(svc, "sluice_store_up"), 1)
+
+    def test_readiness_under_out_of_memory(self):
+        allow, deny = self.service("allow"), self.service("deny")
+        self.warm(deny)
+        self.assert_ready_again(allow, deny)
+        client = self.redis.client()
+        self.addCleanup(client.close)
+        client.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        client.call("CONFIG", "SET", "maxmemory", "1")
+        self.assert_failing(allow, deny, "oom")
+        client.call("CONFIG", "SET", "maxmemory", "0")
+        self.assert_ready_again(allow, deny)
+
+    def test_readiness_under_read_only_replica(self):
+        allow, deny = self.service("allow"), self.service("deny")
+        self.warm(deny)
+        client = self.redis.client()
+        self.addCleanup(client.close)
+        client.call("REPLICAOF", "127.0.0.1", str(harness.free_port()))
+        self.assert_failing(allow, deny, "readonly")
+        client.call("REPLICAOF", "NO", "ONE")
+        self.assert_ready_again(allow, deny)
+
+    def test_readiness_with_redis_down_and_back(self):
+        allow, deny = self.service("allow"), self.service("deny")
+        self.warm(deny)
+        self.redis.stop()
+        status, body = self.readiness(allow)
+        self.assertEqual((status, body["store"]), (200, "failing"), body)
+        self.assertIn(body["store_error"], ("connection", "timeout", "circuit_open"))
+        self.assertEqual(self.readiness(deny)[0], 503)
+        self.redis.start()
+        self.assert_ready_again(allow, deny)
 
 
 if __name__ == "__main__":
