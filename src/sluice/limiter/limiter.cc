@@ -64,7 +64,8 @@ void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
 // `cache` (when there is one) so that the same request is refused without the store next time.
 void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, int64_t cost,
             config::OnStoreError policy, absl::Time now, OverLimitCache* cache,
-            std::string_view subject, const Windows& windows, DecisionCallback done) {
+            uint64_t store_shrinks, std::string_view subject, const Windows& windows,
+            DecisionCallback done) {
   if (!result.ok()) {
     skeleton.degraded = true;
     skeleton.failure = StoreFailureOf(result.status());
@@ -78,7 +79,7 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, int64_t cost,
     for (const LimitDecision& l : skeleton.limits) {
       if (l.violated) until = std::max(until, l.window_end);
     }
-    cache->Remember(*skeleton.plan, subject, now, windows, result->used, until);
+    cache->Remember(*skeleton.plan, subject, now, windows, result->used, until, store_shrinks);
   }
   std::move(done)(std::move(skeleton));
 }
@@ -118,9 +119,12 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   Windows windows = WindowsFor(*plan, now);
   Decision skeleton = SkeletonDecision(*plan, windows, now);
   const int64_t cost = req.cost;
+  // Read before the store is asked: a shrink that completes after this invalidates what the
+  // answer would teach the cache.
+  const uint64_t store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
   if (cache_ != nullptr) {
     OverLimitCache::Entry known;
-    if (cache_->CertainDenial(*plan, req.subject, cost, now, windows, &known)) {
+    if (cache_->CertainDenial(*plan, req.subject, cost, now, windows, &known, store_shrinks)) {
       StoreResult result{.allowed = false};
       for (size_t i = 0; i < windows.size(); ++i) {
         // A limit whose window moved on since the denial has an unknown, fresh counter.
@@ -136,8 +140,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   const config::OnStoreError policy = options_.on_store_error;
   // An in-process store answers at once: no continuation to allocate.
   if (std::optional<absl::StatusOr<StoreResult>> result = store_->DecideNow(store_req)) {
-    Finish(*std::move(result), std::move(skeleton), cost, policy, now, cache_.get(), req.subject,
-           windows, std::move(done));
+    Finish(*std::move(result), std::move(skeleton), cost, policy, now, cache_.get(), store_shrinks,
+           req.subject, windows, std::move(done));
     return;
   }
   // What remembering a denial needs once the answer arrives (the request is gone by then).
@@ -150,12 +154,12 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   if (cache_ != nullptr) {
     remember = {.cache = cache_.get(), .subject = std::string(req.subject), .windows = windows};
   }
-  store_->Decide(store_req,
-                 [skeleton = std::move(skeleton), cost, policy, now, remember = std::move(remember),
-                  done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-                   Finish(std::move(result), std::move(skeleton), cost, policy, now, remember.cache,
-                          remember.subject, remember.windows, std::move(done));
-                 });
+  store_->Decide(store_req, [skeleton = std::move(skeleton), cost, policy, now, store_shrinks,
+                             remember = std::move(remember),
+                             done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
+    Finish(std::move(result), std::move(skeleton), cost, policy, now, remember.cache, store_shrinks,
+           remember.subject, remember.windows, std::move(done));
+  });
 }
 
 absl::StatusOr<const Plan*> Limiter::Resolve(std::string_view subject,

@@ -5,6 +5,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/limiter/store.h"
 
 namespace sluice {
 namespace {
@@ -33,10 +34,11 @@ OverLimitCache::Shard& OverLimitCache::ShardFor(const std::string& key) {
 
 void OverLimitCache::Remember(const Plan& plan, std::string_view subject, absl::Time now,
                               absl::Span<const WindowBounds> windows,
-                              absl::Span<const int64_t> used, absl::Time until) {
+                              absl::Span<const int64_t> used, absl::Time until,
+                              uint64_t store_shrinks) {
   if (until <= now) return;
   std::string key = KeyOf(plan, subject);
-  Entry entry{.until = until, .used = {used.begin(), used.end()}};
+  Entry entry{.until = until, .used = {used.begin(), used.end()}, .store_shrinks = store_shrinks};
   for (const WindowBounds& w : windows) entry.window_start.push_back(w.start);
   Shard& shard = ShardFor(key);
   std::lock_guard<std::mutex> lock(shard.mu);
@@ -55,7 +57,7 @@ void OverLimitCache::Remember(const Plan& plan, std::string_view subject, absl::
 
 bool OverLimitCache::CertainDenial(const Plan& plan, std::string_view subject, int64_t cost,
                                    absl::Time now, absl::Span<const WindowBounds> windows,
-                                   Entry* out) {
+                                   Entry* out, uint64_t store_shrinks) {
   if (cost <= 0) return false;
   std::string key = KeyOf(plan, subject);
   Shard& shard = ShardFor(key);
@@ -63,12 +65,14 @@ bool OverLimitCache::CertainDenial(const Plan& plan, std::string_view subject, i
   auto it = shard.entries.find(key);
   if (it == shard.entries.end()) return false;
   const Entry& e = it->second;
-  if (now >= e.until || e.used.size() != windows.size()) {
+  if (now >= e.until || e.used.size() != windows.size() || e.store_shrinks != store_shrinks) {
     shard.entries.erase(it);
     return false;
   }
   for (size_t i = 0; i < windows.size(); ++i) {
-    if (e.window_start[i] == windows[i].start && e.used[i] + cost > plan.limits[i].quota) {
+    // Written so that a wild cached counter cannot overflow.
+    if (e.window_start[i] == windows[i].start &&
+        (!UsableCounter(e.used[i]) || e.used[i] > plan.limits[i].quota - cost)) {
       *out = e;
       Count(stats_ ? &stats_->hits : nullptr);
       return true;

@@ -8,7 +8,10 @@
 // smaller cost, or one arriving after the violated window ended, goes to the store. Two things can
 // lower a counter inside a window: an admin reset (the Limiter drops the entry in this process;
 // other instances keep theirs until it expires — at most until the window's end) and a reload that
-// raises a quota (a reload builds a new Limiter with an empty cache).
+// raises a quota (a reload builds a new Limiter with an empty cache). A store may also take back
+// an admission it counted but could not answer (RedisStore's refunds, after a stall): the Limiter
+// passes the store's Store::shrinks() count, read before asking the store, with each entry and
+// each lookup, and an entry remembered at another count is not trusted.
 //
 // Bounded: at most `capacity` entries; when a shard is full, expired entries are swept and, if it
 // is still full, the new entry is not stored (counted as `full`). Thread-safe.
@@ -47,6 +50,7 @@ class OverLimitCache {
     absl::Time until;  // when the last violated limit resets; the entry is dead from then on
     absl::InlinedVector<int64_t, 4> used;
     absl::InlinedVector<absl::Time, 4> window_start;
+    uint64_t store_shrinks = 0;  // Store::shrinks() before the denial was asked for
   };
 
   // `stats` may be null; otherwise it must outlive the cache.
@@ -54,15 +58,18 @@ class OverLimitCache {
 
   // Remembers that `plan`/`subject` was denied at `now` with counters `used` in `windows`, until
   // `until`.
+  // `until`. `store_shrinks`: the store's Store::shrinks() read before it was asked.
   void Remember(const Plan& plan, std::string_view subject, absl::Time now,
                 absl::Span<const WindowBounds> windows, absl::Span<const int64_t> used,
-                absl::Time until);
+                absl::Time until, uint64_t store_shrinks = 0);
 
   // The cached counters if a request costing `cost` at `now` (whose windows are `windows`) is
-  // certain to be denied; otherwise false. `cost` 0 never is (a peek must see the store).
+  // certain to be denied; otherwise false. `cost` 0 never is (a peek must see the store), nor is
+  // an entry remembered at a `store_shrinks` other than the current one. A cached counter outside
+  // [0, kMaxUsed] (unusable, store.h) stays a certain denial.
   [[nodiscard]] bool CertainDenial(const Plan& plan, std::string_view subject, int64_t cost,
                                    absl::Time now, absl::Span<const WindowBounds> windows,
-                                   Entry* out);
+                                   Entry* out, uint64_t store_shrinks = 0);
 
   // Drops what is known of `plan`/`subject` (after an admin reset).
   void Forget(const Plan& plan, std::string_view subject);

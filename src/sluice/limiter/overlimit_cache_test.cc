@@ -1,5 +1,6 @@
 #include "sluice/limiter/overlimit_cache.h"
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,7 +43,17 @@ class CountingStore final : public Store {
     std::move(done)(absl::OkStatus());
   }
 
+  uint64_t shrinks() const override { return shrink_count; }
+  // Takes `cost` back from every counter, as RedisStore's refund of a late admission does.
+  void Refund(int64_t cost) {
+    for (auto& [key, used] : counters_) {
+      for (int64_t& u : used) u -= cost;
+    }
+    ++shrink_count;
+  }
+
   int decides = 0;
+  uint64_t shrink_count = 0;
   std::optional<StoreFailure> failure;
 
  private:
@@ -103,6 +114,29 @@ TEST_F(OverLimitCacheTest, RepeatedDenialIsAnsweredWithoutTheStore) {
   EXPECT_EQ(again.retry_after, 30);
   EXPECT_EQ(stats_.hits.load(), 1u);
   EXPECT_EQ(stats_.inserts.load(), 1u);
+}
+
+TEST_F(OverLimitCacheTest, ADenialLearntBeforeTheStoreTookACountBackIsNotTrusted) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);  // remembered
+  store_.Refund(1);                   // an admission answered too late, taken back
+  const int calls = store_.decides;
+  EXPECT_TRUE(Decide("u").allowed);
+  EXPECT_EQ(store_.decides, calls + 1);
+}
+
+TEST_F(OverLimitCacheTest, AWildCachedCounterIsACertainDenialWithoutOverflow) {
+  OverLimitCache cache(100, nullptr);
+  const Plan& plan = *limiter_->plans().Find("free");
+  const WindowBounds w =
+      plan.limits[0].window_cache->Get(plan.limits[0].window, plan.tz, clock_.Now());
+  const std::vector<WindowBounds> windows = {w, w};
+  OverLimitCache::Entry out;
+  for (const int64_t wild : {int64_t{-1}, std::numeric_limits<int64_t>::max()}) {
+    const std::vector<int64_t> used = {wild, 0};
+    cache.Remember(plan, "u", clock_.Now(), windows, used, clock_.Now() + absl::Seconds(30));
+    EXPECT_TRUE(cache.CertainDenial(plan, "u", kMaxCost, clock_.Now(), windows, &out)) << wild;
+  }
 }
 
 TEST_F(OverLimitCacheTest, ASmallerCostThatMayFitGoesToTheStore) {

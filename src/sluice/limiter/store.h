@@ -109,6 +109,11 @@ class Store {
     return std::nullopt;
   }
 
+  // How many times this store has (or may have) lowered a counter inside its window other than
+  // by Reset — RedisStore: refunds of admissions answered too late. Grows only. A denial learnt
+  // before such a change may no longer hold (the over-limit cache checks it). Thread-safe; cheap.
+  [[nodiscard]] virtual uint64_t shrinks() const { return 0; }
+
   // The current counters and fired thresholds of req.subject under req.plan; consumes nothing.
   virtual void Usage(const StoreRequest& req, UsageCallback done) = 0;
 

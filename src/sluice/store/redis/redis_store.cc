@@ -204,9 +204,11 @@ void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
       refund,
       [this](absl::StatusOr<Reply> r) {
         if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+        shrinks_.fetch_add(1, std::memory_order_release);
       },
       [this](Reply r) {
         if (r.is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+        shrinks_.fetch_add(1, std::memory_order_release);
       });
 }
 

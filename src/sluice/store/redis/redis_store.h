@@ -80,6 +80,11 @@ class RedisStore final : public Store {
     return late_admissions_.load(std::memory_order_relaxed);
   }
   [[nodiscard]] uint64_t refunds() const { return refunds_.load(std::memory_order_relaxed); }
+  // Grows when a refund's outcome is known (answered, failed, or its late reply): from then on a
+  // decision sent afterwards executes after the refund, if it executed at all.
+  [[nodiscard]] uint64_t shrinks() const override {
+    return shrinks_.load(std::memory_order_acquire);
+  }
   // SHA-1 (hex) of decide.lua, for EVALSHA.
   [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
 
@@ -96,6 +101,7 @@ class RedisStore final : public Store {
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> late_admissions_{0};
   std::atomic<uint64_t> refunds_{0};
+  std::atomic<uint64_t> shrinks_{0};
 };
 
 }  // namespace sluice::redis
