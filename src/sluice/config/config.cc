@@ -75,6 +75,11 @@ constexpr size_t kMaxDepth = 64;                    // the schema itself needs 6
 // Values in the document with every alias expanded: an alias costs as much as what it names, so a
 // "billion laughs" document is refused before the config structs copy it out.
 constexpr uint64_t kMaxExpandedValues = 2'000'000;
+// yaml-cpp reads a whole flow collection ("[a, b, ...]") ahead before it reports any of it, at a
+// few hundred bytes per entry, so BoundsCheck alone would stop an 8-million-entry list only after
+// gigabytes. Every entry but the last follows a ',', so counting commas (wherever they are) bounds
+// that before parsing; a real configuration has a few per key at most.
+constexpr size_t kMaxCommas = 500'000;
 
 // Duration bounds (docs/configuration.md lists them). A value outside them is a typo or a unit
 // mix-up: a 3,000,000h Redis timeout would hold every decision as long as Redis is slow.
@@ -918,6 +923,10 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
     } else if (const size_t nul = yaml.find('\0'); nul != absl::string_view::npos) {
       // yaml-cpp would stop reading there; a NUL byte means this is not a text file.
       status = Error("", AtOffset(yaml, nul, "NUL byte (a YAML file is text)"));
+    } else if (const size_t commas = static_cast<size_t>(std::count(yaml.begin(), yaml.end(), ','));
+               commas > kMaxCommas) {
+      status = Error("", absl::StrCat("too many values (more than ", kMaxCommas, " commas; got ",
+                                      commas, ")"));
     } else {
       std::istringstream stream{std::string(yaml)};
       YAML::Parser parser(stream);

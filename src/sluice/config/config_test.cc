@@ -820,6 +820,13 @@ TEST_F(ConfigTest, AliasBombInsideThePlansIsRefused) {
               HasSubstr("too many values (more than 2000000 with aliases expanded)"));
 }
 
+TEST_F(ConfigTest, HugeFlowListIsRefusedBeforeYamlCppReadsItAhead) {
+  std::string yaml = "plans: [";
+  for (int i = 0; i < 600'000; ++i) yaml += "x,";
+  yaml += "]\n";
+  EXPECT_EQ(ErrorOf(yaml), "test.yaml: too many values (more than 500000 commas; got 600000)");
+}
+
 TEST_F(ConfigTest, AliasToAnEnclosingValueIsRefused) {
   EXPECT_THAT(ErrorOf(WithPlan("keys: &k [*k]\n")),
               HasSubstr("alias refers to a value containing it"));
