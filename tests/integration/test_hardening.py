@@ -185,6 +185,24 @@ class ExpectAndTargetTest(ServiceCase):
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
         self.assertIn(b'"allowed":true', reply)
 
+    def test_malformed_request_lines_are_400_and_closed(self):
+        for line in [b"GET /v1/authorize HTTP/1.1\nHost: x\n\n",  # bare LF
+                     b"GET /v1/authorize#frag HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"GET v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key : key-free\r\n\r\n",
+                     b"\r\n" * 40 + b"GET /healthz HTTP/1.1\r\n\r\n"]:
+            with self.subTest(line=line[:40]):
+                s = self.connect()
+                s.sendall(line)
+                self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 400 Bad Request"])
+        self.assertEqual(self.used(), 0)
+
+    def test_an_empty_line_before_a_request_is_ignored(self):
+        s = self.connect()
+        s.sendall(b"\r\nGET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n"
+                  b"Connection: close\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 200 OK"])
+
     def test_other_http_versions_are_505(self):
         s = self.connect()
         s.sendall(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")

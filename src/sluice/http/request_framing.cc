@@ -134,6 +134,8 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
   if (!origin_form && !absolute_form && target != "*") {
     return Bad("bad request target (want /path, http://host/path or *)");
   }
+  // A fragment is the client's own business and never sent (RFC 9110 §4.2.5).
+  if (target.find('#') != std::string_view::npos) return Bad("request target with a fragment");
 
   if (expects > 1) return FramingError{.status = 417, .detail = "more than one Expect header"};
   if (expects == 1 && !ExpectsContinue(header)) {

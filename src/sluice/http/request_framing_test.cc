@@ -89,6 +89,7 @@ TEST(RequestFramingTest, RequestTargetForms) {
   EXPECT_FALSE(Check("OPTIONS * HTTP/1.1\r\nHost: h\r\n").has_value());
   EXPECT_TRUE(Check("CONNECT h:443 HTTP/1.1\r\nHost: h\r\n").has_value());
   EXPECT_TRUE(Check("GET v1/check HTTP/1.1\r\nHost: h\r\n").has_value());
+  EXPECT_TRUE(Check("GET /v1/check#frag HTTP/1.1\r\nHost: h\r\n").has_value());
 }
 
 TEST(RequestFramingTest, ExpectOtherThanContinueIs417) {

@@ -107,13 +107,33 @@ void LogRequest(const Request& req, const Response& res, const Peer& peer,
       .Int("us", std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
+// True if the request line in `buffer` is well formed but names an HTTP version other than 1.0 or
+// 1.1 ("GET / HTTP/2.0\r\n"): Beast calls both that and a mangled line bad_version.
+bool OtherHttpVersion(const beast::flat_buffer& buffer) {
+  const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+  const size_t eol = data.find("\r\n");
+  if (eol == std::string_view::npos || eol < 9) return false;
+  const std::string_view version = data.substr(eol - 9, 9);  // " HTTP/x.y"
+  return version.substr(0, 6) == " HTTP/" && version[6] >= '0' && version[6] <= '9' &&
+         version[7] == '.' && version[8] >= '0' && version[8] <= '9';
+}
+
 // The status for a request Beast could not parse.
-unsigned ParseErrorStatus(const boost::system::error_code& ec) {
-  // Beast reads only HTTP/1.0 and HTTP/1.1 request lines; any other version is bad_version.
-  return ec == bhttp::error::header_limit  ? 431
-         : ec == bhttp::error::body_limit  ? 413
-         : ec == bhttp::error::bad_version ? 505
-                                           : 400;
+unsigned ParseErrorStatus(const boost::system::error_code& ec, const beast::flat_buffer& buffer) {
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec == bhttp::error::body_limit) return 413;
+  if (ec == bhttp::error::bad_version && OtherHttpVersion(buffer)) return 505;
+  return 400;
+}
+
+// Drops the empty lines a client may send before a request line (RFC 9112 §2.2: a server should
+// ignore at least one; some clients send CRLF after a body).
+size_t SkipLeadingEmptyLines(beast::flat_buffer& buffer) {
+  const auto* data = static_cast<const char*>(buffer.data().data());
+  size_t n = 0;
+  while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) ++n;
+  buffer.consume(n);
+  return n;
 }
 
 }  // namespace
@@ -480,6 +500,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
   };
   beast::flat_buffer buffer;
   bool first = true;
+  size_t empty_line_bytes = 0;  // skipped before the current request line
   bool linger = false;  // close gracefully: an answer was sent and input may still be coming
   boost::system::error_code ec;
   auto with_ec = asio::redirect_error(asio::use_awaitable, ec);
@@ -505,6 +526,13 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       if (ec) break;
       buffer.commit(n);
     }
+    empty_line_bytes += SkipLeadingEmptyLines(buffer);
+    if (empty_line_bytes > 64) {
+      co_await reject(400, "too many empty lines before the request line");
+      break;
+    }
+    if (buffer.size() == 0) continue;  // only empty lines so far: wait for the request line
+    empty_line_bytes = 0;
     first = false;
     conn->ExpiresAfter(options_.header_timeout);
 
@@ -514,7 +542,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     co_await bhttp::async_read_header(conn->socket, buffer, parser, with_ec);
     if (IsClosedByPeerOrUs(ec)) break;
     if (ec) {
-      co_await reject(ParseErrorStatus(ec), ec.message());
+      co_await reject(ParseErrorStatus(ec, buffer), ec.message());
       break;
     }
     if (std::optional<FramingError> bad = CheckFraming(parser.get().base())) {
@@ -533,7 +561,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       if (IsClosedByPeerOrUs(ec) && ec != bhttp::error::end_of_stream) break;
       if (ec) {
         // end_of_stream here: the client closed in the middle of the body.
-        co_await reject(ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec),
+        co_await reject(ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec, buffer),
                         ec.message());
         break;
       }
