@@ -161,9 +161,13 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
   // The caller gives up decision_deadline after the command is queued, i.e. after this instant;
   // the clock may be off by clock_error either way, hence the margin. Microseconds, rounded down:
   // the script runs only while Redis's TIME is before it.
-  const absl::Duration margin = options_.sync_state == nullptr || options_.sync_state->synced()
-                                    ? -options_.clock_error
-                                    : options_.unsynced_allowance;
+  // The margin never takes more than a quarter of the timeout (store.redis.timeout may be as
+  // short as 1 ms): a deadline already past would answer every decision "late". What it leaves
+  // uncovered is a command run after the give-up, whose reply is then late and refunded.
+  const absl::Duration margin =
+      options_.sync_state == nullptr || options_.sync_state->synced()
+          ? -std::min(options_.clock_error, options_.decision_deadline / 4)
+          : options_.unsynced_allowance;
   argv.push_back(
       options_.decision_deadline == absl::ZeroDuration()
           ? std::string("0")

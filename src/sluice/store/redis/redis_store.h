@@ -34,7 +34,7 @@ struct RedisStoreOptions {
   const Clock* redis_clock = nullptr;
   // How long the caller waits for a decision (the connection's command timeout,
   // store.redis.timeout); zero: no deadline. The script's deadline is
-  //   redis_clock.Now() + decision_deadline - clock_error
+  //   redis_clock.Now() + decision_deadline - min(clock_error, decision_deadline / 4)
   // taken before the command is queued, so it falls no later than the instant the connection
   // gives up on it as long as the synced clock is off by at most `clock_error` (its error is half
   // the round trip of its last sample). A decision that starts executing after it changes nothing

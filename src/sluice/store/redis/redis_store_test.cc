@@ -114,7 +114,8 @@ class RedisStoreTest : public ::testing::Test {
 
   // Connects with `timeout` per command; the store's deadline is `deadline` (none: the timeout).
   void Connect(std::chrono::milliseconds timeout,
-               std::optional<absl::Duration> deadline = std::nullopt, int breaker_failures = 0) {
+               std::optional<absl::Duration> deadline = std::nullopt, int breaker_failures = 0,
+               absl::Duration clock_error = absl::Milliseconds(1)) {
     connection_ = std::make_unique<Connection>(
         io_, ConnectionOptions{
                  .port = port_, .command_timeout = timeout, .breaker_failures = breaker_failures});
@@ -124,7 +125,8 @@ class RedisStoreTest : public ::testing::Test {
         [this] { return connection_.get(); },
         RedisStoreOptions{.buckets = 4,
                           .redis_clock = &clock_,
-                          .decision_deadline = deadline.value_or(absl::FromChrono(timeout))});
+                          .decision_deadline = deadline.value_or(absl::FromChrono(timeout)),
+                          .clock_error = clock_error});
   }
 
   StoreRequest Request(int64_t cost = 1) {
@@ -214,6 +216,16 @@ TEST_F(RedisStoreTest, TheRefundGoesOutWhileTheBreakerIsStillOpen) {
   ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
   ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return !connection_->circuit_open(); }));
   EXPECT_EQ(Get(store_->CounterKey(req, 0)), "3");
+}
+
+// The bug: with a timeout shorter than the clock's error bound (store.redis.timeout may be 1 ms),
+// the deadline was already past when the command left, and every decision came back "late".
+TEST_F(RedisStoreTest, AClockErrorBoundAboveTheTimeoutDoesNotMakeEveryDecisionLate) {
+  Connect(2000ms, /*deadline=*/absl::Milliseconds(400), /*breaker_failures=*/0,
+          /*clock_error=*/absl::Seconds(1));
+  absl::StatusOr<StoreResult> r = Decide(Request());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->allowed);
 }
 
 TEST_F(RedisStoreTest, ALateDenialIsNotRefunded) {
