@@ -915,14 +915,17 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
   config.path = std::string(source);
   const absl::string_view yaml = FromStd(std_yaml);
   absl::Status status;
-  // No exception leaves this module (DESIGN §3): yaml-cpp's become errors here.
+  // No exception leaves this module: yaml-cpp's become errors here.
   try {
     BoundsCheck bounds;
     if (yaml.size() > kMaxFileBytes) {
       status = Error("", absl::StrCat("too large: ", yaml.size(), " bytes (at most 16 MiB)"));
     } else if (const size_t nul = yaml.find('\0'); nul != absl::string_view::npos) {
-      // yaml-cpp would stop reading there; a NUL byte means this is not a text file.
-      status = Error("", AtOffset(yaml, nul, "NUL byte (a YAML file is text)"));
+      // yaml-cpp would stop reading there; a NUL byte means this is not a UTF-8 text file.
+      const bool utf16_or_32 =
+          absl::StartsWith(yaml, "\xff\xfe") || absl::StartsWith(yaml, "\xfe\xff") || nul < 4;
+      status = Error("", utf16_or_32 ? "not UTF-8 (looks like UTF-16 or UTF-32; save it as UTF-8)"
+                                     : AtOffset(yaml, nul, "NUL byte (a YAML file is text)"));
     } else if (const size_t commas = static_cast<size_t>(std::count(yaml.begin(), yaml.end(), ','));
                commas > kMaxCommas) {
       status = Error("", absl::StrCat("too many values (more than ", kMaxCommas, " commas; got ",

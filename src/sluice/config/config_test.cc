@@ -845,6 +845,13 @@ TEST_F(ConfigTest, NulByteIsRefusedWithItsPosition) {
             "test.yaml: line 2, column 5: NUL byte (a YAML file is text)");
 }
 
+TEST_F(ConfigTest, Utf16FileIsAskedToBeUtf8) {
+  EXPECT_EQ(ErrorOf(std::string("\xff\xfep\0l\0a\0n\0s\0:\0", 14)),
+            "test.yaml: not UTF-8 (looks like UTF-16 or UTF-32; save it as UTF-8)");
+  EXPECT_EQ(ErrorOf(std::string("\0p\0l", 4)),
+            "test.yaml: not UTF-8 (looks like UTF-16 or UTF-32; save it as UTF-8)");
+}
+
 TEST_F(ConfigTest, BinaryGarbageIsAnErrorNotACrash) {
   std::string garbage;
   uint32_t x = 12345;
