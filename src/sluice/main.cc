@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
       "check-config", "Validate a configuration file; exit 0 if valid, 78 with the error if not");
   check->add_option("-c,--config", check_config, "Configuration file (sluice.yaml)")->required();
 
+  serve->footer(sluice::kExitCodes);
+  check->footer(sluice::kExitCodes);
+
   if (argc <= 1) {
     std::cerr << app.help();
     return sluice::kExitUsage;

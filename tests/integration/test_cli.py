@@ -162,10 +162,12 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(harness.run("--log-level", "loud", "check-config", "-c", "x").returncode, 64)
 
     def test_help_lists_every_exit_code(self):
-        result = harness.run("--help")
-        self.assertEqual(result.returncode, 0)
-        for line in ("0   ok", "1   runtime failure", "64  usage error", "78  configuration error"):
-            self.assertIn(line, result.stdout)
+        for args in (["--help"], ["serve", "--help"], ["check-config", "-h"]):
+            result = harness.run(*args)
+            self.assertEqual(result.returncode, 0, args)
+            for line in ("0   ok", "1   runtime failure", "64  usage error",
+                         "78  configuration error"):
+                self.assertIn(line, result.stdout, args)
 
 
 def harness_request(port, path, payload):
