@@ -290,7 +290,7 @@ int Serve(const std::string& config_path) {
           .Int("files", static_cast<int64_t>(*removed));
     }
     SnapshotStats stats;
-    absl::Status s = LoadSnapshot(snapshot, memory_store, &stats);
+    absl::Status s = LoadSnapshot(snapshot, memory_store, &stats, {.now = clock.Now()});
     if (s.ok()) {
       Log(LogLevel::kInfo, "snapshot loaded")
           .Str("path", snapshot)
@@ -338,6 +338,14 @@ int Serve(const std::string& config_path) {
   registry.AddCallbackGauge(
       "sluice_snapshot_failures", "Snapshot saves that failed since start.",
       [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
+  registry.AddCallbackCounter(
+      "sluice_redis_late_admissions_total",
+      "Admissions whose reply came after the decision had been answered degraded (Redis ran the "
+      "script, then stalled); each is taken back.",
+      [&redis_store] { return static_cast<double>(redis_store.late_admissions()); });
+  registry.AddCallbackCounter(
+      "sluice_redis_refunds_total", "Late admissions taken back by refund.lua.",
+      [&redis_store] { return static_cast<double>(redis_store.refunds()); });
   registry.AddCallbackCounter(
       "sluice_overlimit_cache_hits_total",
       "Denials answered from the over-limit cache without asking the store.",
