@@ -97,7 +97,7 @@ def serve_in_background(server):
 
 
 def clear_of_window_end(window, need):
-    """Fixed windows are aligned to the Unix epoch (DESIGN.md §1), so a test that counts requests in
+    """Fixed windows are aligned to the Unix epoch (docs/semantics.md), so a test that counts requests in
     one window must not straddle its end. If the current `window`-second window ends within `need`
     seconds, this sleeps until the next one has begun; the test then has at least `need` seconds.
     (A 60 s window guards UTC days too: midnight is also a minute boundary.)"""

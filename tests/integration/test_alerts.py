@@ -1,4 +1,4 @@
-"""Quota alerts end to end (issue 5): the real binary, real receivers (HTTP and SMTP), a real
+"""Quota alerts end to end : the real binary, real receivers (HTTP and SMTP), a real
 redis-server. Exactly one event per threshold per sink, signatures checked independently, retries,
 Retry-After, 410, dead letters, a hung receiver that does not slow decisions, crash recovery, and
 thresholds re-armed by a new window."""

@@ -1,4 +1,4 @@
-"""The HTTP service, black-box: every endpoint and status code of DESIGN §2 against the real binary."""
+"""The HTTP service, black-box: every endpoint and status code of docs/http.md against the real binary."""
 import concurrent.futures
 import datetime
 import json

@@ -1,6 +1,6 @@
 """The Redis store when things die or hang: a sluice process SIGKILLed under load must leave no key
-without an expiry (DESIGN.md §1, Expiry), and a SIGSTOPped Redis must not make sluice answer slower
-than its store timeout (DESIGN.md §1, Failure of the store)."""
+without an expiry (docs/semantics.md, expiry), and a SIGSTOPped Redis must not make sluice answer slower
+than its store timeout (docs/semantics.md, failure of the store)."""
 import concurrent.futures
 import http.client
 import os

@@ -1,4 +1,4 @@
-"""src/sluice/store/redis/decide.lua against a real redis-server (DESIGN §1, docs/redis.md).
+"""src/sluice/store/redis/decide.lua against a real redis-server (docs/semantics.md, docs/redis.md).
 
 Mirrors src/sluice/limiter/store_conformance.cc where it applies. Starts its own redis-server on a
 free loopback port and speaks RESP over a plain socket (standard library only)."""

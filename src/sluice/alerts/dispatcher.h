@@ -1,4 +1,4 @@
-// Delivers alert events from an OutboxSource to every sink (DESIGN §4), on its own threads.
+// Delivers alert events from an OutboxSource to every sink (docs/alerts.md), on its own threads.
 //
 // Threads: one coordinator thread owns the source (Fetch, Claim, Renew, Ack, Stats) and all
 // bookkeeping; `workers` threads call Sink::Deliver. Request threads never call into here; the

@@ -9,7 +9,7 @@
 namespace sluice::alerts {
 namespace {
 
-// Keeps members in insertion order, as DESIGN §2 writes them.
+// Keeps members in insertion order, as docs/alerts.md writes them.
 using Json = nlohmann::ordered_json;
 
 // absl::FormatTime rounds nothing: it prints the fields of the civil time, so a sub-second part is

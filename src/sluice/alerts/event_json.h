@@ -1,4 +1,4 @@
-// The alert event as the JSON every sink is built from (DESIGN §2 "Alert event"), and the
+// The alert event as the JSON every sink is built from (docs/alerts.md), and the
 // timestamp formats the sinks share.
 #ifndef SLUICE_ALERTS_EVENT_JSON_H_
 #define SLUICE_ALERTS_EVENT_JSON_H_
@@ -10,7 +10,7 @@
 
 namespace sluice::alerts {
 
-// The event as compact JSON, members in the order DESIGN §2 writes them:
+// The event as compact JSON, members in the order docs/alerts.md writes them:
 // {"type":"quota.threshold_reached","id":"qa_…","subject":"user-42","plan":"free",
 //  "limit":"daily","threshold":80,"used":4000,"quota":5000,"window_start":"2026-11-30T00:00:00Z",
 //  "window_end":"2026-12-01T00:00:00Z","occurred_at":"2026-11-30T13:45:12.123Z"}

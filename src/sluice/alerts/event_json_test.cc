@@ -11,7 +11,7 @@
 namespace sluice::alerts {
 namespace {
 
-// user-42 reached 80% of the free plan's daily limit on 2026-11-30 (UTC), as in DESIGN §2.
+// user-42 reached 80% of the free plan's daily limit on 2026-11-30 (UTC), as in docs/alerts.md.
 AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 TEST(EventJsonTest, IsTheDesignDocumentsJsonByteForByte) {

@@ -1,4 +1,4 @@
-// Where the dispatcher gets alert events from: the store's outbox (DESIGN §4). One implementation
+// Where the dispatcher gets alert events from: the store's outbox (docs/alerts.md). One implementation
 // per store: MemoryOutboxSource (alerts/memory_outbox_source.h) over the memory store's Outbox, and
 // RedisOutbox (store/redis/redis_outbox.h) over the per-bucket Redis streams.
 //

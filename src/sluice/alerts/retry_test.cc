@@ -12,7 +12,7 @@
 namespace sluice::alerts {
 namespace {
 
-// first_delay 5s, max_delay 1h: DESIGN §2's example.
+// first_delay 5s, max_delay 1h: the example configuration's values.
 config::RetryConfig Retry() {
   return {.first_delay = absl::Seconds(5), .max_delay = absl::Hours(1)};
 }

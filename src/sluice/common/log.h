@@ -1,4 +1,4 @@
-// Structured logs: one JSON object per line on stderr (DESIGN §2).
+// Structured logs: one JSON object per line on stderr (docs/http.md).
 //
 //   Log(LogLevel::kInfo, "snapshot loaded").Str("path", path).Int("subjects", n);
 //

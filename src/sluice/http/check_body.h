@@ -1,4 +1,4 @@
-// The input of POST /v1/check and the Sluice-Cost header of GET /v1/authorize (DESIGN §2).
+// The input of POST /v1/check and the Sluice-Cost header of GET /v1/authorize (docs/http.md).
 #ifndef SLUICE_HTTP_CHECK_BODY_H_
 #define SLUICE_HTTP_CHECK_BODY_H_
 

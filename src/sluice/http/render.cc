@@ -18,7 +18,7 @@ namespace {
 
 namespace beast_http = boost::beast::http;
 
-// Keeps members in insertion order, as DESIGN §2 writes them.
+// Keeps members in insertion order, as docs/http.md writes them.
 using Json = nlohmann::ordered_json;
 
 boost::beast::string_view BeastView(std::string_view s) { return {s.data(), s.size()}; }

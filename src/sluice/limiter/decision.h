@@ -1,4 +1,4 @@
-// The answer to "may this subject spend `cost` under this plan now?" (DESIGN §1).
+// The answer to "may this subject spend `cost` under this plan now?" (docs/semantics.md).
 #ifndef SLUICE_LIMITER_DECISION_H_
 #define SLUICE_LIMITER_DECISION_H_
 

@@ -1,4 +1,4 @@
-// The Store interface: where counters live. Every store implements DESIGN §1 identically:
+// The Store interface: where counters live. Every store implements docs/semantics.md identically:
 //
 //  - a request is admitted iff, for every limit of the plan, used + cost <= quota; if admitted,
 //    every counter grows by cost in the same atomic step; a denied request changes no counter;
@@ -44,7 +44,7 @@ inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
 [[nodiscard]] constexpr bool UsableCounter(int64_t used) { return used >= 0 && used <= kMaxUsed; }
 
 struct StoreRequest {
-  std::string_view subject;  // valid per DESIGN §1
+  std::string_view subject;  // valid per docs/semantics.md
   const Plan* plan = nullptr;
   int64_t cost = 1;                        // 0..1,000,000
   absl::Time now;                          // for alert timestamps and expiry

@@ -1,4 +1,4 @@
-// DESIGN §1 as a parametrised GoogleTest suite that every Store implementation must pass, so the
+// docs/semantics.md as a parametrised GoogleTest suite that every Store implementation must pass, so the
 // stores cannot drift apart. A store's test binary links this file and instantiates the suite:
 //
 //   INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,

@@ -1,4 +1,4 @@
-// Counters, gauges and histograms with Prometheus text exposition, format 0.0.4 (DESIGN §2,
+// Counters, gauges and histograms with Prometheus text exposition, format 0.0.4 (docs/http.md,
 // `GET /metrics`).
 //
 //   metrics::Registry registry;  // owned by the server and passed down; there is no global one

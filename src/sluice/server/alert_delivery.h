@@ -1,4 +1,4 @@
-// Alert delivery as the server runs it (DESIGN §4): the store's outbox as an OutboxSource, the
+// Alert delivery as the server runs it (docs/alerts.md): the store's outbox as an OutboxSource, the
 // configured sinks, and a Dispatcher on its own threads. Built from a validated config at start and
 // again at every reload (new sinks and contacts; a sink disabled by a 410 comes back).
 #ifndef SLUICE_SERVER_ALERT_DELIVERY_H_

@@ -53,7 +53,7 @@ constexpr auto kDrainDeadline = std::chrono::seconds(10);
 // How long the start waits for Redis to answer before serving anyway (degraded until it does).
 constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 
-// Over-limit cache entries with a remote store (DESIGN §3); ~200 bytes each.
+// Over-limit cache entries with a remote store (docs/architecture.md); ~200 bytes each.
 constexpr size_t kOverLimitCacheCapacity = 100'000;
 
 // What every Limiter a service builds (one per reload) shares.
@@ -211,7 +211,7 @@ int Serve(const std::string& config_path) {
 
   config::Config cfg;
   SystemClock clock;
-  // With Redis, Redis's clock decides windows (DESIGN §1): the host clock shifted by the offset
+  // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the offset
   // measured with TIME (redis::ClockSync).
   OffsetClock redis_clock(&clock);
   MemoryStore memory_store;
@@ -460,7 +460,7 @@ int Serve(const std::string& config_path) {
         .Int("url_port", redis_options.port);
   }
 
-  // Alert delivery runs on its own threads (DESIGN §4); a reload rebuilds it.
+  // Alert delivery runs on its own threads (docs/alerts.md); a reload rebuilds it.
   if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
     Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
     return kExitFailure;

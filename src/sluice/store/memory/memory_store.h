@@ -1,4 +1,4 @@
-// The embedded store: DESIGN §1 in-process, with no I/O.
+// The embedded store: docs/semantics.md in-process, with no I/O.
 //
 // State is split into shards by a hash of (plan, subject); each shard is a flat hash map behind its
 // own mutex, so concurrent decisions on different subjects rarely meet and no request takes a

@@ -189,7 +189,7 @@ TEST_F(MemoryStoreTest, ASweepKeepsTheAlertLayoutOfAnEntryNotTouchedSinceAReload
   EXPECT_EQ(events[0].event.threshold, 50);
 }
 
-// DESIGN §6: many threads on one subject admit exactly the quota and fire each threshold once.
+// Many threads on one subject admit exactly the quota and fire each threshold once.
 TEST(MemoryStoreConcurrencyTest, SixteenThreadsAdmitExactlyTheQuota) {
   constexpr int kThreads = 16;
   constexpr int kPerThread = 2000;

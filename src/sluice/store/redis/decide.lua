@@ -1,4 +1,4 @@
--- decide.lua — one rate-limit decision (DESIGN §1) in one atomic step. Requires Redis >= 7.0
+-- decide.lua — one rate-limit decision (docs/semantics.md) in one atomic step. Requires Redis >= 7.0
 -- (effects replication: the script calls XADD with an auto id).
 --
 -- Every key of one call shares one hash tag {<bucket>} (docs/redis.md), so the script is valid on

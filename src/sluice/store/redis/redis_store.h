@@ -1,4 +1,4 @@
-// The Redis store: DESIGN §1 on a shared Redis, one round trip (one EVALSHA of decide.lua) per
+// The Redis store: docs/semantics.md on a shared Redis, one round trip (one EVALSHA of decide.lua) per
 // decision. Keys and the script's contract: docs/redis.md and decide.lua's header.
 //
 // Each io_context thread has its own Connection; the store asks `connection_for_thread` for the

@@ -21,7 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// DESIGN §1 on a real redis-server: the same suite the memory store passes.
+// docs/semantics.md on a real redis-server: the same suite the memory store passes.
 class RedisHarness final : public StoreHarness {
  public:
   RedisHarness() {
