@@ -74,7 +74,7 @@ constexpr size_t kMaxFileBytes = size_t{16} << 20;  // 16 MiB
 constexpr size_t kMaxDepth = 64;                    // the schema itself needs 6 levels
 // Values in the document with every alias expanded: an alias costs as much as what it names, so a
 // "billion laughs" document is refused before the config structs copy it out.
-constexpr uint64_t kMaxExpandedValues = 2'000'000;
+constexpr uint64_t kMaxExpandedValues = 1'000'000;  // ~140,000 keys in the file
 // yaml-cpp reads a whole flow collection ("[a, b, ...]") ahead before it reports any of it, at a
 // few hundred bytes per entry, so BoundsCheck alone would stop an 8-million-entry list only after
 // gigabytes. Every entry but the last follows a ',', so counting commas (wherever they are) bounds
