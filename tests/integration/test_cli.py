@@ -112,6 +112,18 @@ store:
         self.assertEqual(served.returncode, 78)
         self.assertEqual(json.loads(served.stderr.strip().splitlines()[-1])["error"], message)
 
+    def test_snapshot_path_that_is_a_fifo_is_refused_without_blocking(self):
+        snapshot = os.path.join(self.dir.name, "state.snap")
+        os.mkfifo(snapshot)
+        path = harness.write_config(self.dir.name, VALID + f"""
+store:
+  memory: {{ snapshot_path: "{snapshot}" }}
+""")
+        for command in ("check-config", "serve"):
+            result = harness.run(command, "-c", path, timeout=20)
+            self.assertEqual(result.returncode, 78, command)
+            self.assertIn(f"{path}: store.memory.snapshot_path: is not a regular file", result.stderr)
+
     def test_duplicate_key_message_never_shows_the_key(self):
         text = VALID + """
 keys:

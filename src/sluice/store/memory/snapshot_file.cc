@@ -59,8 +59,12 @@ absl::Status CheckSnapshotPath(const std::string& snapshot_path) {
   if (!S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(split.dir, " is not a directory"));
   }
-  if (::stat(snapshot_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError("is a directory (want the path of a file)");
+  if (::stat(snapshot_path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError("is a directory (want the path of a file)");
+    }
+    // Loading a FIFO would wait for a writer forever, a device such as /dev/zero never ends.
+    if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("is not a regular file");
   }
   return absl::OkStatus();
 }
@@ -107,9 +111,15 @@ absl::StatusOr<size_t> RemoveStaleSnapshotTemps(const std::string& snapshot_path
 
 absl::StatusOr<SnapshotLock> SnapshotLock::Acquire(const std::string& snapshot_path) {
   std::string lock_path = absl::StrCat(snapshot_path, ".lock");
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const int fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) return ErrnoError(errno, "cannot create lock file", lock_path);
   SnapshotLock lock(fd, std::move(lock_path));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lock file ", lock.lock_path_, " is not a regular file"));
+  }
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     if (error == EINTR) continue;

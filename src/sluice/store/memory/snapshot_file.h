@@ -17,8 +17,8 @@
 namespace sluice {
 
 // OK if `snapshot_path` can hold a snapshot: its directory exists and is a directory, and the path
-// itself, if it exists, is not a directory. Otherwise InvalidArgument saying what is wrong
-// (without the config key path, which the caller adds), e.g.
+// itself, if it exists, is a regular file (not a directory, FIFO or device). Otherwise
+// InvalidArgument saying what is wrong (without the config key path, which the caller adds), e.g.
 // "directory /var/lib/sluice does not exist". Does not check permissions.
 [[nodiscard]] absl::Status CheckSnapshotPath(const std::string& snapshot_path);
 

@@ -59,6 +59,19 @@ TEST_F(SnapshotFileTest, SnapshotPathThatIsADirectoryIsRefused) {
   EXPECT_FALSE(CheckSnapshotPath(dir_ + "/").ok());
 }
 
+TEST_F(SnapshotFileTest, SnapshotPathThatIsAFifoOrDeviceIsRefused) {
+  ASSERT_EQ(::mkfifo(snapshot_.c_str(), 0600), 0);
+  EXPECT_EQ(CheckSnapshotPath(snapshot_), absl::InvalidArgumentError("is not a regular file"));
+  EXPECT_EQ(CheckSnapshotPath("/dev/zero"), absl::InvalidArgumentError("is not a regular file"));
+}
+
+TEST_F(SnapshotFileTest, LockFileThatIsAFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo((snapshot_ + ".lock").c_str(), 0600), 0);
+  absl::StatusOr<SnapshotLock> lock = SnapshotLock::Acquire(snapshot_);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_THAT(lock.status().message(), HasSubstr("is not a regular file"));
+}
+
 TEST_F(SnapshotFileTest, TempNamesAreTheSnapshotNameDotTmpDotPid) {
   EXPECT_TRUE(IsSnapshotTempName("state.snap", "state.snap.tmp.123"));
   EXPECT_FALSE(IsSnapshotTempName("state.snap", "state.snap"));
