@@ -1,4 +1,4 @@
-// Reads sluice.yaml into the structs of config.h and validates every field (DESIGN §2).
+// Reads sluice.yaml into the structs of config.h and validates every field (docs/configuration.md).
 //
 // A section is read in two steps: first its map is checked for unknown and repeated field names
 // (yaml-cpp 0.7 keeps a repeated key without a word, so every pair is looked at here), then each
@@ -1053,7 +1053,7 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
       absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
 }
 
-// Every request's subject is checked (DESIGN §1), so this is a table, not a search per byte.
+// Every request's subject is checked (docs/semantics.md), so this is a table, not a search per byte.
 constexpr std::array<bool, 256> kSubjectBytes = [] {
   std::array<bool, 256> ok{};
   for (char c = '0'; c <= '9'; ++c) ok[static_cast<unsigned char>(c)] = true;

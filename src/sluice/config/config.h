@@ -1,4 +1,4 @@
-// sluice.yaml as plain structs, and the loader that fills and validates them (DESIGN §2).
+// sluice.yaml as plain structs, and the loader that fills and validates them (docs/configuration.md).
 //
 // Every value here has passed validation: a Config that ParseConfig or LoadConfigFile returned is
 // complete and consistent (names unique, references resolved, time zones known, numbers in range).
@@ -85,7 +85,7 @@ struct PlanConfig {
 struct KeyConfig {
   std::string key;             // plaintext key, or
   std::string key_sha256;      // lowercase hex SHA-256 of the key (exactly one of the two)
-  std::string subject;         // a valid subject (DESIGN §1)
+  std::string subject;         // a valid subject (docs/semantics.md)
   std::string plan;            // names a plan
   std::string email;           // optional: where this subject's alerts go
   std::string webhook;         // optional: this subject's own webhook URL
@@ -145,7 +145,7 @@ struct Config {
 // Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day" or "month".
 [[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
-// True if `subject` is 1-200 bytes of [A-Za-z0-9._:@/+=-] (DESIGN §1).
+// True if `subject` is 1-200 bytes of [A-Za-z0-9._:@/+=-] (docs/semantics.md).
 [[nodiscard]] bool IsValidSubject(std::string_view subject);
 
 }  // namespace sluice::config
