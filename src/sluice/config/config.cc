@@ -74,12 +74,12 @@ constexpr size_t kMaxFileBytes = size_t{16} << 20;  // 16 MiB
 constexpr size_t kMaxDepth = 64;                    // the schema itself needs 6 levels
 // Values in the document with every alias expanded: an alias costs as much as what it names, so a
 // "billion laughs" document is refused before the config structs copy it out.
-constexpr uint64_t kMaxExpandedValues = 1'000'000;  // ~140,000 keys in the file
+constexpr uint64_t kMaxExpandedValues = 4'000'000;  // ~570,000 keys in the file
 // yaml-cpp reads a whole flow collection ("[a, b, ...]") ahead before it reports any of it, at a
 // few hundred bytes per entry, so BoundsCheck alone would stop an 8-million-entry list only after
 // gigabytes. Every entry but the last follows a ',', so counting commas (wherever they are) bounds
 // that before parsing; a real configuration has a few per key at most.
-constexpr size_t kMaxCommas = 500'000;
+constexpr size_t kMaxCommas = 2'000'000;
 
 // Duration bounds (docs/configuration.md lists them). A value outside them is a typo or a unit
 // mix-up: a 3,000,000h Redis timeout would hold every decision as long as Redis is slow.
@@ -1053,7 +1053,8 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
       absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
 }
 
-// Every request's subject is checked (docs/semantics.md), so this is a table, not a search per byte.
+// Every request's subject is checked (docs/semantics.md), so this is a table, not a search per
+// byte.
 constexpr std::array<bool, 256> kSubjectBytes = [] {
   std::array<bool, 256> ok{};
   for (char c = '0'; c <= '9'; ++c) ok[static_cast<unsigned char>(c)] = true;

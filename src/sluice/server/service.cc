@@ -97,6 +97,8 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::st
                                                                    config::Config* out) {
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
   if (!cfg.ok()) return cfg.status();
+  // What a restart would refuse is refused now, so a reload never stores up a failing start.
+  if (absl::Status s = CheckServable(*cfg); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, lc);
   if (fe.ok()) *out = std::move(*cfg);
   return fe;
@@ -211,8 +213,8 @@ int Serve(const std::string& config_path) {
 
   config::Config cfg;
   SystemClock clock;
-  // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the offset
-  // measured with TIME (redis::ClockSync).
+  // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the
+  // offset measured with TIME (redis::ClockSync).
   OffsetClock redis_clock(&clock);
   MemoryStore memory_store;
   // The store is chosen from the file before anything is built on it.

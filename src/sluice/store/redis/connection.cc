@@ -75,8 +75,8 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
     return absl::InvalidArgumentError("TLS (rediss://) is not supported yet");
   }
   if (!url.starts_with(kScheme)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("redis URL must start with redis://: \"", ToAbsl(url), "\""));
+    // The URL itself is not quoted: it may hold a password.
+    return absl::InvalidArgumentError("redis URL must start with redis://");
   }
   ConnectionOptions options;
   std::string_view rest = url.substr(kScheme.size());
