@@ -129,6 +129,57 @@ class SmugglingTest(ServiceCase):
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
         self.assertEqual(self.used(), 2)
 
+    def test_trailer_fields_are_not_header_fields(self):
+        # An API key or a forwarding address smuggled in a chunked body's trailer section is
+        # never read as if it were in the header block.
+        s = self.connect()
+        s.sendall(b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Connection: close\r\n\r\n0\r\nX-API-Key: key-free\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 401 Unauthorized"])
+        s = self.connect(admin=True)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Connection: close\r\n\r\n0\r\nAuthorization: Bearer " +
+                  self.svc.admin_token.encode() + b"\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 401 Unauthorized"])
+        self.assertEqual(self.used(), 0)
+
+    def test_chunk_extensions_and_trailers_are_bounded(self):
+        for body in [b"1;a=" + b"x" * 100_000, b"0\r\n" + b"X-T: " + b"b" * 100_000]:
+            with self.subTest(body=body[:8]):
+                s = self.connect()
+                s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+                try:
+                    s.sendall(body)
+                except OSError:
+                    pass  # refused while sending: fine
+                reply = read_until_closed(s)
+                self.assertEqual(len(status_lines(reply)), 1, reply[:200])
+                self.assertTrue(reply.startswith(b"HTTP/1.1 413 Content Too Large"), reply[:200])
+
+    def test_the_header_block_limit_is_exact(self):
+        head = b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n"
+        padding = b"".join(b"X: a\r\n" for _ in range(2720))  # ~16 KiB in one write
+        s = self.connect()
+        s.sendall(head + padding + b"\r\n")
+        reply = read_until_closed(s)
+        self.assertTrue(reply.startswith(b"HTTP/1.1 431 "), reply[:80])
+        self.assertEqual(self.used(), 0)
+
+    def test_connection_close_on_any_line_closes(self):
+        s = self.connect()
+        s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n"
+                  b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n")
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 404 Not Found"], reply)
+        self.assertEqual(self.used(), 0)
+
+    def test_an_unknown_method_is_501_and_the_connection_stays_in_step(self):
+        s = self.connect()
+        s.sendall(b"FOO /v1/check HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\nConnection: close\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)),
+                         [b"HTTP/1.1 501 Not Implemented", b"HTTP/1.1 200 OK"])
+
     def test_missing_or_doubled_host_is_400_and_closed(self):
         for head in [b"GET /v1/authorize HTTP/1.1\r\nX-API-Key: key-free\r\n\r\n",
                      b"GET /v1/authorize HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-API-Key: key-free\r\n\r\n"]:
@@ -190,7 +241,11 @@ class ExpectAndTargetTest(ServiceCase):
                      b"GET /v1/authorize#frag HTTP/1.1\r\nHost: x\r\n\r\n",
                      b"GET v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n",
                      b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key : key-free\r\n\r\n",
-                     b"\r\n" * 40 + b"GET /healthz HTTP/1.1\r\n\r\n"]:
+                     b"\r\n" * 40 + b"GET /healthz HTTP/1.1\r\n\r\n",
+                     b"GET /v1/ch eck HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"GET http:///v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n",
+                     b"GET http://u:p@x/v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n"]:
             with self.subTest(line=line[:40]):
                 s = self.connect()
                 s.sendall(line)
@@ -207,6 +262,44 @@ class ExpectAndTargetTest(ServiceCase):
         s = self.connect()
         s.sendall(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")
         self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 505 HTTP Version Not Supported"])
+
+
+class DeadlineTest(ServiceCase):
+    extra_server = "  anonymous_plan: anon\n"
+
+    def test_a_request_after_an_idle_period_still_has_only_the_header_timeout(self):
+        s = self.connect()
+        self.assertTrue(answers(s, b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"))
+        time.sleep(6)  # idle, within the keep-alive timeout: the connection stays
+        start = time.monotonic()
+        closed = None
+        for ch in b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:
+            try:
+                s.sendall(bytes([ch]))
+            except OSError:
+                closed = time.monotonic() - start
+                break
+            if closed_by_server(s, timeout=0.5):
+                closed = time.monotonic() - start
+                break
+        self.assertIsNotNone(closed, "a trickled request outlived the 10 s header timeout")
+        self.assertLess(closed, 12)
+
+    def test_empty_lines_do_not_extend_the_header_timeout(self):
+        s = self.connect()
+        start = time.monotonic()
+        closed = None
+        for _ in range(30):
+            try:
+                s.sendall(b"\n")
+            except OSError:
+                closed = time.monotonic() - start
+                break
+            if closed_by_server(s, timeout=0.5):
+                closed = time.monotonic() - start
+                break
+        self.assertIsNotNone(closed, "empty lines kept the connection open")
+        self.assertLess(closed, 12)
 
 
 class ForwardedTest(ServiceCase):
@@ -244,6 +337,18 @@ class ForwardedTest(ServiceCase):
         self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9"),
                                                   ("Forwarded", "for=198.51.100.8")]),
                          "ip:198.51.100.8")
+        # A line the client broke (an unterminated quote, text after a quote) cannot swallow or
+        # outrank the line or element the proxy appended.
+        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9, x="'),
+                                                  ("Forwarded", "for=198.51.100.8")]),
+                         "ip:198.51.100.8")
+        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9;x="a"b'),
+                                                  ("Forwarded", 'for="198.51.100.8"')]),
+                         "ip:198.51.100.8")
+        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9;x=", for=198.51.100.8')]),
+                         "ip:127.0.0.2")
+        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9;for=203.0.113.10")]),
+                         "ip:127.0.0.2")
         # "unknown" or an obfuscated node: nothing left of it can be believed.
         self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9, for=_hidden")]),
                          "ip:127.0.0.2")
@@ -283,6 +388,34 @@ class AuthSchemeTest(ServiceCase):
                 self.assertEqual(status, 200)
         self.assertEqual(self.svc.request("GET", "/metrics", admin=True,
                                           headers={"Authorization": "Basic " + self.svc.admin_token})[0], 401)
+
+    def test_unreadable_credentials_are_not_anonymous(self):
+        for value in ["Basic dXNlcjpwdw==", "Bearer ", "Bearer\tkey-free", "Token key-free"]:
+            with self.subTest(value=value):
+                status, _, _ = self.svc.request("GET", "/v1/authorize", headers={"Authorization": value})
+                self.assertEqual(status, 401)
+
+    def test_two_costs_or_two_admin_tokens_are_refused(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5)
+        conn.putrequest("GET", "/v1/authorize")
+        conn.putheader("X-API-Key", "key-free")
+        conn.putheader("Sluice-Cost", "1")
+        conn.putheader("Sluice-Cost", "0")
+        conn.endheaders()
+        res = conn.getresponse()
+        res.read()
+        conn.close()
+        self.assertEqual(res.status, 400)
+        conn = http.client.HTTPConnection("127.0.0.1", self.svc.admin_port, timeout=5)
+        conn.putrequest("GET", "/metrics")
+        conn.putheader("Authorization", "Bearer " + self.svc.admin_token)
+        conn.putheader("Authorization", "Bearer wrong")
+        conn.endheaders()
+        res = conn.getresponse()
+        res.read()
+        conn.close()
+        self.assertEqual(res.status, 400)
+        self.assertEqual(self.used(), 0)
 
     def test_two_credentials_are_refused(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5)

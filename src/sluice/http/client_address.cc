@@ -3,6 +3,7 @@
 #include <cctype>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <boost/system/error_code.hpp>
 
@@ -131,61 +132,121 @@ bool ProxyTrust::Trusts(const ip::address& address) const {
   return false;
 }
 
+namespace {
+
+bool IsTchar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// One element of a Forwarded field line, from `i` to the ',' that ends it (or the end of the line):
+// its `for=` node, or "unknown" when it has none or breaks the grammar (a pair without "=", space
+// around "=", a parameter given twice, an empty or malformed value, an unterminated quoted-string,
+// text after a closing quote). Returns where the next element starts, or npos when the rest of the
+// line cannot be split into elements any more (an unterminated quote swallows it).
+// An element that swallows the rest of its line says nothing that can be believed.
+size_t Broken(std::string* node) {
+  *node = "unknown";
+  return std::string_view::npos;
+}
+
+size_t ParseForwardedElement(std::string_view line, size_t i, std::string* node) {
+  bool valid = true;
+  bool has_for = false;
+  std::vector<std::string> names;
+  *node = "unknown";
+  while (true) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    if (i == line.size() || line[i] == ',') break;
+    if (line[i] == ';') {
+      ++i;
+      continue;
+    }
+    size_t name_end = i;
+    while (name_end < line.size() && IsTchar(line[name_end])) ++name_end;
+    if (name_end == i || name_end == line.size() || line[name_end] != '=') {
+      valid = false;  // not `token=`: skip to the end of the element, quotes still respected
+      name_end = line.find_first_of(",;\"", i);
+      if (name_end == std::string_view::npos) return Broken(node);
+      if (line[name_end] != '"') {
+        i = name_end;
+        continue;
+      }
+      const size_t close = line.find('"', name_end + 1);
+      if (close == std::string_view::npos) return Broken(node);
+      i = close + 1;
+      continue;
+    }
+    std::string name(line.substr(i, name_end - i));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    i = name_end + 1;
+    std::string value;
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          closed = true;
+          ++i;
+          break;
+        }
+        if (line[i] == '\\' && i + 1 < line.size()) ++i;
+        value += line[i++];
+      }
+      if (!closed) return Broken(node);
+      if (i < line.size() && line[i] != ';' && line[i] != ',' && line[i] != ' ' &&
+          line[i] != '\t') {
+        valid = false;
+      }
+    } else {
+      while (i < line.size() &&
+             (IsTchar(line[i]) || line[i] == ':' || line[i] == '[' || line[i] == ']')) {
+        value += line[i++];
+      }
+      if (i < line.size() && line[i] != ';' && line[i] != ',' && line[i] != ' ' &&
+          line[i] != '\t') {
+        valid = false;
+        const size_t stop = line.find_first_of(",;", i);
+        i = stop == std::string_view::npos ? line.size() : stop;
+      }
+    }
+    if (value.empty()) valid = false;
+    for (const std::string& seen : names) {
+      if (seen == name) valid = false;
+    }
+    names.push_back(name);
+    if (name == "for") {
+      has_for = true;
+      if (value.find(',') != std::string::npos) valid = false;
+      *node = value;
+    }
+  }
+  if (!valid || !has_for) *node = "unknown";
+  return i;
+}
+
+}  // namespace
+
 std::string ForwardedForNodes(std::string_view forwarded) {
   std::string nodes;
-  std::string node;
-  bool has_for = false;
-  bool first_element = true;
-  size_t i = 0;
-  const auto end_element = [&] {
-    if (!first_element) nodes += ',';
-    nodes += has_for ? node : "unknown";
-    first_element = false;
-    node.clear();
-    has_for = false;
+  const auto add = [&nodes](std::string_view node) {
+    if (!nodes.empty()) nodes += ',';
+    nodes += node;
   };
-  bool element_empty = true;
-  while (i <= forwarded.size()) {
-    if (i == forwarded.size() || forwarded[i] == ',') {
-      if (!element_empty) end_element();
-      element_empty = true;
-      ++i;
-      continue;
+  while (true) {
+    const size_t newline = forwarded.find('\n');
+    const std::string_view line = forwarded.substr(0, newline);
+    size_t i = 0;
+    while (true) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == ',')) ++i;
+      if (i >= line.size()) break;
+      std::string node;
+      i = ParseForwardedElement(line, i, &node);
+      add(node);
+      if (i == std::string_view::npos) break;  // the rest of this line is one broken element
     }
-    if (forwarded[i] == ';' || forwarded[i] == ' ' || forwarded[i] == '\t') {
-      ++i;
-      continue;
-    }
-    // name "=" value
-    element_empty = false;
-    const size_t eq = forwarded.find_first_of("=,;", i);
-    if (eq == std::string_view::npos || forwarded[eq] != '=') {
-      // A pair without "=": not a valid element; what it says is unknown.
-      i = eq == std::string_view::npos ? forwarded.size() : eq;
-      continue;
-    }
-    std::string name(TrimOws(forwarded.substr(i, eq - i)));
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    i = eq + 1;
-    std::string value;
-    if (i < forwarded.size() && forwarded[i] == '"') {
-      ++i;
-      while (i < forwarded.size() && forwarded[i] != '"') {
-        if (forwarded[i] == '\\' && i + 1 < forwarded.size()) ++i;
-        value += forwarded[i++];
-      }
-      ++i;  // the closing quote
-    } else {
-      const size_t stop = forwarded.find_first_of(",;", i);
-      value = std::string(TrimOws(
-          forwarded.substr(i, stop == std::string_view::npos ? std::string_view::npos : stop - i)));
-      i = stop == std::string_view::npos ? forwarded.size() : stop;
-    }
-    if (name == "for" && !has_for) {
-      has_for = true;
-      // A value that would break the list apart cannot be an address.
-      node = value.find(',') == std::string::npos && !value.empty() ? value : "unknown";
-    }
+    if (newline == std::string_view::npos) break;
+    forwarded.remove_prefix(newline + 1);
   }
   return nodes;
 }

@@ -19,9 +19,11 @@ namespace sluice::http {
 //
 // IPv4-mapped IPv6 addresses (::ffff:1.2.3.4, as a dual-stack socket reports an IPv4 peer) are
 // treated as the IPv4 address everywhere: in the CIDRs, the peer and X-Forwarded-For.
-// The `for=` nodes of a Forwarded header value (RFC 7239), in order, as an X-Forwarded-For style
-// list: quotes removed, an element without `for=` as "unknown". Parameter names are
-// case-insensitive; quoted strings may hold commas and semicolons.
+// The `for=` nodes of Forwarded field lines (RFC 7239; several lines joined with '\n'), in order,
+// as an X-Forwarded-For style list: quotes removed; an element without `for=` or that breaks the
+// grammar as "unknown" (which stops the walk). Parameter names are case-insensitive; quoted strings
+// may hold commas and semicolons. Lines are parsed one by one, so a line a client broke (an
+// unterminated quote) cannot swallow the line a proxy appended after it.
 [[nodiscard]] std::string ForwardedForNodes(std::string_view forwarded);
 
 class ProxyTrust {
@@ -45,11 +47,11 @@ class ProxyTrust {
                                           std::string_view x_forwarded_for) const;
 
   // The same walk over both headers a request may carry: `x_forwarded_for` as above and
-  // `forwarded` (every Forwarded field joined with ","), whose elements' `for=` nodes are walked
-  // the same way (an element without `for=`, "unknown" or an obfuscated "_name" stops the walk).
-  // With only one of them present (non-empty), that one decides. With both, they must name the same
-  // client; if they do not, one was written by the client itself and nothing can tell which, so
-  // the address of the nearest trusted hop (the peer) is the client.
+  // `forwarded` (every Forwarded field line joined with '\n'), whose elements' `for=` nodes are
+  // walked the same way (an element without `for=`, "unknown" or an obfuscated "_name" stops the
+  // walk). With only one of them present (non-empty), that one decides. With both, they must name
+  // the same client; if they do not, one was written by the client itself and nothing can tell
+  // which, so the address of the nearest trusted hop (the peer) is the client.
   [[nodiscard]] std::string ClientAddress(const boost::asio::ip::address& peer,
                                           std::string_view x_forwarded_for,
                                           std::string_view forwarded) const;

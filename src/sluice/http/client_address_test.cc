@@ -150,5 +150,33 @@ TEST_F(ProxyTrustTest, DropsTheZoneOfALinkLocalPeer) {
   EXPECT_EQ(Trust({}).ClientAddress(Ip("fe80::1%1"), ""), "fe80::1");
 }
 
+TEST(ForwardedForNodesTest, ReadsTheForNodeOfEachElement) {
+  EXPECT_EQ(
+      ForwardedForNodes("for=192.0.2.60;proto=http;by=203.0.113.43, For=\"[2001:db8::17]:4711\""),
+      "192.0.2.60,[2001:db8::17]:4711");
+  EXPECT_EQ(ForwardedForNodes("proto=https, for=unknown, for=_hidden"), "unknown,unknown,_hidden");
+  EXPECT_EQ(ForwardedForNodes("for=\"a,b\";by=x, for=1.2.3.4"), "unknown,1.2.3.4");
+  EXPECT_EQ(ForwardedForNodes("for=1.1.1.1\nfor=2.2.2.2"), "1.1.1.1,2.2.2.2");
+  EXPECT_EQ(ForwardedForNodes(" , ,for=1.1.1.1,,"), "1.1.1.1");
+}
+
+TEST(ForwardedForNodesTest, ABrokenElementIsUnknownAndCannotSwallowTheNextLine) {
+  EXPECT_EQ(ForwardedForNodes("for=1.1.1.1, x=\"\nfor=2.2.2.2"), "1.1.1.1,unknown,2.2.2.2");
+  EXPECT_EQ(ForwardedForNodes("for=1.1.1.1;x=\", for=2.2.2.2"), "unknown");
+  EXPECT_EQ(ForwardedForNodes("for=\"1.1.1.1\"x, for=2.2.2.2"), "unknown,2.2.2.2");
+  EXPECT_EQ(ForwardedForNodes("for=1.1.1.1;for=3.3.3.3"), "unknown");
+  EXPECT_EQ(ForwardedForNodes("for = 1.1.1.1"), "unknown");
+  EXPECT_EQ(ForwardedForNodes("for="), "unknown");
+  EXPECT_EQ(ForwardedForNodes("garbage"), "unknown");
+}
+
+TEST_F(ProxyTrustTest, BothHeadersMustAgreeOrThePeerIsTheClient) {
+  const ProxyTrust trust = Trust({"127.0.0.2/32"});
+  EXPECT_EQ(trust.ClientAddress(Ip("127.0.0.2"), "", "for=1.1.1.1"), "1.1.1.1");
+  EXPECT_EQ(trust.ClientAddress(Ip("127.0.0.2"), "1.1.1.1", "for=1.1.1.1"), "1.1.1.1");
+  EXPECT_EQ(trust.ClientAddress(Ip("127.0.0.2"), "1.1.1.1", "for=2.2.2.2"), "127.0.0.2");
+  EXPECT_EQ(trust.ClientAddress(Ip("10.0.0.1"), "1.1.1.1", "for=2.2.2.2"), "10.0.0.1");
+}
+
 }  // namespace
 }  // namespace sluice::http

@@ -1,5 +1,5 @@
-// Decisions and errors as HTTP responses (docs/http.md): the decision JSON, the rate-limit headers and
-// problem+json (RFC 9457) bodies. No I/O: the session writes what these build.
+// Decisions and errors as HTTP responses (docs/http.md): the decision JSON, the rate-limit headers
+// and problem+json (RFC 9457) bodies. No I/O: the session writes what these build.
 #ifndef SLUICE_HTTP_RENDER_H_
 #define SLUICE_HTTP_RENDER_H_
 

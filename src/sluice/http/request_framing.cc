@@ -2,6 +2,7 @@
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
 
 namespace sluice::http {
 namespace {
@@ -57,8 +58,10 @@ std::optional<std::string> OriginFormTarget(std::string_view target) {
   }
   const size_t path = target.find_first_of("/?#", authority);
   if (path == std::string_view::npos || target[path] == '#') return "/";
-  if (target[path] == '?') return "/" + std::string(target.substr(path));
-  return std::string(target.substr(path));
+  std::string origin;
+  if (target[path] == '?') origin.push_back('/');
+  origin.append(target.data() + path, target.size() - path);
+  return origin;
 }
 
 bool ExpectsContinue(const bhttp::request_header<>& header) {
@@ -133,6 +136,18 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
   const bool absolute_form = IStartsWith(target, "http://") || IStartsWith(target, "https://");
   if (!origin_form && !absolute_form && target != "*") {
     return Bad("bad request target (want /path, http://host/path or *)");
+  }
+  if (target == "*" && header.method() != bhttp::verb::options) {
+    return Bad("the request target * is for OPTIONS only");
+  }
+  if (absolute_form) {
+    const size_t start = target.find("//") + 2;
+    const std::string_view authority =
+        target.substr(start, target.find_first_of("/?#", start) - start);
+    if (authority.empty()) return Bad("an absolute request target needs a host");
+    if (authority.find('@') != std::string_view::npos) {
+      return Bad("user information in the request target is not accepted");
+    }
   }
   // A fragment is the client's own business and never sent (RFC 9110 §4.2.5).
   if (target.find('#') != std::string_view::npos) return Bad("request target with a fragment");

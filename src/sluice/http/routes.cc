@@ -89,12 +89,12 @@ size_t CountFields(const Request& req, std::string_view name) {
   return static_cast<size_t>(std::distance(range.first, range.second));
 }
 
-// Every field line named `name`, joined with "," (one list, RFC 9110 §5.3).
-std::string JoinFields(const Request& req, std::string_view name) {
+// Every field line named `name`, joined with `separator` ("," makes one list, RFC 9110 §5.3).
+std::string JoinFields(const Request& req, std::string_view name, char separator = ',') {
   std::string joined;
   auto range = req.equal_range(boost::beast::string_view(name.data(), name.size()));
   for (auto it = range.first; it != range.second; ++it) {
-    if (!joined.empty()) joined += ',';
+    if (it != range.first) joined += separator;
     joined += Sv(it->value());
   }
   return joined;
@@ -246,6 +246,10 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
 }
 
 asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req, const Peer& peer) {
+  // Two of these in one request: a gateway and sluice might each read a different one.
+  if (CountFields(req, "Sluice-Cost") > 1) {
+    co_return BadRequest("more than one Sluice-Cost header", req.version());
+  }
   int64_t cost = 1;
   if (auto it = req.find("Sluice-Cost"); it != req.end()) {
     absl::StatusOr<int64_t> parsed = ParseCostHeader(Sv(it->value()));
@@ -268,6 +272,10 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   }
   std::string subject, plan;
   const std::string_view key = PresentedKey(req, fe.server.api_key_header);
+  if (key.empty() && req.find(bhttp::field::authorization) != req.end()) {
+    // Credentials sluice cannot read are not "no credentials": the client is not anonymous.
+    co_return Unauthorized("Authorization: want \"Bearer <API key>\"", req.version());
+  }
   if (!key.empty()) {
     const KeyEntry* entry = fe.keys.Find(key);
     if (entry == nullptr) co_return Unauthorized("unknown API key", req.version());
@@ -276,7 +284,7 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   } else if (!fe.server.anonymous_plan.empty()) {
     subject = absl::StrCat(
         "ip:", fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
-                                        JoinFields(req, "Forwarded")));
+                                        JoinFields(req, "Forwarded", '\n')));
     plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
@@ -349,6 +357,9 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   const bool usage_path = path.substr(0, kUsagePrefix.size()) == kUsagePrefix;
   if (!metrics_path && !usage_path && !dead_path) co_return NotFound(version);
 
+  if (CountFields(req, "Authorization") > 1) {
+    co_return BadRequest("more than one Authorization header", version);
+  }
   std::string_view authorization;
   if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
     authorization = Sv(it->value());

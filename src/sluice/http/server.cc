@@ -111,16 +111,28 @@ void LogRequest(const Request& req, const Response& res, const Peer& peer,
 // 1.1 ("GET / HTTP/2.0\r\n"): Beast calls both that and a mangled line bad_version.
 bool OtherHttpVersion(const beast::flat_buffer& buffer) {
   const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-  const size_t eol = data.find("\r\n");
-  if (eol == std::string_view::npos || eol < 9) return false;
-  const std::string_view version = data.substr(eol - 9, 9);  // " HTTP/x.y"
-  return version.substr(0, 6) == " HTTP/" && version[6] >= '0' && version[6] <= '9' &&
-         version[7] == '.' && version[8] >= '0' && version[8] <= '9';
+  const size_t eol = data.find('\n');
+  if (eol == std::string_view::npos || eol == 0 || data[eol - 1] != '\r') return false;
+  const std::string_view line = data.substr(0, eol - 1);
+  // method SP target SP version, with exactly two spaces.
+  const size_t first = line.find(' ');
+  const size_t last = line.rfind(' ');
+  if (first == std::string_view::npos || first == last || line.find(' ', first + 1) != last) {
+    return false;
+  }
+  const std::string_view version = line.substr(last + 1);
+  return version.size() == 8 && version.substr(0, 5) == "HTTP/" && version[5] >= '0' &&
+         version[5] <= '9' && version[6] == '.' && version[7] >= '0' && version[7] <= '9' &&
+         version != "HTTP/1.0" && version != "HTTP/1.1";
 }
 
 // The status for a request Beast could not parse.
-unsigned ParseErrorStatus(const boost::system::error_code& ec, const beast::flat_buffer& buffer) {
+unsigned ParseErrorStatus(const boost::system::error_code& ec, const beast::flat_buffer& buffer,
+                          bool header_done) {
+  // The buffer holds at most a header block, so it overflows on a longer header block, or on an
+  // over-long chunk extension or trailer section once the header is done.
   if (ec == bhttp::error::header_limit) return 431;
+  if (ec == bhttp::error::buffer_overflow) return header_done ? 413 : 431;
   if (ec == bhttp::error::body_limit) return 413;
   if (ec == bhttp::error::bad_version && OtherHttpVersion(buffer)) return 505;
   return 400;
@@ -131,7 +143,15 @@ unsigned ParseErrorStatus(const boost::system::error_code& ec, const beast::flat
 size_t SkipLeadingEmptyLines(beast::flat_buffer& buffer) {
   const auto* data = static_cast<const char*>(buffer.data().data());
   size_t n = 0;
-  while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) ++n;
+  while (n < buffer.size()) {
+    if (data[n] == '\n') {
+      ++n;
+    } else if (data[n] == '\r' && (n + 1 == buffer.size() || data[n + 1] == '\n')) {
+      ++n;  // CR LF, or a CR whose LF has not arrived yet
+    } else {
+      break;
+    }
+  }
   buffer.consume(n);
   return n;
 }
@@ -142,9 +162,13 @@ Response RequestHandler::Reject(unsigned status, std::string_view detail, unsign
   std::string_view title = status == 431   ? "Request Header Fields Too Large"
                            : status == 413 ? "Content Too Large"
                            : status == 417 ? "Expectation Failed"
+                           : status == 501 ? "Not Implemented"
                            : status == 505 ? "HTTP Version Not Supported"
                                            : "Bad Request";
-  return Problem(status, "about:blank", title, detail, version, /*keep_alive=*/false);
+  Response res = Problem(status, "about:blank", title, detail, version, /*keep_alive=*/false);
+  // Beast's own phrase for 413 is RFC 7231's "Payload Too Large".
+  res.reason(boost::beast::string_view(title.data(), title.size()));
+  return res;
 }
 
 absl::StatusOr<tcp::endpoint> ParseEndpoint(std::string_view text) {
@@ -210,7 +234,8 @@ struct HttpServer::Connection {
 
 namespace {
 
-asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c);
+asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c,
+                               std::chrono::steady_clock::duration max_sleep);
 
 // accept() failures that mean "no resources right now": retrying at once cannot succeed.
 bool IsResourceExhaustion(const boost::system::error_code& ec) {
@@ -430,10 +455,14 @@ asio::awaitable<void> HttpServer::Accept(Listener& listener) {
 
 namespace {
 
-asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c) {
+// Sleeps at most `max_sleep` at a time, so that a deadline moved earlier than the one it went to
+// sleep on (idle 60 s, then a request's first byte: 10 s) is still kept to the letter, without
+// re-arming the timer on the request path.
+asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c,
+                               std::chrono::steady_clock::duration max_sleep) {
   boost::system::error_code ec;
   while (!c->done) {
-    c->timer.expires_at(c->deadline);
+    c->timer.expires_at(std::min(c->deadline, std::chrono::steady_clock::now() + max_sleep));
     co_await c->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (c->done) break;
     if (c->deadline <= std::chrono::steady_clock::now()) {
@@ -491,14 +520,19 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
   }
 
   conn->ExpiresAfter(options_.header_timeout);
-  asio::co_spawn(conn->socket.get_executor(), Watchdog(conn), asio::detached);
+  asio::co_spawn(conn->socket.get_executor(),
+                 Watchdog(conn, std::min<std::chrono::steady_clock::duration>(
+                                    options_.header_timeout, std::chrono::seconds(5))),
+                 asio::detached);
 
   const auto idle_timeout = [&] {
     return peer.authenticated || options_.unauthenticated_idle_timeout.count() == 0
                ? options_.idle_timeout
                : options_.unauthenticated_idle_timeout;
   };
-  beast::flat_buffer buffer;
+  // Holds the unparsed input: at most one header block, which bounds the header block exactly and
+  // chunk extensions and trailers too (the body itself goes to the parser as it arrives).
+  beast::flat_buffer buffer(options_.header_limit);
   bool first = true;
   size_t empty_line_bytes = 0;  // skipped before the current request line
   bool linger = false;  // close gracefully: an answer was sent and input may still be coming
@@ -521,20 +555,26 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     // Wait for the next request's first byte (idle keep-alive), then give the whole header block
     // and body the header timeout, so a client trickling bytes is cut off.
     if (buffer.size() == 0) {
-      conn->ExpiresAfter(first ? options_.header_timeout : idle_timeout());
-      const std::size_t n = co_await conn->socket.async_read_some(buffer.prepare(4096), with_ec);
+      // After empty lines the request has begun: its deadline is already set and stays.
+      if (empty_line_bytes == 0) {
+        conn->ExpiresAfter(first ? options_.header_timeout : idle_timeout());
+      }
+      const std::size_t n = co_await conn->socket.async_read_some(
+          buffer.prepare(std::min<size_t>(4096, buffer.max_size())), with_ec);
       if (ec) break;
       buffer.commit(n);
     }
-    empty_line_bytes += SkipLeadingEmptyLines(buffer);
+    const size_t skipped = SkipLeadingEmptyLines(buffer);
+    if (skipped > 0 && empty_line_bytes == 0) conn->ExpiresAfter(options_.header_timeout);
+    empty_line_bytes += skipped;
     if (empty_line_bytes > 64) {
       co_await reject(400, "too many empty lines before the request line");
       break;
     }
     if (buffer.size() == 0) continue;  // only empty lines so far: wait for the request line
+    if (empty_line_bytes == 0) conn->ExpiresAfter(options_.header_timeout);
     empty_line_bytes = 0;
     first = false;
-    conn->ExpiresAfter(options_.header_timeout);
 
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.header_limit));
@@ -542,14 +582,18 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     co_await bhttp::async_read_header(conn->socket, buffer, parser, with_ec);
     if (IsClosedByPeerOrUs(ec)) break;
     if (ec) {
-      co_await reject(ParseErrorStatus(ec, buffer), ec.message());
+      co_await reject(ParseErrorStatus(ec, buffer, false), ec.message());
       break;
     }
     if (std::optional<FramingError> bad = CheckFraming(parser.get().base())) {
       co_await reject(bad->status, bad->detail);
       break;
     }
+    // Trailer fields of a chunked body are not header fields (RFC 9110 §6.5.1): Beast adds them to
+    // the message, so the header block as it came is put back after the body.
+    std::optional<bhttp::request_header<>> header_block;
     if (!parser.is_done()) {
+      if (parser.chunked()) header_block = parser.get().base();
       // A client that sent "Expect: 100-continue" waits for this before sending the body
       // (HTTP/1.0 has no 1xx answers: there the expectation is ignored).
       if (parser.get().version() == 11 && ExpectsContinue(parser.get().base())) {
@@ -561,13 +605,17 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       if (IsClosedByPeerOrUs(ec) && ec != bhttp::error::end_of_stream) break;
       if (ec) {
         // end_of_stream here: the client closed in the middle of the body.
-        co_await reject(ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec, buffer),
-                        ec.message());
+        co_await reject(
+            ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec, buffer, true),
+            ec.message());
         break;
       }
     }
 
+    // Every Connection field line counts ("Connection: foo" then "Connection: close").
+    const bool client_keeps_alive = parser.keep_alive();
     Request req = parser.release();
+    if (header_block) req.base() = std::move(*header_block);
     if (std::optional<std::string> origin =
             OriginFormTarget(std::string_view(req.target().data(), req.target().size()))) {
       req.target(*origin);
@@ -577,10 +625,14 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     const auto started = std::chrono::steady_clock::now();
     {
       ScopedCount busy(in_flight_);
-      res = co_await handler_->Handle(req, peer);
+      if (req.method() == bhttp::verb::unknown) {
+        res = handler_->Reject(501, "unknown method", req.version());
+      } else {
+        res = co_await handler_->Handle(req, peer);
+      }
     }
     LogRequest(req, res, peer, std::chrono::steady_clock::now() - started);
-    const bool keep_alive = req.keep_alive() && !stopping_.load();
+    const bool keep_alive = client_keeps_alive && !stopping_.load();
     res.version(req.version());
     res.keep_alive(keep_alive);
     res.prepare_payload();
