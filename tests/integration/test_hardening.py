@@ -70,6 +70,12 @@ class ServiceCase(unittest.TestCase):
         self.addCleanup(s.close)
         return s
 
+    def exchange(self, data, admin=False):
+        """Sends `data` on a fresh connection and returns all the server sent until it closed."""
+        s = self.connect(admin=admin)
+        s.sendall(data)
+        return read_until_closed(s)
+
     def used(self, subject="user-1", plan="free"):
         return self.svc.check({"subject": subject, "plan": plan, "cost": 0})[2]["limits"][0]["used"]
 
@@ -79,10 +85,8 @@ SMUGGLED = b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\
 
 class SmugglingTest(ServiceCase):
     def send_framed(self, framing_headers, body):
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
-                  framing_headers + b"\r\n" + body)
-        return read_until_closed(s)
+        return self.exchange(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                             framing_headers + b"\r\n" + body)
 
     def assert_refused_and_closed(self, framing_headers, body=SMUGGLED):
         reply = self.send_framed(framing_headers, body)
@@ -113,34 +117,28 @@ class SmugglingTest(ServiceCase):
         self.assert_refused_and_closed(b"Content-Length: +2\r\n", b"{}" + SMUGGLED)
 
     def test_transfer_encoding_in_http10_is_refused(self):
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLED)
-        reply = read_until_closed(s)
+        reply = self.exchange(b"POST /v1/check HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLED)
         self.assertEqual(len(status_lines(reply)), 1, reply)
         self.assertIn(b" 400 ", reply)
         self.assertEqual(self.used(), 0)
 
     def test_chunked_body_is_read_as_the_body(self):
         body = json.dumps({"subject": "user-1", "plan": "free", "cost": 2}).encode()
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        reply = self.exchange(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                   b"Connection: close\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
-        reply = read_until_closed(s)
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
         self.assertEqual(self.used(), 2)
 
     def test_trailer_fields_are_not_header_fields(self):
         # An API key or a forwarding address smuggled in a chunked body's trailer section is
         # never read as if it were in the header block.
-        s = self.connect()
-        s.sendall(b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        reply = self.exchange(b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                   b"Connection: close\r\n\r\n0\r\nX-API-Key: key-free\r\n\r\n")
-        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 401 Unauthorized"])
-        s = self.connect(admin=True)
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 401 Unauthorized"])
+        reply = self.exchange(b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                   b"Connection: close\r\n\r\n0\r\nAuthorization: Bearer " +
-                  self.svc.admin_token.encode() + b"\r\n\r\n")
-        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 401 Unauthorized"])
+                  self.svc.admin_token.encode() + b"\r\n\r\n", admin=True)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 401 Unauthorized"])
         self.assertEqual(self.used(), 0)
 
     def test_chunk_extensions_and_trailers_are_bounded(self):
@@ -159,43 +157,34 @@ class SmugglingTest(ServiceCase):
     def test_the_header_block_limit_is_exact(self):
         head = b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n"
         padding = b"".join(b"X: a\r\n" for _ in range(2720))  # ~16 KiB in one write
-        s = self.connect()
-        s.sendall(head + padding + b"\r\n")
-        reply = read_until_closed(s)
+        reply = self.exchange(head + padding + b"\r\n")
         self.assertTrue(reply.startswith(b"HTTP/1.1 431 "), reply[:80])
         self.assertEqual(self.used(), 0)
 
     def test_connection_close_on_any_line_closes(self):
-        s = self.connect()
-        s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n"
+        reply = self.exchange(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n"
                   b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n")
-        reply = read_until_closed(s)
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 404 Not Found"], reply)
         self.assertEqual(self.used(), 0)
 
     def test_an_unknown_method_is_501_and_the_connection_stays_in_step(self):
-        s = self.connect()
-        s.sendall(b"FOO /v1/check HTTP/1.1\r\nHost: x\r\n\r\n"
+        reply = self.exchange(b"FOO /v1/check HTTP/1.1\r\nHost: x\r\n\r\n"
                   b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\nConnection: close\r\n\r\n")
-        self.assertEqual(status_lines(read_until_closed(s)),
+        self.assertEqual(status_lines(reply),
                          [b"HTTP/1.1 501 Not Implemented", b"HTTP/1.1 200 OK"])
 
     def test_missing_or_doubled_host_is_400_and_closed(self):
         for head in [b"GET /v1/authorize HTTP/1.1\r\nX-API-Key: key-free\r\n\r\n",
                      b"GET /v1/authorize HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-API-Key: key-free\r\n\r\n"]:
             with self.subTest(head=head):
-                s = self.connect()
-                s.sendall(head + SMUGGLED)
-                reply = read_until_closed(s)
+                reply = self.exchange(head + SMUGGLED)
                 self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request"], reply)
         self.assertEqual(self.used(), 0)
 
     def test_a_handler_error_with_its_body_read_keeps_the_connection_in_step(self):
         bad = b"{not json"
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(bad) + bad +
+        reply = self.exchange(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(bad) + bad +
                   b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\nConnection: close\r\n\r\n")
-        reply = read_until_closed(s)
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"], reply)
         self.assertEqual(self.used(), 1)
 
@@ -214,25 +203,19 @@ class ExpectAndTargetTest(ServiceCase):
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
 
     def test_expect_with_a_body_over_the_limit_gets_413_without_100(self):
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        reply = self.exchange(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
                   b"Content-Length: 10000000\r\n\r\n")
-        reply = read_until_closed(s)
         self.assertEqual(len(status_lines(reply)), 1, reply)
         self.assertTrue(reply.startswith(b"HTTP/1.1 413 "), reply)
 
     def test_unknown_expectation_is_417(self):
-        s = self.connect()
-        s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 2\r\n\r\n{}")
-        reply = read_until_closed(s)
+        reply = self.exchange(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 2\r\n\r\n{}")
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 417 Expectation Failed"], reply)
 
     def test_absolute_form_target_is_accepted(self):
         body = json.dumps({"subject": "user-1", "plan": "free"}).encode()
-        s = self.connect()
-        s.sendall(b"POST http://127.0.0.1:%d/v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        reply = self.exchange(b"POST http://127.0.0.1:%d/v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                   b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (self.svc.port, len(body)) + body)
-        reply = read_until_closed(s)
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
         self.assertIn(b'"allowed":true', reply)
 
@@ -247,21 +230,32 @@ class ExpectAndTargetTest(ServiceCase):
                      b"GET http:///v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n",
                      b"GET http://u:p@x/v1/authorize HTTP/1.1\r\nHost: x\r\n\r\n"]:
             with self.subTest(line=line[:40]):
-                s = self.connect()
-                s.sendall(line)
-                self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 400 Bad Request"])
+                reply = self.exchange(line)
+                self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request"])
         self.assertEqual(self.used(), 0)
 
     def test_an_empty_line_before_a_request_is_ignored(self):
-        s = self.connect()
-        s.sendall(b"\r\nGET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n"
+        reply = self.exchange(b"\r\nGET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n"
                   b"Connection: close\r\n\r\n")
-        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 200 OK"])
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"])
 
     def test_other_http_versions_are_505(self):
-        s = self.connect()
-        s.sendall(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")
-        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 505 HTTP Version Not Supported"])
+        reply = self.exchange(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 505 HTTP Version Not Supported"])
+
+
+def trickle_until_closed(sock, pieces, gap=0.5):
+    """Sends `pieces` one every `gap` seconds; returns how long it took the server to close the
+    connection, or None if it never did."""
+    start = time.monotonic()
+    for piece in pieces:
+        try:
+            sock.sendall(piece)
+        except OSError:
+            return time.monotonic() - start
+        if closed_by_server(sock, timeout=gap):
+            return time.monotonic() - start
+    return None
 
 
 class DeadlineTest(ServiceCase):
@@ -271,33 +265,14 @@ class DeadlineTest(ServiceCase):
         s = self.connect()
         self.assertTrue(answers(s, b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-API-Key: key-free\r\n\r\n"))
         time.sleep(6)  # idle, within the keep-alive timeout: the connection stays
-        start = time.monotonic()
-        closed = None
-        for ch in b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:
-            try:
-                s.sendall(bytes([ch]))
-            except OSError:
-                closed = time.monotonic() - start
-                break
-            if closed_by_server(s, timeout=0.5):
-                closed = time.monotonic() - start
-                break
+        closed = trickle_until_closed(
+            s, [bytes([c]) for c in b"GET /v1/authorize HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40])
         self.assertIsNotNone(closed, "a trickled request outlived the 10 s header timeout")
         self.assertLess(closed, 12)
 
     def test_empty_lines_do_not_extend_the_header_timeout(self):
         s = self.connect()
-        start = time.monotonic()
-        closed = None
-        for _ in range(30):
-            try:
-                s.sendall(b"\n")
-            except OSError:
-                closed = time.monotonic() - start
-                break
-            if closed_by_server(s, timeout=0.5):
-                closed = time.monotonic() - start
-                break
+        closed = trickle_until_closed(s, [b"\n"] * 30)
         self.assertIsNotNone(closed, "empty lines kept the connection open")
         self.assertLess(closed, 12)
 
