@@ -355,6 +355,19 @@ class ReadinessTest(RedisCase):
         client.call("REPLICAOF", "NO", "ONE")
         self.assert_ready_again(allow, deny)
 
+    def test_readiness_with_redis_frozen(self):
+        allow, deny = self.service("allow"), self.service("deny")
+        self.warm(deny)
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            status, body = self.readiness(allow)
+            self.assertEqual((status, body["store"]), (200, "failing"), body)
+            self.assertIn(body["store_error"], ("timeout", "circuit_open"))
+            self.assertEqual(self.readiness(deny)[0], 503)
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        self.assert_ready_again(allow, deny)
+
     def test_readiness_with_redis_down_and_back(self):
         allow, deny = self.service("allow"), self.service("deny")
         self.warm(deny)
