@@ -472,6 +472,17 @@ class ConnectionCapTest(ServiceCase):
         self.assertGreaterEqual(metric(self.svc, 'sluice_connections_evicted_total{plane="admin"}'), 60)
         del hoard
 
+    def test_a_probe_that_has_sent_its_request_outlasts_idle_hoarders(self):
+        probe = self.connect(admin=True)
+        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # the request has begun
+        time.sleep(0.2)  # let the server read it
+        hoard = [self.connect(admin=True) for _ in range(20)]
+        time.sleep(0.2)  # let the server accept (and evict) them
+        probe.sendall(b"\r\n")
+        probe.settimeout(5)
+        self.assertTrue(probe.recv(4096).startswith(b"HTTP/1.1 200 "))
+        del hoard
+
     def test_an_authenticated_admin_connection_is_not_evicted(self):
         scraper = http.client.HTTPConnection("127.0.0.1", self.svc.admin_port, timeout=5)
         self.addCleanup(scraper.close)

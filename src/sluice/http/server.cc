@@ -222,9 +222,10 @@ struct HttpServer::Connection {
   bool done = false;
   Listener* listener;
   std::list<Connection*>::iterator position;
-  bool listed = false;     // in listener->open
-  bool counted = true;     // counted in HttpServer::connections_
-  bool answering = false;  // between a request's last byte and its answer's: never evicted
+  bool listed = false;       // in listener->open
+  bool counted = true;       // counted in HttpServer::connections_
+  bool answering = false;    // between a request's last byte and its answer's: never evicted
+  bool mid_request = false;  // bytes of a request not yet answered have arrived
   Peer peer;
 
   void ExpiresAfter(std::chrono::steady_clock::duration d) {
@@ -386,18 +387,27 @@ void HttpServer::StopAccepting() {
 }
 
 bool HttpServer::EvictOne(Listener& listener) {
+  // First the oldest connection that sent nothing since its last answer (an idle hoarder), then
+  // the oldest one in the middle of sending a request: a probe that has sent its request is the
+  // last to go.
+  Connection* victim = nullptr;
   for (Connection* c : listener.open) {
     if (c->answering || c->peer.authenticated) continue;
-    listener.open.erase(c->position);
-    c->listed = false;
-    c->counted = false;
-    connections_.fetch_sub(1);
-    boost::system::error_code ignored;
-    c->socket.close(ignored);  // its session ends with operation_aborted
-    if (options_.evicted != nullptr) options_.evicted->Inc();
-    return true;
+    if (!c->mid_request) {
+      victim = c;
+      break;
+    }
+    if (victim == nullptr) victim = c;
   }
-  return false;
+  if (victim == nullptr) return false;
+  listener.open.erase(victim->position);
+  victim->listed = false;
+  victim->counted = false;
+  connections_.fetch_sub(1);
+  boost::system::error_code ignored;
+  victim->socket.close(ignored);  // its session ends with operation_aborted
+  if (options_.evicted != nullptr) options_.evicted->Inc();
+  return true;
 }
 
 asio::awaitable<void> HttpServer::BackOffAfterAcceptFailure(Listener& listener,
@@ -559,11 +569,13 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       if (empty_line_bytes == 0) {
         conn->ExpiresAfter(first ? options_.header_timeout : idle_timeout());
       }
+      conn->mid_request = false;
       const std::size_t n = co_await conn->socket.async_read_some(
           buffer.prepare(std::min<size_t>(4096, buffer.max_size())), with_ec);
       if (ec) break;
       buffer.commit(n);
     }
+    conn->mid_request = true;
     const size_t skipped = SkipLeadingEmptyLines(buffer);
     if (skipped > 0 && empty_line_bytes == 0) conn->ExpiresAfter(options_.header_timeout);
     empty_line_bytes += skipped;
