@@ -3,6 +3,9 @@
 // Exit codes (docs/operations.md): 0 ok, 1 runtime failure, 64 usage error (sysexits.h EX_USAGE),
 // 78 configuration error (EX_CONFIG). CLI11's own codes (105 for a missing option, ...) are mapped
 // to 64: an operator's script tests for sysexits.h codes, not for a parser library's.
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -71,6 +74,15 @@ int CheckConfig(const std::string& path) {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
+  // `serve` handles SIGTERM, SIGINT and SIGHUP; held pending from the very start, a signal that a
+  // service manager sends while the process is still starting (a reload right after start) is
+  // handled once the handlers exist instead of killing the process.
+  sigset_t service_signals;
+  sigemptyset(&service_signals);
+  sigaddset(&service_signals, SIGTERM);
+  sigaddset(&service_signals, SIGINT);
+  sigaddset(&service_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &service_signals, nullptr);
   CLI::App app{
       "sluice: rate limits, daily and monthly quotas by plan, and quota alerts for HTTP APIs.",
       "sluice"};
@@ -122,6 +134,9 @@ int main(int argc, char** argv) {
   }
   sluice::SetLogLevel(level);
 
-  if (*check) return sluice::CheckConfig(check_config);
+  if (*check) {
+    pthread_sigmask(SIG_UNBLOCK, &service_signals, nullptr);  // Ctrl-C stops a long check
+    return sluice::CheckConfig(check_config);
+  }
   return sluice::server::Serve(serve_config);
 }

@@ -510,6 +510,20 @@ class SecondInstanceTest(unittest.TestCase):
             self.assertEqual(first.check({"subject": "s", "plan": "free"})[0], 200)
 
 
+    def test_a_second_serve_on_the_same_admin_address_exits_cleanly(self):
+        with harness.tempdir() as d, harness.Service(PLANS, d) as first:
+            other = os.path.join(d, "other")
+            os.mkdir(other)
+            config = harness.write_config(other, (
+                "server:\n"
+                f'  listen: "127.0.0.1:{harness.free_port()}"\n'
+                f'  admin_listen: "127.0.0.1:{first.admin_port}"\n' + PLANS))
+            second = harness.run("serve", "-c", config, timeout=20)
+            self.assertEqual(second.returncode, 1, second.stderr)
+            self.assertIn("cannot start the admin plane", second.stderr)
+            self.assertNotIn("AddressSanitizer", second.stderr)
+
+
 class FileDescriptorExhaustionTest(unittest.TestCase):
     LIMIT = 64
 

@@ -435,7 +435,8 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
   const Field delay = f.Get("shutdown_delay");
   // Zero is a valid delay here (stop at once), unlike the other durations.
   if (!delay.absent() && delay.node.IsScalar() &&
-      (delay.node.Scalar() == "0" || delay.node.Scalar() == "0s")) {
+      (delay.node.Scalar() == "0" || delay.node.Scalar() == "0ms" || delay.node.Scalar() == "0s" ||
+       delay.node.Scalar() == "0m" || delay.node.Scalar() == "0h")) {
     server.shutdown_delay = absl::ZeroDuration();
   } else {
     SLUICE_RETURN_IF_ERROR(ReadDuration(delay, server.shutdown_delay));

@@ -216,6 +216,18 @@ TEST_F(ConfigTest, AlertLeaseIsReadAndBounded) {
             "test.yaml: alerts.lease: must be at least 1s, got 500ms");
 }
 
+TEST_F(ConfigTest, ShutdownDelayMayBeZeroInAnyUnitAndIsBounded) {
+  for (const char* zero : {"0", "0ms", "0s", "0m", "0h"}) {
+    absl::StatusOr<Config> config =
+        Parse(WithPlan(absl::StrCat("server:\n  shutdown_delay: ", zero, "\n")));
+    ASSERT_TRUE(config.ok()) << zero << ": " << config.status();
+    EXPECT_EQ(config->server.shutdown_delay, absl::ZeroDuration()) << zero;
+  }
+  EXPECT_EQ(Parse(WithPlan(""))->server.shutdown_delay, absl::Seconds(5));
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  shutdown_delay: 11m\n")),
+            "test.yaml: server.shutdown_delay: must be at most 10m, got 11m");
+}
+
 TEST_F(ConfigTest, FieldWrittenWithoutValueTakesItsDefault) {
   absl::StatusOr<Config> config =
       Parse(WithPlan("server:\n  threads:\n  deny_status: ~\nstore:\n"));

@@ -328,7 +328,10 @@ void HttpServer::ReleaseAcceptors() {
 
 absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
                                 const tcp::endpoint& endpoint) {
-  const std::string where = absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  const std::string where =
+      endpoint.address().is_v6()
+          ? absl::StrCat("[", endpoint.address().to_string(), "]:", endpoint.port())
+          : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
   if (endpoint.port() != 0) {
     bool taken = false;
     const int lock = LockAddress(endpoint, &taken);

@@ -112,6 +112,12 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.server.listen != after.server.listen) warn("server.listen");
   if (before.server.admin_listen != after.server.admin_listen) warn("server.admin_listen");
   if (before.server.threads != after.server.threads) warn("server.threads");
+  if (before.server.max_connections != after.server.max_connections) {
+    warn("server.max_connections");
+  }
+  if (before.server.admin_max_connections != after.server.admin_max_connections) {
+    warn("server.admin_max_connections");
+  }
   if (before.store.type != after.store.type ||
       before.store.memory.snapshot_path != after.store.memory.snapshot_path ||
       before.store.memory.snapshot_interval != after.store.memory.snapshot_interval) {
@@ -419,10 +425,13 @@ int Serve(const std::string& config_path) {
   }
   if (absl::Status s = data_server.Listen(context_ptrs, *data_endpoint); !s.ok()) {
     Log(LogLevel::kError, "cannot start the data plane").Error(s);
+    data_server.ReleaseAcceptors();  // before the io_contexts they belong to are destroyed
     return kExitFailure;
   }
   if (absl::Status s = admin_server.Listen({context_ptrs.front()}, *admin_endpoint); !s.ok()) {
     Log(LogLevel::kError, "cannot start the admin plane").Error(s);
+    data_server.ReleaseAcceptors();  // before the io_contexts they belong to are destroyed
+    admin_server.ReleaseAcceptors();
     return kExitFailure;
   }
 
@@ -484,6 +493,8 @@ int Serve(const std::string& config_path) {
   asio::steady_timer delay_timer(control);
   std::chrono::steady_clock::time_point drain_deadline;
   bool draining = false;
+  // A reload may change it (it is read when SIGTERM comes).
+  absl::Duration shutdown_delay = cfg.server.shutdown_delay;
   std::function<void()> poll_drain = [&] {
     if ((data_server.in_flight() == 0 && admin_server.in_flight() == 0) ||
         std::chrono::steady_clock::now() >= drain_deadline) {
@@ -505,6 +516,7 @@ int Serve(const std::string& config_path) {
                 .Error(fe.status());
           } else {
             WarnAboutRestartOnlyChanges(cfg, next);
+            shutdown_delay = next.server.shutdown_delay;
             frontend.Set(std::move(*fe));
             // Waits for the sink calls in flight (each bounded by its timeout); what they did
             // not finish stays in the outbox for the new dispatcher.
@@ -529,8 +541,7 @@ int Serve(const std::string& config_path) {
           poll_drain();
         };
         const std::string_view name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-        if (stopping.exchange(true) || sig == SIGINT ||
-            cfg.server.shutdown_delay <= absl::ZeroDuration()) {
+        if (stopping.exchange(true) || sig == SIGINT || shutdown_delay <= absl::ZeroDuration()) {
           // SIGINT, a second signal or no delay: stop now.
           Log(LogLevel::kInfo, "stopping").Str("signal", name);
           drain();
@@ -538,8 +549,8 @@ int Serve(const std::string& config_path) {
           // Readiness is 503 from now on; decisions go on until load balancers have noticed.
           Log(LogLevel::kInfo, "stopping: readiness now fails; serving until shutdown_delay ends")
               .Str("signal", name)
-              .Str("shutdown_delay", absl::FormatDuration(cfg.server.shutdown_delay));
-          delay_timer.expires_after(absl::ToChronoMilliseconds(cfg.server.shutdown_delay));
+              .Str("shutdown_delay", absl::FormatDuration(shutdown_delay));
+          delay_timer.expires_after(absl::ToChronoMilliseconds(shutdown_delay));
           delay_timer.async_wait([drain](const boost::system::error_code& e) {
             if (!e) drain();
           });

@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 
 namespace sluice::redis {
@@ -90,6 +91,9 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
   if (at != std::string_view::npos) {
     std::string_view userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
+    if (userinfo.find('@') != std::string_view::npos) {
+      return absl::InvalidArgumentError("redis URL credentials: write a literal @ as %40");
+    }
     const size_t colon = userinfo.find(':');
     if (colon == std::string_view::npos) {
       return absl::InvalidArgumentError("redis URL credentials must be user:password@");
@@ -327,6 +331,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
 
   // Forgets the current connection: closes it, fails every outstanding command, and makes the
   // handlers of its operations still in flight stale.
+  std::string last_connect_error_;
+  std::chrono::steady_clock::time_point last_connect_log_;
+
   void Drop() {
     connected_ = false;
     circuit_open_ = false;
@@ -348,6 +355,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     auto delay = self->options_.reconnect_min;
     while (!self->stopped_) {
       absl::Status status = co_await self->Connect();
+      self->ReportConnect(status);
       if (status.ok()) {
         delay = self->options_.reconnect_min;
         self->connected_ = true;
@@ -360,6 +368,29 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       co_await self->backoff_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       delay = std::min(delay * 2, self->options_.reconnect_max);
     }
+  }
+
+  // Logs why connecting failed (a refused AUTH reads "WRONGPASS ...", never the password): when the
+  // reason changes, and at most once a minute while it stays the same; and the recovery.
+  void ReportConnect(const absl::Status& status) {
+    const auto now = std::chrono::steady_clock::now();
+    if (status.ok()) {
+      if (!last_connect_error_.empty()) {
+        Log(LogLevel::kInfo, "redis connected")
+            .Str("host", options_.host)
+            .Int("port", options_.port);
+      }
+      last_connect_error_.clear();
+      return;
+    }
+    const std::string reason(status.message());
+    if (reason == last_connect_error_ && now - last_connect_log_ < std::chrono::minutes(1)) return;
+    last_connect_error_ = reason;
+    last_connect_log_ = now;
+    Log(LogLevel::kWarn, "redis connection failed")
+        .Str("host", options_.host)
+        .Int("port", options_.port)
+        .Str("error", reason);
   }
 
   // Connects and runs AUTH / SELECT. Commands sent meanwhile fail fast (not connected yet).

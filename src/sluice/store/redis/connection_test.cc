@@ -394,6 +394,12 @@ TEST(ParseRedisUrlTest, RejectsBadPercentEncodingWithoutQuotingTheSecret) {
   }
 }
 
+TEST(ParseRedisUrlTest, RejectsARawAtInTheCredentials) {
+  auto options = ParseRedisUrl("redis://:SECRETPW@@localhost");
+  ASSERT_FALSE(options.ok());
+  EXPECT_EQ(options.status().message(), "redis URL credentials: write a literal @ as %40");
+}
+
 TEST(ParseRedisUrlTest, DefaultsPortAndDb) {
   auto options = ParseRedisUrl("redis://localhost");
   ASSERT_TRUE(options.ok()) << options.status();
