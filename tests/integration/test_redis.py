@@ -308,6 +308,23 @@ class RedisStoreTest(RedisCase):
         self.assertTrue(body["allowed"])
 
 
+class RedisAuthTest(RedisCase):
+    def test_a_refused_password_is_logged_without_the_password(self):
+        client = self.redis.client()
+        self.addCleanup(client.close)
+        client.call("CONFIG", "SET", "requirepass", "right-secret")
+        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+        self.addCleanup(d.cleanup)
+        yaml = redis_yaml(self.redis.port).replace(
+            f"redis://127.0.0.1:{self.redis.port}/0", f"redis://:wrong-secret@127.0.0.1:{self.redis.port}/0")
+        svc = harness.Service(yaml + PLANS, d.name)
+        svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        line = json.loads(svc.server.wait_for_line("redis connection failed"))
+        self.assertIn("WRONGPASS", line["error"])
+        self.assertFalse(any("wrong-secret" in l for l in svc.server.lines))
+
+
 class ReadinessTest(RedisCase):
     """/readyz against each way Redis can fail: under allow it stays 200 and says the store is
     failing (all replicas unready at once would turn fail-open into an outage); under deny it is
