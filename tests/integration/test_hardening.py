@@ -295,46 +295,42 @@ class ForwardedTest(ServiceCase):
         finally:
             conn.close()
 
+    def assert_subjects(self, cases):
+        """`cases`: (header lines sent by the trusted proxy 127.0.0.2, the subject expected)."""
+        for headers, expected in cases:
+            with self.subTest(headers=headers):
+                self.assertEqual(self.subject_from_proxy(headers), expected)
+
     def test_several_x_forwarded_for_lines_are_one_list(self):
         # The client forged the first line; the trusted proxy appended the second.
-        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "203.0.113.9"),
-                                                  ("X-Forwarded-For", "198.51.100.7")]),
-                         "ip:198.51.100.7")
-        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "203.0.113.9, 127.0.0.2"),
-                                                  ("X-Forwarded-For", "127.0.0.2")]),
-                         "ip:203.0.113.9")
+        xff = "X-Forwarded-For"
+        self.assert_subjects([
+            ([(xff, "203.0.113.9"), (xff, "198.51.100.7")], "ip:198.51.100.7"),
+            ([(xff, "203.0.113.9, 127.0.0.2"), (xff, "127.0.0.2")], "ip:203.0.113.9"),
+        ])
 
     def test_forwarded_for_is_walked_by_the_same_rule(self):
-        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9, for=198.51.100.7;proto=http")]),
-                         "ip:198.51.100.7")
-        self.assertEqual(self.subject_from_proxy([("Forwarded", 'For="[2001:db8:cafe::17]:4711"')]),
-                         "ip:2001:db8:cafe::17")
-        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9"),
-                                                  ("Forwarded", "for=198.51.100.8")]),
-                         "ip:198.51.100.8")
-        # A line the client broke (an unterminated quote, text after a quote) cannot swallow or
-        # outrank the line or element the proxy appended.
-        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9, x="'),
-                                                  ("Forwarded", "for=198.51.100.8")]),
-                         "ip:198.51.100.8")
-        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9;x="a"b'),
-                                                  ("Forwarded", 'for="198.51.100.8"')]),
-                         "ip:198.51.100.8")
-        self.assertEqual(self.subject_from_proxy([("Forwarded", 'for=203.0.113.9;x=", for=198.51.100.8')]),
-                         "ip:127.0.0.2")
-        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9;for=203.0.113.10")]),
-                         "ip:127.0.0.2")
-        # "unknown" or an obfuscated node: nothing left of it can be believed.
-        self.assertEqual(self.subject_from_proxy([("Forwarded", "for=203.0.113.9, for=_hidden")]),
-                         "ip:127.0.0.2")
+        fwd = "Forwarded"
+        self.assert_subjects([
+            ([(fwd, "for=203.0.113.9, for=198.51.100.7;proto=http")], "ip:198.51.100.7"),
+            ([(fwd, 'For="[2001:db8:cafe::17]:4711"')], "ip:2001:db8:cafe::17"),
+            ([(fwd, "for=203.0.113.9"), (fwd, "for=198.51.100.8")], "ip:198.51.100.8"),
+            # A line the client broke (an unterminated quote, text after a quote) cannot swallow or
+            # outrank the line or element the proxy appended.
+            ([(fwd, 'for=203.0.113.9, x="'), (fwd, "for=198.51.100.8")], "ip:198.51.100.8"),
+            ([(fwd, 'for=203.0.113.9;x="a"b'), (fwd, 'for="198.51.100.8"')], "ip:198.51.100.8"),
+            ([(fwd, 'for=203.0.113.9;x=", for=198.51.100.8')], "ip:127.0.0.2"),
+            ([(fwd, "for=203.0.113.9;for=203.0.113.10")], "ip:127.0.0.2"),
+            # "unknown" or an obfuscated node: nothing left of it can be believed.
+            ([(fwd, "for=203.0.113.9, for=_hidden")], "ip:127.0.0.2"),
+        ])
 
     def test_disagreeing_headers_fall_back_to_the_proxy(self):
-        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "198.51.100.7"),
-                                                  ("Forwarded", "for=203.0.113.9")]),
-                         "ip:127.0.0.2")
-        self.assertEqual(self.subject_from_proxy([("X-Forwarded-For", "198.51.100.7"),
-                                                  ("Forwarded", "for=198.51.100.7")]),
-                         "ip:198.51.100.7")
+        self.assert_subjects([
+            ([("X-Forwarded-For", "198.51.100.7"), ("Forwarded", "for=203.0.113.9")], "ip:127.0.0.2"),
+            ([("X-Forwarded-For", "198.51.100.7"), ("Forwarded", "for=198.51.100.7")],
+             "ip:198.51.100.7"),
+        ])
 
     def test_an_untrusted_peer_cannot_choose_its_address(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.svc.port, timeout=5)

@@ -1,6 +1,6 @@
-// Where the dispatcher gets alert events from: the store's outbox (docs/alerts.md). One implementation
-// per store: MemoryOutboxSource (alerts/memory_outbox_source.h) over the memory store's Outbox, and
-// RedisOutbox (store/redis/redis_outbox.h) over the per-bucket Redis streams.
+// Where the dispatcher gets alert events from: the store's outbox (docs/alerts.md). One
+// implementation per store: MemoryOutboxSource (alerts/memory_outbox_source.h) over the memory
+// store's Outbox, and RedisOutbox (store/redis/redis_outbox.h) over the per-bucket Redis streams.
 //
 // The protocol is a lease: Fetch() hands out events the caller now holds; the caller Ack()s each
 // one once every sink is done with it (which removes it from the outbox for good), and Renew()s the

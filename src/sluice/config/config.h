@@ -1,4 +1,5 @@
-// sluice.yaml as plain structs, and the loader that fills and validates them (docs/configuration.md).
+// sluice.yaml as plain structs, and the loader that fills and validates them
+// (docs/configuration.md).
 //
 // Every value here has passed validation: a Config that ParseConfig or LoadConfigFile returned is
 // complete and consistent (names unique, references resolved, time zones known, numbers in range).

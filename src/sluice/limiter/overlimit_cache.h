@@ -1,6 +1,7 @@
 // The over-limit cache: after the store denies a subject under a plan, later requests that are
 // certain to be denied as well are answered without asking the store, until the violated limits
-// reset (docs/architecture.md). A client hammering after its quota is spent then costs no Redis round trip.
+// reset (docs/architecture.md). A client hammering after its quota is spent then costs no Redis
+// round trip.
 //
 // Why this is exact, not a guess: within a window a counter only grows (a denial changes nothing,
 // and other instances only add), so if used_i + cost > quota_i held for the cached counter of limit

@@ -1,5 +1,6 @@
-// docs/semantics.md as a parametrised GoogleTest suite that every Store implementation must pass, so the
-// stores cannot drift apart. A store's test binary links this file and instantiates the suite:
+// docs/semantics.md as a parametrised GoogleTest suite that every Store implementation must pass,
+// so the stores cannot drift apart. A store's test binary links this file and instantiates the
+// suite:
 //
 //   INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,
 //                            ::testing::Values(StoreHarnessFactory{"memory", MakeMemoryHarness}),

@@ -1,5 +1,5 @@
-// Keeps an OffsetClock equal to the Redis server's clock (docs/semantics.md: with Redis, the Redis server's
-// clock decides windows). Every `interval` it sends TIME over a Connection and sets
+// Keeps an OffsetClock equal to the Redis server's clock (docs/semantics.md: with Redis, the Redis
+// server's clock decides windows). Every `interval` it sends TIME over a Connection and sets
 //   offset = redis_time - (local_before + local_after) / 2,
 // taking the midpoint of the round trip as the instant Redis read its clock (error <= RTT / 2). A
 // sample whose round trip exceeds `max_rtt` is discarded (the estimate would be poor); until the

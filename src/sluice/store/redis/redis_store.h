@@ -1,5 +1,5 @@
-// The Redis store: docs/semantics.md on a shared Redis, one round trip (one EVALSHA of decide.lua) per
-// decision. Keys and the script's contract: docs/redis.md and decide.lua's header.
+// The Redis store: docs/semantics.md on a shared Redis, one round trip (one EVALSHA of decide.lua)
+// per decision. Keys and the script's contract: docs/redis.md and decide.lua's header.
 //
 // Each io_context thread has its own Connection; the store asks `connection_for_thread` for the
 // calling thread's, so a callback always runs on the thread that made the call (after the reply
