@@ -1,0 +1,97 @@
+#include "sluice/registry/keys.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sluice::registry {
+namespace {
+
+constexpr char kBase32[] = "abcdefghijklmnopqrstuvwxyz234567";  // RFC 4648, lowercase
+constexpr char kHex[] = "0123456789abcdef";
+
+// RAND_bytes draws from OpenSSL's DRBG, seeded and reseeded from the OS (getrandom).
+absl::Status RandomBytes(uint8_t* out, size_t n) {
+  if (RAND_bytes(out, static_cast<int>(n)) != 1) {
+    return absl::InternalError("the OS random source failed (RAND_bytes)");
+  }
+  return absl::OkStatus();
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<GeneratedKey> GenerateKey() {
+  static_assert(kKeyRandomBytes % 5 == 0, "base32 without padding needs whole 5-byte groups");
+  std::array<uint8_t, kKeyRandomBytes> random{};
+  if (absl::Status s = RandomBytes(random.data(), random.size()); !s.ok()) return s;
+  GeneratedKey key;
+  key.plaintext.reserve(kKeyPrefix.size() + kKeyRandomBytes * 8 / 5);
+  key.plaintext.append(kKeyPrefix);
+  for (size_t i = 0; i < random.size(); i += 5) {
+    uint64_t group = 0;
+    for (size_t j = 0; j < 5; ++j) group = (group << 8) | random[i + j];
+    for (int shift = 35; shift >= 0; shift -= 5)
+      key.plaintext.push_back(kBase32[(group >> shift) & 31]);
+  }
+  key.digest = DigestOf(key.plaintext);
+  key.prefix = key.plaintext.substr(0, kKeyDisplayPrefixBytes);
+  ::OPENSSL_cleanse(random.data(), random.size());
+  return key;
+}
+
+Digest DigestOf(std::string_view key) {
+  Digest digest{};
+  ::SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest.data());
+  return digest;
+}
+
+absl::StatusOr<Digest> ParseDigestHex(std::string_view hex) {
+  Digest digest{};
+  if (hex.size() != digest.size() * 2) {
+    return absl::InvalidArgumentError("must be 64 hex digits (a SHA-256)");
+  }
+  for (size_t i = 0; i < digest.size(); ++i) {
+    const int hi = HexValue(hex[2 * i]);
+    const int lo = HexValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return absl::InvalidArgumentError("must be 64 hex digits (a SHA-256)");
+    digest[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return digest;
+}
+
+std::string DigestHex(const Digest& digest) {
+  std::string out(digest.size() * 2, '0');
+  for (size_t i = 0; i < digest.size(); ++i) {
+    out[2 * i] = kHex[digest[i] >> 4];
+    out[2 * i + 1] = kHex[digest[i] & 0xf];
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> NewKeyId() {
+  uint64_t id = 0;
+  while (id == 0) {  // 0 means "no key"; redrawing keeps the ids uniform over the rest
+    uint8_t bytes[8];
+    if (absl::Status s = RandomBytes(bytes, sizeof(bytes)); !s.ok()) return s;
+    std::memcpy(&id, bytes, sizeof(id));
+  }
+  return id;
+}
+
+}  // namespace sluice::registry
