@@ -1,0 +1,908 @@
+#include "sluice/store/redis/redis_registry.h"
+
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
+#include "sluice/common/strings.h"
+#include "sluice/registry/keys.h"
+#include "sluice/store/redis/registry_read_script.h"
+#include "sluice/store/redis/registry_write_script.h"
+
+namespace sluice::redis {
+namespace asio = boost::asio;
+using registry::Change;
+using registry::ChangeCallback;
+using registry::ChangeResult;
+using registry::Key;
+using registry::Subject;
+
+namespace {
+
+using Argv = std::vector<std::string>;
+constexpr int kIdempotencyTtlSeconds = 86400;  // model.h: records are kept for 24 hours
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kHex[data[i] >> 4]);
+    out.push_back(kHex[data[i] & 15]);
+  }
+  return out;
+}
+
+std::string Sha1Hex(std::string_view data) {
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return Hex(digest, sizeof digest);
+}
+
+std::string NewEpoch() {
+  unsigned char bytes[16] = {};
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    // Only uniqueness matters, not secrecy: the clock is good enough as a fallback.
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    std::memcpy(bytes, &now, sizeof now);
+  }
+  return Hex(bytes, sizeof bytes);
+}
+
+std::string Micros(absl::Time t) { return absl::StrCat(absl::ToUnixMicros(t)); }
+
+std::optional<absl::Time> ParseMicros(std::string_view text) {
+  int64_t us = 0;
+  if (!absl::SimpleAtoi(ToAbsl(text), &us)) return std::nullopt;
+  return absl::FromUnixMicros(us);
+}
+
+std::optional<uint64_t> ParseKeyIdHex(std::string_view text) {
+  uint64_t id = 0;
+  if (text.size() != 16 || !absl::SimpleHexAtoi(ToAbsl(text), &id) || id == 0) return std::nullopt;
+  return id;
+}
+
+// HGETALL's flat [field, value, …] as pairs.
+Fields PairsOf(const Reply& reply) {
+  Fields out;
+  if (!reply.is_array()) return out;
+  out.reserve(reply.elements.size() / 2);
+  for (size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+    out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
+  }
+  return out;
+}
+
+const std::string* Find(const Fields& fields, std::string_view name) {
+  for (const auto& [f, v] : fields) {
+    if (f == name) return &v;
+  }
+  return nullptr;
+}
+
+// A Redis error reply: the transient ones (LOADING, BUSY, READONLY, …) are Unavailable.
+absl::Status ErrorReply(const Reply& reply) {
+  static constexpr std::string_view kTransient[] = {
+      "BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"};
+  for (std::string_view prefix : kTransient) {
+    if (reply.str.starts_with(prefix)) {
+      return absl::UnavailableError(absl::StrCat("redis registry: ", reply.str));
+    }
+  }
+  return absl::InternalError(absl::StrCat("redis registry: ", reply.str));
+}
+
+absl::Status Check(const absl::StatusOr<Reply>& reply) {
+  if (!reply.ok()) {
+    // No reply: nothing is known to have happened. Unavailable is what the caller maps to 503.
+    return absl::UnavailableError(absl::StrCat("redis registry: ", reply.status().message()));
+  }
+  if (reply->is_error()) return ErrorReply(*reply);
+  return absl::OkStatus();
+}
+
+std::string_view KindName(Change::Kind kind) {
+  switch (kind) {
+    case Change::Kind::kPutSubject:
+      return "put_subject";
+    case Change::Kind::kDeleteSubject:
+      return "delete_subject";
+    case Change::Kind::kAddKey:
+      return "add_key";
+    case Change::Kind::kRevokeKey:
+      return "revoke_key";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string RegistryBase(std::string_view prefix) {
+  return absl::StrCat(ToAbsl(prefix), ":{registry}");
+}
+
+std::string KeyIdHex(uint64_t id) { return absl::StrCat(absl::Hex(id, absl::kZeroPad16)); }
+
+Fields SubjectFields(const Subject& s) {
+  nlohmann::json overrides = nlohmann::json::array();
+  for (const registry::Override& o : s.overrides) {
+    nlohmann::json j = {{"limit", o.limit}, {"quota", o.quota}};
+    if (o.until) j["until"] = absl::ToUnixMicros(*o.until);
+    overrides.push_back(std::move(j));
+  }
+  return {{"plan", s.plan},
+          {"email", s.email},
+          {"webhook", s.webhook},
+          {"webhook_secret", s.webhook_secret},
+          {"metadata", s.metadata},
+          {"disabled", s.disabled ? "1" : "0"},
+          {"overrides", overrides.dump()},
+          {"created_at", Micros(s.created_at)},
+          {"updated_at", Micros(s.updated_at)}};
+}
+
+Fields KeyFields(const Key& k) {
+  return {{"subject", k.subject},
+          {"digest", registry::DigestHex(k.digest)},
+          {"prefix", k.prefix},
+          {"name", k.name},
+          {"expires_at", k.expires_at ? Micros(*k.expires_at) : ""},
+          {"created_at", Micros(k.created_at)}};
+}
+
+std::optional<Subject> ParseSubject(std::string_view id, const Fields& fields) {
+  Subject s;
+  s.id = std::string(id);
+  const std::string *plan = Find(fields, "plan"), *disabled = Find(fields, "disabled"),
+                    *overrides = Find(fields, "overrides"), *created = Find(fields, "created_at"),
+                    *updated = Find(fields, "updated_at");
+  if (id.empty() || plan == nullptr || plan->empty() || disabled == nullptr || created == nullptr ||
+      updated == nullptr) {
+    return std::nullopt;
+  }
+  s.plan = *plan;
+  if (const std::string* v = Find(fields, "email")) s.email = *v;
+  if (const std::string* v = Find(fields, "webhook")) s.webhook = *v;
+  if (const std::string* v = Find(fields, "webhook_secret")) s.webhook_secret = *v;
+  if (const std::string* v = Find(fields, "metadata"); v != nullptr && !v->empty()) s.metadata = *v;
+  s.disabled = *disabled == "1";
+  std::optional<absl::Time> c = ParseMicros(*created), u = ParseMicros(*updated);
+  if (!c || !u) return std::nullopt;
+  s.created_at = *c;
+  s.updated_at = *u;
+  if (overrides != nullptr && !overrides->empty()) {
+    const nlohmann::json j = nlohmann::json::parse(*overrides, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array()) return std::nullopt;
+    for (const nlohmann::json& o : j) {
+      if (!o.is_object() || !o.contains("limit") || !o["limit"].is_string() ||
+          !o.contains("quota") || !o["quota"].is_number_integer()) {
+        return std::nullopt;
+      }
+      registry::Override out{.limit = o["limit"].get<std::string>(),
+                             .quota = o["quota"].get<int64_t>()};
+      if (o.contains("until")) {
+        if (!o["until"].is_number_integer()) return std::nullopt;
+        out.until = absl::FromUnixMicros(o["until"].get<int64_t>());
+      }
+      s.overrides.push_back(std::move(out));
+    }
+  }
+  return s;
+}
+
+std::optional<Key> ParseKey(uint64_t id, const Fields& fields) {
+  const std::string *subject = Find(fields, "subject"), *digest = Find(fields, "digest"),
+                    *expires = Find(fields, "expires_at"), *created = Find(fields, "created_at");
+  if (id == 0 || subject == nullptr || subject->empty() || digest == nullptr ||
+      created == nullptr) {
+    return std::nullopt;
+  }
+  absl::StatusOr<registry::Digest> d = registry::ParseDigestHex(*digest);
+  std::optional<absl::Time> c = ParseMicros(*created);
+  if (!d.ok() || !c) return std::nullopt;
+  Key k{.id = id, .subject = *subject, .digest = *d, .created_at = *c};
+  if (const std::string* v = Find(fields, "prefix")) k.prefix = *v;
+  if (const std::string* v = Find(fields, "name")) k.name = *v;
+  if (expires != nullptr && !expires->empty()) {
+    k.expires_at = ParseMicros(*expires);
+    if (!k.expires_at) return std::nullopt;
+  }
+  return k;
+}
+
+// Everything that runs on the private thread. Shared with the coroutines and handlers in flight.
+class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
+ public:
+  Follower(RedisRegistry* owner, const RedisRegistryOptions& options)
+      : owner_(owner),
+        options_(options),
+        base_(RegistryBase(options.key_prefix)),
+        version_key_(base_ + ":version"),
+        epoch_key_(base_ + ":epoch"),
+        log_key_(base_ + ":log"),
+        subjects_key_(base_ + ":subjects"),
+        keys_key_(base_ + ":keys"),
+        write_sha_(Sha1Hex(kRegistryWriteScript)),
+        read_sha_(Sha1Hex(kRegistryReadScript)),
+        work_(asio::make_work_guard(io_)),
+        connection_(io_, options.connection),
+        timer_(io_) {}
+
+  asio::io_context& io() { return io_; }
+
+  // Lets io().run() return once every handler in flight has run.
+  void ReleaseWork() { work_.reset(); }
+
+  // On the private thread.
+  void Begin(registry::Index* index, std::shared_ptr<std::promise<void>> first_load) {
+    index_ = index;
+    first_load_ = std::move(first_load);
+    connection_.Start();
+    force_reload_ = true;
+    asio::co_spawn(io_, PollLoop(shared_from_this()), asio::detached);
+  }
+
+  // On the private thread.
+  void Write(Change change, ChangeCallback done) {
+    if (stopping_) {
+      Finish(std::move(done), absl::UnavailableError("redis registry: stopped"));
+      return;
+    }
+    ++writes_in_flight_;
+    Argv argv = WriteCommand(change);
+    RunScript(std::move(argv), kRegistryWriteScript, write_sha_,
+              [self = shared_from_this(), change = std::move(change),
+               done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+                self->OnWritten(std::move(change), std::move(done), std::move(reply));
+              });
+  }
+
+  // On the private thread. `stopped` is set once no write is outstanding any more.
+  void BeginStop(std::shared_ptr<std::promise<void>> stopped) {
+    if (stopped_promise_) {  // a second Stop(): the first one finishes the job
+      stopped->set_value();
+      return;
+    }
+    stopping_ = true;
+    stopped_promise_ = std::move(stopped);
+    boost::system::error_code ignored;
+    timer_.cancel(ignored);
+    // Writes already answered but waiting for the follower to reach them: apply them locally.
+    while (!waiters_.empty()) ResolveLocally();
+    MaybeFinishStop();
+  }
+
+ private:
+  // A write that succeeded, waiting until the Index reflects its version.
+  struct Waiter {
+    uint64_t version;
+    Change change;
+    ChangeResult result;
+    ChangeCallback done;
+  };
+
+  // Where the follower applies records: the Index, or the maps of a full load in progress.
+  struct Sink {
+    virtual ~Sink() = default;
+    virtual void SetSubject(const std::string& id, std::optional<Subject> subject) = 0;
+    virtual void SetKey(uint64_t id, std::optional<Key> key) = 0;
+  };
+  struct IndexSink final : Sink {
+    explicit IndexSink(registry::Index* i) : index(i) {}
+    void SetSubject(const std::string& id, std::optional<Subject> subject) override {
+      if (subject) {
+        index->PutSubject(*std::move(subject));
+      } else {
+        index->DeleteSubject(id);
+      }
+    }
+    void SetKey(uint64_t id, std::optional<Key> key) override {
+      if (!key) {
+        index->RevokeKey(id);
+      } else if (!index->FindKey(id)) {  // keys never change once made
+        index->AddKey(*std::move(key));
+      }
+    }
+    registry::Index* index;
+  };
+  struct MapSink final : Sink {
+    void SetSubject(const std::string& id, std::optional<Subject> subject) override {
+      if (subject) {
+        subjects[id] = *std::move(subject);
+      } else {
+        subjects.erase(id);
+      }
+    }
+    void SetKey(uint64_t id, std::optional<Key> key) override {
+      if (key) {
+        keys[id] = *std::move(key);
+      } else {
+        keys.erase(id);
+      }
+    }
+    absl::flat_hash_map<std::string, Subject> subjects;
+    absl::flat_hash_map<uint64_t, Key> keys;
+  };
+
+  template <typename Handler>
+  void Finish(Handler done, absl::StatusOr<ChangeResult> result) {
+    asio::post(io_, [done = std::move(done), result = std::move(result)]() mutable {
+      std::move(done)(std::move(result));
+    });
+  }
+
+  // EVALSHA, and on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) SCRIPT LOAD and once more:
+  // NOSCRIPT means the script did not run, so the retry cannot apply a change twice.
+  void RunScript(Argv argv, std::string_view script, const std::string& sha,
+                 Connection::Callback done) {
+    argv.insert(argv.begin(), {std::string("EVALSHA"), sha});
+    auto retry = std::make_shared<Argv>(argv);
+    connection_.Send(std::move(argv), [self = shared_from_this(), script, retry,
+                                       done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+      if (!r.ok() || !r->is_error() || !r->str.starts_with("NOSCRIPT")) {
+        std::move(done)(std::move(r));
+        return;
+      }
+      self->connection_.Send(
+          {"SCRIPT", "LOAD", std::string(script)},
+          [self, retry, done = std::move(done)](absl::StatusOr<Reply> loaded) mutable {
+            if (absl::Status st = Check(loaded); !st.ok()) {
+              std::move(done)(st);
+              return;
+            }
+            self->connection_.Send(std::move(*retry), std::move(done));
+          });
+    });
+  }
+
+  asio::awaitable<absl::StatusOr<Reply>> Script(Argv argv, std::string_view script,
+                                                const std::string& sha) {
+    auto initiation = [this, &argv, script, &sha](auto handler) {
+      RunScript(std::move(argv), script, sha,
+                [handler = std::move(handler)](absl::StatusOr<Reply> r) mutable {
+                  std::move(handler)(std::move(r));
+                });
+    };
+    absl::StatusOr<Reply> reply =
+        co_await asio::async_initiate<decltype(asio::use_awaitable), void(absl::StatusOr<Reply>)>(
+            std::move(initiation), asio::use_awaitable);
+    co_return reply;
+  }
+
+  // Sends `commands` pipelined; the replies in order.
+  asio::awaitable<std::vector<absl::StatusOr<Reply>>> Batch(std::vector<Argv> commands) {
+    using Replies = std::vector<absl::StatusOr<Reply>>;
+    auto initiation = [this, &commands](auto handler) {
+      struct State {
+        Replies replies;
+        size_t left;
+        decltype(handler) done;
+      };
+      auto state = std::make_shared<State>(State{Replies(commands.size(), absl::UnknownError("")),
+                                                 commands.size(), std::move(handler)});
+      if (commands.empty()) {
+        asio::post(io_, [state] { std::move(state->done)(Replies{}); });
+        return;
+      }
+      for (size_t i = 0; i < commands.size(); ++i) {
+        connection_.Send(std::move(commands[i]), [state, i](absl::StatusOr<Reply> r) {
+          state->replies[i] = std::move(r);
+          if (--state->left == 0) std::move(state->done)(std::move(state->replies));
+        });
+      }
+    };
+    Replies replies = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Replies)>(
+        std::move(initiation), asio::use_awaitable);
+    co_return replies;
+  }
+
+  Argv WriteCommand(const Change& c) const {
+    Argv argv = {"3",
+                 version_key_,
+                 epoch_key_,
+                 log_key_,
+                 base_,
+                 NewEpoch(),
+                 absl::StrCat(options_.log_max),
+                 std::string(KindName(c.kind))};
+    auto append = [&argv](const Fields& fields) {
+      for (const auto& [f, v] : fields) {
+        argv.push_back(f);
+        argv.push_back(v);
+      }
+    };
+    switch (c.kind) {
+      case Change::Kind::kPutSubject:
+        argv.push_back(c.subject.id);
+        append(SubjectFields(c.subject));
+        break;
+      case Change::Kind::kDeleteSubject:
+        argv.push_back(c.subject_id);
+        break;
+      case Change::Kind::kAddKey:
+        argv.push_back(KeyIdHex(c.key.id));
+        argv.push_back(c.key.subject);
+        argv.push_back(registry::DigestHex(c.key.digest));
+        argv.push_back(absl::StrCat(registry::kMaxKeysPerSubject));
+        argv.push_back(c.idempotency_key);
+        argv.push_back(c.fingerprint);
+        argv.push_back(absl::StrCat(kIdempotencyTtlSeconds));
+        append(KeyFields(c.key));
+        break;
+      case Change::Kind::kRevokeKey:
+        argv.push_back(KeyIdHex(c.key_id));
+        break;
+    }
+    return argv;
+  }
+
+  void OnWritten(Change change, ChangeCallback done, absl::StatusOr<Reply> reply) {
+    --writes_in_flight_;
+    absl::StatusOr<ChangeResult> result = WriteResult(reply);
+    if (!result.ok() || reply->elements[1].integer == 0) {
+      // An error, or an idempotent replay: nothing changed.
+      Finish(std::move(done), std::move(result));
+    } else {
+      waiters_.push_back(Waiter{.version = static_cast<uint64_t>(reply->elements[1].integer),
+                                .change = std::move(change),
+                                .result = *result,
+                                .done = std::move(done)});
+      if (stopping_) {
+        ResolveLocally();
+      } else {
+        ResolveWaiters();
+        if (!waiters_.empty()) KickSync();
+      }
+    }
+    MaybeFinishStop();
+  }
+
+  static absl::StatusOr<ChangeResult> WriteResult(const absl::StatusOr<Reply>& reply) {
+    if (absl::Status st = Check(reply); !st.ok()) return st;
+    const std::vector<Reply>& e = reply->elements;
+    if (!reply->is_array() || e.size() != 4 || !e[0].is_integer() || !e[1].is_integer() ||
+        !e[2].is_integer()) {
+      return absl::InternalError("redis registry: unexpected reply to registry_write.lua");
+    }
+    switch (e[0].integer) {
+      case 0:
+        break;
+      case 1:
+        return absl::NotFoundError("not found");
+      case 2:
+        return absl::AlreadyExistsError("a key with this digest already exists");
+      case 3:
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the subject already has ", registry::kMaxKeysPerSubject, " keys"));
+      case 4:
+        return absl::FailedPreconditionError(
+            "the idempotency key was used for a different request");
+      default:
+        return absl::InternalError("redis registry: unexpected code from registry_write.lua");
+    }
+    ChangeResult out;
+    out.created = e[2].integer == 1 && e[1].integer != 0;
+    out.replayed = e[1].integer == 0 && e[2].integer == 1;
+    if (e[3].is_string() && !e[3].str.empty()) {
+      std::optional<uint64_t> id = ParseKeyIdHex(e[3].str);
+      if (!id) return absl::InternalError("redis registry: bad key id from registry_write.lua");
+      out.key_id = *id;
+    }
+    return out;
+  }
+
+  // Reports the writes whose version the Index has reached.
+  void ResolveWaiters() {
+    const uint64_t at = owner_->version_.load(std::memory_order_relaxed);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->version <= at) {
+        Finish(std::move(it->done), std::move(it->result));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // The follower cannot reach the oldest waiter's version now (Redis went away right after the
+  // write, or we are stopping): apply the change itself, which is exactly what Redis holds for
+  // those records as of its version, and let the follower converge the rest later.
+  void ResolveLocally() {
+    Waiter w = std::move(waiters_.front());
+    waiters_.pop_front();
+    IndexSink sink(index_);
+    const Change& c = w.change;
+    switch (c.kind) {
+      case Change::Kind::kPutSubject:
+        sink.SetSubject(c.subject.id, ParseSubject(c.subject.id, SubjectFields(c.subject)));
+        break;
+      case Change::Kind::kDeleteSubject:
+        sink.SetSubject(c.subject_id, std::nullopt);
+        break;
+      case Change::Kind::kAddKey:
+        sink.SetKey(c.key.id, ParseKey(c.key.id, KeyFields(c.key)));
+        break;
+      case Change::Kind::kRevokeKey:
+        sink.SetKey(c.key_id, std::nullopt);
+        break;
+    }
+    Finish(std::move(w.done), std::move(w.result));
+  }
+
+  void MaybeFinishStop() {
+    if (!stopping_ || writes_in_flight_ > 0 || !stopped_promise_ || stop_finished_) return;
+    stop_finished_ = true;
+    connection_.Stop();
+    stopped_promise_->set_value();
+  }
+
+  void KickSync() {
+    if (syncing_) {
+      sync_again_ = true;
+      return;
+    }
+    syncing_ = true;
+    asio::co_spawn(io_, SyncLoop(shared_from_this()), asio::detached);
+  }
+
+  static asio::awaitable<void> SyncLoop(std::shared_ptr<Follower> self) {
+    do {
+      self->sync_again_ = false;
+      absl::Status st = co_await self->SyncOnce();
+      if (!st.ok()) {
+        if (!self->stopping_) self->ReportFailure(st);
+        // Writes reported by Redis must not wait for it to come back.
+        while (!self->waiters_.empty()) self->ResolveLocally();
+        break;
+      }
+      self->ResolveWaiters();
+    } while (self->sync_again_ && !self->stopping_);
+    self->syncing_ = false;
+  }
+
+  void ReportFailure(const absl::Status& st) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_failure_log_ < std::chrono::seconds(60)) return;
+    last_failure_log_ = now;
+    Log(LogLevel::kWarn, "redis registry: cannot follow").Error(st);
+  }
+
+  // Brings the Index up to the version Redis holds now.
+  asio::awaitable<absl::Status> SyncOnce() {
+    if (!force_reload_) {
+      IndexSink sink(index_);
+      uint64_t at = owner_->version_.load(std::memory_order_relaxed);
+      bool applied = false;
+      for (;;) {
+        absl::StatusOr<std::optional<uint64_t>> next = co_await CatchUp(at, epoch_, sink);
+        if (!next.ok()) co_return next.status();
+        if (!next->has_value()) {
+          force_reload_ = true;
+          break;
+        }
+        applied = applied || **next != at;
+        at = **next;
+        owner_->version_.store(at, std::memory_order_relaxed);
+        if (!caught_up_short_) break;
+      }
+      if (!force_reload_) {
+        if (applied) owner_->catch_ups_.fetch_add(1, std::memory_order_relaxed);
+        co_return absl::OkStatus();
+      }
+    }
+    co_return co_await FullLoad();
+  }
+
+  // One registry_read.lua round from `after`: the version reached (entries applied to `sink`),
+  // nullopt if only a full load can catch up. Sets caught_up_short_ when entries remain.
+  asio::awaitable<absl::StatusOr<std::optional<uint64_t>>> CatchUp(uint64_t after,
+                                                                   const std::string& epoch,
+                                                                   Sink& sink) {
+    caught_up_short_ = false;
+    // Named arguments, not temporaries inside the co_await expression: GCC 12 mishandles those.
+    Argv argv = {"3",   version_key_,        epoch_key_, log_key_,
+                 base_, absl::StrCat(after), epoch,      absl::StrCat(options_.catch_up_entries)};
+    absl::StatusOr<Reply> reply = co_await Script(std::move(argv), kRegistryReadScript, read_sha_);
+    if (absl::Status st = Check(reply); !st.ok()) co_return st;
+    const std::vector<Reply>& e = reply->elements;
+    if (!reply->is_array() || e.size() < 3 || !e[0].is_integer() || !e[1].is_integer()) {
+      co_return absl::InternalError("redis registry: unexpected reply to registry_read.lua");
+    }
+    if (e[0].integer != 0) co_return std::optional<uint64_t>();
+    epoch_ = e[2].str;
+    const uint64_t version = static_cast<uint64_t>(e[1].integer);
+    uint64_t at = after;
+    for (size_t i = 3; i < e.size(); ++i) {
+      const std::vector<Reply>& entry = e[i].elements;
+      if (entry.size() < 4 || entry.size() % 2 != 0 || !entry[0].is_integer()) {
+        co_return absl::InternalError("redis registry: unexpected entry from registry_read.lua");
+      }
+      if (!entry[2].str.empty()) {
+        sink.SetSubject(entry[2].str, FromFields(entry[2].str, PairsOf(entry[3])));
+      }
+      for (size_t k = 4; k + 1 < entry.size(); k += 2) {
+        std::optional<uint64_t> id = ParseKeyIdHex(entry[k].str);
+        if (!id) {
+          owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        sink.SetKey(*id, FromFields(*id, PairsOf(entry[k + 1])));
+      }
+      at = static_cast<uint64_t>(entry[0].integer);
+    }
+    caught_up_short_ = at < version;
+    co_return std::optional<uint64_t>(at);
+  }
+
+  // A record's state as read: nullopt when absent (no fields) or unparsable (counted).
+  std::optional<Subject> FromFields(const std::string& id, const Fields& fields) {
+    if (fields.empty()) return std::nullopt;
+    std::optional<Subject> s = ParseSubject(id, fields);
+    if (!s) owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  std::optional<Key> FromFields(uint64_t id, const Fields& fields) {
+    if (fields.empty()) return std::nullopt;
+    std::optional<Key> k = ParseKey(id, fields);
+    if (!k) owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+    return k;
+  }
+
+  static std::string RunId(const Reply& info) {
+    constexpr std::string_view kField = "run_id:";
+    const size_t at = info.str.find(kField);
+    if (at == std::string::npos) return "";
+    const size_t end = info.str.find_first_of("\r\n", at);
+    return info.str.substr(at + kField.size(),
+                           end == std::string::npos ? end : end - at - kField.size());
+  }
+
+  // Reads every member of `set` by SSCAN, and for each batch of them the records by HGETALL
+  // (the next SSCAN travels with the batch).
+  template <typename OnRecord>
+  asio::awaitable<absl::Status> Scan(const std::string& set, const std::string& record_prefix,
+                                     OnRecord on_record) {
+    const std::string count = absl::StrCat(options_.batch_size);
+    std::string cursor = "0";
+    std::vector<std::string> members;
+    bool first = true;
+    while (first || cursor != "0" || !members.empty()) {
+      std::vector<Argv> commands;
+      commands.reserve(members.size() + 1);
+      for (const std::string& m : members) commands.push_back({"HGETALL", record_prefix + m});
+      const bool scan = first || cursor != "0";
+      if (scan) commands.push_back({"SSCAN", set, cursor, "COUNT", count});
+      first = false;
+      std::vector<absl::StatusOr<Reply>> replies = co_await Batch(std::move(commands));
+      if (stopping_) co_return absl::CancelledError("redis registry: stopping");
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (absl::Status st = Check(replies[i]); !st.ok()) co_return st;
+        on_record(members[i], PairsOf(*replies[i]));
+      }
+      members.clear();
+      if (!scan) continue;
+      const absl::StatusOr<Reply>& r = replies.back();
+      if (absl::Status st = Check(r); !st.ok()) co_return st;
+      if (!r->is_array() || r->elements.size() != 2 || !r->elements[1].is_array()) {
+        co_return absl::InternalError("redis registry: unexpected SSCAN reply");
+      }
+      cursor = r->elements[0].str;
+      for (const Reply& m : r->elements[1].elements) members.push_back(m.str);
+    }
+    co_return absl::OkStatus();
+  }
+
+  // Everything, as of a version V: records are read without a snapshot while writes go on, then
+  // the log from V is applied over them (every record a write touched after V is set to its
+  // state at the end), and only then is the result swapped into the Index. Writes answered
+  // meanwhile are covered: their versions are after V and before the last catch-up.
+  asio::awaitable<absl::Status> FullLoad() {
+    std::vector<Argv> first = {{"INFO", "server"}, {"MGET", version_key_, epoch_key_}};
+    std::vector<absl::StatusOr<Reply>> head = co_await Batch(std::move(first));
+    for (const auto& r : head) {
+      if (absl::Status st = Check(r); !st.ok()) co_return st;
+    }
+    const std::string run_id = RunId(*head[0]);
+    const Reply& mget = *head[1];
+    if (!mget.is_array() || mget.elements.size() != 2) {
+      co_return absl::InternalError("redis registry: unexpected MGET reply");
+    }
+    uint64_t at = 0;
+    if (mget.elements[0].is_string() && !absl::SimpleAtoi(mget.elements[0].str, &at)) at = 0;
+    std::string epoch = mget.elements[1].is_string() ? mget.elements[1].str : "";
+
+    const auto started = std::chrono::steady_clock::now();
+    MapSink sink;
+    absl::Status st = co_await Scan(
+        subjects_key_, base_ + ":subject:", [&](const std::string& id, const Fields& fields) {
+          sink.SetSubject(id, FromFields(id, fields));
+        });
+    if (!st.ok()) co_return st;
+    st = co_await Scan(keys_key_, base_ + ":key:", [&](const std::string& hex, const Fields& f) {
+      if (std::optional<uint64_t> id = ParseKeyIdHex(hex)) {
+        sink.SetKey(*id, FromFields(*id, f));
+      } else {
+        owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    if (!st.ok()) co_return st;
+    for (;;) {
+      absl::StatusOr<std::optional<uint64_t>> next = co_await CatchUp(at, epoch, sink);
+      if (!next.ok()) co_return next.status();
+      if (!next->has_value()) {
+        // Wiped or trimmed past V while loading: start again from a new V (next round).
+        co_return absl::UnavailableError("redis registry: the registry changed under a full load");
+      }
+      at = **next;
+      epoch = epoch_;
+      if (!caught_up_short_) break;
+    }
+
+    std::vector<Subject> subjects;
+    subjects.reserve(sink.subjects.size());
+    for (auto& [id, s] : sink.subjects) subjects.push_back(std::move(s));
+    std::vector<Key> keys;
+    keys.reserve(sink.keys.size());
+    for (auto& [id, k] : sink.keys) keys.push_back(std::move(k));
+    const size_t n_subjects = subjects.size(), n_keys = keys.size();
+    sink = MapSink{};
+    index_->Replace(std::move(subjects), std::move(keys));
+    owner_->version_.store(at, std::memory_order_relaxed);
+    epoch_ = epoch;
+    run_id_ = run_id;
+    force_reload_ = false;
+    owner_->full_loads_.fetch_add(1, std::memory_order_relaxed);
+    Log(LogLevel::kInfo, "redis registry loaded")
+        .Int("subjects", static_cast<int64_t>(n_subjects))
+        .Int("keys", static_cast<int64_t>(n_keys))
+        .Int("version", static_cast<int64_t>(at))
+        .Int("ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - started)
+                       .count());
+    if (first_load_) std::exchange(first_load_, nullptr)->set_value();
+    co_return absl::OkStatus();
+  }
+
+  // Every poll_interval: has the registry moved, been wiped, or is this another Redis server?
+  asio::awaitable<absl::Status> Poll() {
+    std::vector<Argv> poll = {{"CLIENT", "ID"}, {"MGET", version_key_, epoch_key_}};
+    std::vector<absl::StatusOr<Reply>> r = co_await Batch(std::move(poll));
+    for (const auto& reply : r) {
+      if (absl::Status st = Check(reply); !st.ok()) co_return st;
+    }
+    if (r[0]->integer != client_id_) {
+      // A new connection: perhaps to a restarted Redis (which may have lost the last writes even
+      // with persistence), or to a replica promoted in a failover. Its run_id tells.
+      client_id_ = r[0]->integer;
+      std::vector<Argv> command = {{"INFO", "server"}};
+      std::vector<absl::StatusOr<Reply>> info = co_await Batch(std::move(command));
+      if (absl::Status st = Check(info[0]); !st.ok()) co_return st;
+      if (RunId(*info[0]) != run_id_) force_reload_ = true;
+    }
+    const Reply& mget = *r[1];
+    if (!mget.is_array() || mget.elements.size() != 2) {
+      co_return absl::InternalError("redis registry: unexpected MGET reply");
+    }
+    uint64_t version = 0;
+    if (mget.elements[0].is_string() && !absl::SimpleAtoi(mget.elements[0].str, &version)) {
+      version = 0;
+    }
+    const std::string epoch = mget.elements[1].is_string() ? mget.elements[1].str : "";
+    if (force_reload_ || version != owner_->version_.load(std::memory_order_relaxed) ||
+        epoch != epoch_) {
+      KickSync();
+    }
+    co_return absl::OkStatus();
+  }
+
+  static asio::awaitable<void> PollLoop(std::shared_ptr<Follower> self) {
+    while (!self->stopping_) {
+      if (self->connection_.connected() && !self->syncing_) {
+        if (self->force_reload_) {
+          self->KickSync();
+        } else if (absl::Status st = co_await self->Poll(); !st.ok() && !self->stopping_) {
+          self->ReportFailure(st);
+        }
+      }
+      if (self->stopping_) break;
+      boost::system::error_code ec;
+      // Until the first load, wait for the connection more eagerly than the poll does.
+      self->timer_.expires_after(self->force_reload_ ? std::min(self->options_.poll_interval,
+                                                                std::chrono::milliseconds(20))
+                                                     : self->options_.poll_interval);
+      co_await self->timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  RedisRegistry* owner_;
+  const RedisRegistryOptions options_;
+  const std::string base_, version_key_, epoch_key_, log_key_, subjects_key_, keys_key_;
+  const std::string write_sha_, read_sha_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  Connection connection_;
+  asio::steady_timer timer_;
+
+  registry::Index* index_ = nullptr;
+  std::shared_ptr<std::promise<void>> first_load_;
+  std::shared_ptr<std::promise<void>> stopped_promise_;
+  std::deque<Waiter> waiters_;  // by version
+  std::string epoch_;           // of the registry the Index reflects ("" before any write)
+  std::string run_id_;          // of the Redis server it was loaded from
+  int64_t client_id_ = -1;
+  int writes_in_flight_ = 0;
+  bool force_reload_ = false;
+  bool syncing_ = false;
+  bool sync_again_ = false;
+  bool caught_up_short_ = false;
+  bool stopping_ = false;
+  bool stop_finished_ = false;
+  std::chrono::steady_clock::time_point last_failure_log_{};
+};
+
+RedisRegistry::RedisRegistry(RedisRegistryOptions options)
+    : options_(std::move(options)), follower_(std::make_shared<Follower>(this, options_)) {
+  thread_ = std::thread([f = follower_] { f->io().run(); });
+}
+
+RedisRegistry::~RedisRegistry() {
+  Stop();
+  asio::post(follower_->io(), [f = follower_] { f->ReleaseWork(); });
+  thread_.join();
+}
+
+absl::Status RedisRegistry::Start(registry::Index* index) {
+  auto loaded = std::make_shared<std::promise<void>>();
+  std::future<void> done = loaded->get_future();
+  asio::post(follower_->io(), [f = follower_, index, loaded] { f->Begin(index, loaded); });
+  if (done.wait_for(options_.start_timeout) == std::future_status::ready) return absl::OkStatus();
+  Stop();
+  return absl::UnavailableError(
+      absl::StrCat("redis registry: not loaded from ", options_.connection.host, ":",
+                   options_.connection.port, " within ", options_.start_timeout.count(), " ms"));
+}
+
+void RedisRegistry::Apply(registry::Change change, registry::ChangeCallback done) {
+  asio::post(follower_->io(),
+             [f = follower_, change = std::move(change), done = std::move(done)]() mutable {
+               f->Write(std::move(change), std::move(done));
+             });
+}
+
+void RedisRegistry::Stop() {
+  auto stopped = std::make_shared<std::promise<void>>();
+  std::future<void> done = stopped->get_future();
+  asio::post(follower_->io(), [f = follower_, stopped] { f->BeginStop(stopped); });
+  done.wait();
+}
+
+}  // namespace sluice::redis

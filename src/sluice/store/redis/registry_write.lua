@@ -1,0 +1,125 @@
+-- registry_write.lua — one admin write to the registry (RedisRegistry::Apply,
+-- store/redis/redis_registry.h), all of it or none of it: every precondition is checked before the
+-- first write, and no call after it can fail on keys of the right type, so Redis (which does not
+-- roll back a script) never keeps half a change. Then the version is incremented and the change is
+-- appended to the log that other instances follow.
+--
+-- Every key is <base>:<part> with base = "<prefix>:{registry}": one hash tag, so one slot, and the
+-- keys this script derives from ARGV (records, sets, digests) live in the slot of KEYS[1..3].
+--
+-- KEYS[1]  <base>:version  (string) the number of the last change
+-- KEYS[2]  <base>:epoch    (string) set once, NX, to ARGV[2]: it changes only if the registry was
+--                          wiped (FLUSHALL, a Redis restarted empty), which followers must notice
+-- KEYS[3]  <base>:log      (stream) one entry per change, id "<version>-0", fields kind, subject,
+--                          keys (comma-separated key ids; "" for none)
+-- ARGV[1]  base
+-- ARGV[2]  epoch candidate (random hex, used only if KEYS[2] is absent)
+-- ARGV[3]  log bound (XADD MAXLEN ~)
+-- ARGV[4]  kind: put_subject | delete_subject | add_key | revoke_key
+-- put_subject     ARGV[5] subject id, ARGV[6..] field, value pairs of the subject hash
+-- delete_subject  ARGV[5] subject id
+-- add_key         ARGV[5] key id (16 hex digits), ARGV[6] subject id, ARGV[7] digest (64 hex),
+--                 ARGV[8] max keys per subject, ARGV[9] idempotency key ("" none),
+--                 ARGV[10] fingerprint, ARGV[11] idempotency TTL (s),
+--                 ARGV[12..] field, value pairs of the key hash
+-- revoke_key      ARGV[5] key id
+--
+-- Reply (integers and strings only): {code, version, flag, key_id}
+--   code 0 done; 1 not found; 2 already exists (digest or key id); 3 the subject has max keys;
+--   4 idempotency key reused with another fingerprint. version: the change's version (0 unless
+--   code 0 and something was written). flag: put_subject 1 = created; add_key 1 = replayed (no
+--   write: key_id is the key made the first time). key_id: add_key's key id, else "".
+
+local base = ARGV[1]
+local kind = ARGV[4]
+
+local function k(part) return base .. ':' .. part end
+
+-- The next version: past both the counter and the log's last id, so that XADD can never fail
+-- (a version key deleted or overwritten by hand would otherwise make XADD refuse a smaller id).
+local function commit(subject, keys)
+  local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+  local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)[1]
+  if last then
+    local lv = tonumber(string.match(last[1], '^(%d+)')) or 0
+    if lv > v then v = lv end
+  end
+  v = string.format('%d', v + 1)
+  redis.call('SET', KEYS[1], v)
+  redis.call('SET', KEYS[2], ARGV[2], 'NX')
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], v .. '-0', 'kind', kind, 'subject', subject,
+             'keys', keys)
+  return tonumber(v)
+end
+
+local function hset_pairs(key, first)
+  local args = {}
+  for i = first, #ARGV do args[#args + 1] = ARGV[i] end
+  redis.call('HSET', key, unpack(args))
+end
+
+if kind == 'put_subject' then
+  local id = ARGV[5]
+  local rec = k('subject:' .. id)
+  local created = redis.call('EXISTS', rec) == 0 and 1 or 0
+  redis.call('DEL', rec)
+  hset_pairs(rec, 6)
+  redis.call('SADD', k('subjects'), id)
+  return {0, commit(id, ''), created, ''}
+
+elseif kind == 'delete_subject' then
+  local id = ARGV[5]
+  local rec = k('subject:' .. id)
+  if redis.call('EXISTS', rec) == 0 then return {1, 0, 0, ''} end
+  local set = k('keys:' .. id)
+  local ids = redis.call('SMEMBERS', set)
+  table.sort(ids)
+  for _, kid in ipairs(ids) do
+    local digest = redis.call('HGET', k('key:' .. kid), 'digest')
+    if digest then redis.call('DEL', k('digest:' .. digest)) end
+    redis.call('DEL', k('key:' .. kid))
+    redis.call('SREM', k('keys'), kid)
+  end
+  redis.call('DEL', rec, set)
+  redis.call('SREM', k('subjects'), id)
+  return {0, commit(id, table.concat(ids, ',')), 0, ''}
+
+elseif kind == 'add_key' then
+  local kid, subject, digest = ARGV[5], ARGV[6], ARGV[7]
+  local idem = ARGV[9]
+  local idem_key = k('idem:' .. idem)
+  if idem ~= '' then
+    local seen = redis.call('HMGET', idem_key, 'fingerprint', 'key')
+    if seen[1] then
+      if seen[1] ~= ARGV[10] then return {4, 0, 0, ''} end
+      return {0, 0, 1, seen[2] or ''}
+    end
+  end
+  if redis.call('EXISTS', k('subject:' .. subject)) == 0 then return {1, 0, 0, ''} end
+  if redis.call('EXISTS', k('digest:' .. digest)) == 1 then return {2, 0, 0, ''} end
+  if redis.call('EXISTS', k('key:' .. kid)) == 1 then return {2, 0, 0, ''} end
+  local set = k('keys:' .. subject)
+  if redis.call('SCARD', set) >= tonumber(ARGV[8]) then return {3, 0, 0, ''} end
+  hset_pairs(k('key:' .. kid), 12)
+  redis.call('SET', k('digest:' .. digest), kid)
+  redis.call('SADD', set, kid)
+  redis.call('SADD', k('keys'), kid)
+  if idem ~= '' then
+    redis.call('HSET', idem_key, 'fingerprint', ARGV[10], 'key', kid)
+    redis.call('EXPIRE', idem_key, ARGV[11])
+  end
+  return {0, commit(subject, kid), 0, kid}
+
+elseif kind == 'revoke_key' then
+  local kid = ARGV[5]
+  local rec = k('key:' .. kid)
+  local fields = redis.call('HMGET', rec, 'subject', 'digest')
+  if not fields[1] then return {1, 0, 0, ''} end
+  if fields[2] then redis.call('DEL', k('digest:' .. fields[2])) end
+  redis.call('DEL', rec)
+  redis.call('SREM', k('keys:' .. fields[1]), kid)
+  redis.call('SREM', k('keys'), kid)
+  return {0, commit(fields[1], kid), 0, ''}
+end
+
+return redis.error_reply('registry_write.lua: unknown kind ' .. tostring(kind))
