@@ -1,0 +1,368 @@
+#include "sluice/registry/sqlite_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/clock.h"
+#include "sluice/registry/keys.h"
+
+namespace sluice::registry {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+
+class SqliteBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string dir = (std::filesystem::temp_directory_path() / "sluice_registry_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+    dir_ = dir;
+    path_ = dir_ + "/registry.db";
+    Reopen();
+  }
+  void TearDown() override {
+    backend_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> OpenAt(const std::string& path) {
+    return SqliteBackend::Open({.path = path, .queue_limit = 4, .clock = &clock_});
+  }
+  // Closes the backend (if any) and opens the file again into a fresh index.
+  void Reopen() {
+    backend_.reset();
+    index_ = std::make_unique<Index>();
+    absl::StatusOr<std::unique_ptr<SqliteBackend>> backend = OpenAt(path_);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+    ASSERT_TRUE(backend_->Start(index_.get()).ok());
+  }
+
+  // Applies `change` and waits for its answer.
+  absl::StatusOr<ChangeResult> Apply(Change change) {
+    std::promise<absl::StatusOr<ChangeResult>> answer;
+    std::future<absl::StatusOr<ChangeResult>> future = answer.get_future();
+    backend_->Apply(std::move(change),
+                    [&answer](absl::StatusOr<ChangeResult> r) { answer.set_value(std::move(r)); });
+    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      return absl::DeadlineExceededError("no answer");
+    }
+    return future.get();
+  }
+
+  static Subject MakeSubject(std::string id, std::string plan = "free") {
+    Subject s;
+    s.id = std::move(id);
+    s.plan = std::move(plan);
+    s.created_at = s.updated_at = kT0;
+    return s;
+  }
+  static Key MakeKey(uint64_t id, std::string subject, std::string_view plaintext) {
+    return {.id = id,
+            .subject = std::move(subject),
+            .digest = DigestOf(plaintext),
+            .prefix = std::string(plaintext.substr(0, 8)),
+            .created_at = kT0};
+  }
+  absl::StatusOr<ChangeResult> Put(Subject s) {
+    return Apply({.kind = Change::Kind::kPutSubject, .subject = std::move(s)});
+  }
+  absl::StatusOr<ChangeResult> Put(std::string id) { return Put(MakeSubject(std::move(id))); }
+  absl::StatusOr<ChangeResult> AddKey(Key k, std::string idempotency_key = "",
+                                      std::string fingerprint = "") {
+    return Apply({.kind = Change::Kind::kAddKey,
+                  .key = std::move(k),
+                  .idempotency_key = std::move(idempotency_key),
+                  .fingerprint = std::move(fingerprint)});
+  }
+  absl::StatusOr<ChangeResult> Delete(std::string id) {
+    return Apply({.kind = Change::Kind::kDeleteSubject, .subject_id = std::move(id)});
+  }
+  absl::StatusOr<ChangeResult> Revoke(uint64_t id) {
+    return Apply({.kind = Change::Kind::kRevokeKey, .key_id = id});
+  }
+  bool Valid(std::string_view plaintext) {
+    return index_->FindByDigest(DigestOf(plaintext), kT0).state == Index::KeyState::kValid;
+  }
+
+  FakeClock clock_{kT0};
+  std::string dir_;
+  std::string path_;
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<SqliteBackend> backend_;
+};
+
+TEST_F(SqliteBackendTest, PutCreatesThenReplaces) {
+  absl::StatusOr<ChangeResult> r = Put("alice");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->created);
+  ASSERT_NE(index_->FindSubject("alice"), nullptr);
+  Subject changed = MakeSubject("alice", "pro");
+  changed.created_at = kT0 + absl::Hours(1);  // a replacement keeps the first created_at
+  changed.updated_at = kT0 + absl::Hours(1);
+  r = Put(changed);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->created);
+  EXPECT_EQ(index_->FindSubject("alice")->plan, "pro");
+  EXPECT_EQ(index_->FindSubject("alice")->created_at, kT0);
+  EXPECT_EQ(index_->FindSubject("alice")->updated_at, kT0 + absl::Hours(1));
+}
+
+TEST_F(SqliteBackendTest, PutKeepsTheKeys) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a")).ok());
+  ASSERT_TRUE(Put(MakeSubject("alice", "pro")).ok());
+  EXPECT_TRUE(Valid("sk_a"));
+  Reopen();
+  EXPECT_TRUE(Valid("sk_a"));  // not cascaded away by the replacement
+}
+
+TEST_F(SqliteBackendTest, DoneRunsAfterTheIndexHasTheChange) {
+  std::promise<bool> seen;
+  backend_->Apply({.kind = Change::Kind::kPutSubject, .subject = MakeSubject("alice")},
+                  [&](absl::StatusOr<ChangeResult>) {
+                    seen.set_value(index_->FindSubject("alice") != nullptr);
+                  });
+  EXPECT_TRUE(seen.get_future().get());
+}
+
+TEST_F(SqliteBackendTest, DeleteSubjectRemovesItsKeys) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a1")).ok());
+  ASSERT_TRUE(AddKey(MakeKey(2, "alice", "sk_a2")).ok());
+  ASSERT_TRUE(Delete("alice").ok());
+  EXPECT_FALSE(Valid("sk_a1"));
+  EXPECT_EQ(index_->FindSubject("alice"), nullptr);
+  Reopen();
+  EXPECT_EQ(index_->key_count(), 0u);
+  EXPECT_EQ(index_->subject_count(), 0u);
+  // Recreated, it has no keys left over in the file either.
+  ASSERT_TRUE(Put("alice").ok());
+  Reopen();
+  EXPECT_TRUE(index_->KeysOf("alice").empty());
+}
+
+TEST_F(SqliteBackendTest, DeleteOfAnAbsentSubjectIsNotFound) {
+  EXPECT_EQ(Delete("ghost").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SqliteBackendTest, AddKeyToAnAbsentSubjectIsNotFound) {
+  EXPECT_EQ(AddKey(MakeKey(1, "ghost", "sk_g")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(index_->key_count(), 0u);
+}
+
+TEST_F(SqliteBackendTest, AddKeyWithATakenDigestIsAlreadyExists) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Put("bob").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_same")).ok());
+  EXPECT_EQ(AddKey(MakeKey(2, "bob", "sk_same")).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(index_->FindByDigest(DigestOf("sk_same"), kT0).subject->id, "alice");
+  EXPECT_FALSE(index_->FindKey(2).has_value());
+}
+
+TEST_F(SqliteBackendTest, AddKeyWithATakenIdIsAlreadyExists) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a")).ok());
+  EXPECT_EQ(AddKey(MakeKey(1, "alice", "sk_b")).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Valid("sk_a"));
+  EXPECT_FALSE(Valid("sk_b"));
+}
+
+TEST_F(SqliteBackendTest, AddKeyBeyondTheLimitIsResourceExhausted) {
+  ASSERT_TRUE(Put("alice").ok());
+  for (uint64_t i = 1; i <= kMaxKeysPerSubject; ++i) {
+    ASSERT_TRUE(AddKey(MakeKey(i, "alice", absl::StrCat("sk_", i))).ok());
+  }
+  EXPECT_EQ(AddKey(MakeKey(1000, "alice", "sk_more")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(Valid("sk_more"));
+  EXPECT_EQ(index_->KeysOf("alice").size(), kMaxKeysPerSubject);
+}
+
+TEST_F(SqliteBackendTest, FailedAddKeyLeavesNothing) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a")).ok());
+  // Refused (digest taken): neither a key nor the idempotency record is kept...
+  EXPECT_FALSE(AddKey(MakeKey(2, "alice", "sk_a"), "idem-1", "fp-1").ok());
+  // ...so the same idempotency key makes a key afterwards, not a replay.
+  absl::StatusOr<ChangeResult> r = AddKey(MakeKey(3, "alice", "sk_c"), "idem-1", "fp-1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->replayed);
+  EXPECT_EQ(r->key_id, 3u);
+  Reopen();
+  EXPECT_EQ(index_->key_count(), 2u);
+}
+
+TEST_F(SqliteBackendTest, RevokeKey) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a")).ok());
+  ASSERT_TRUE(Revoke(1).ok());
+  EXPECT_FALSE(Valid("sk_a"));
+  EXPECT_EQ(Revoke(1).status().code(), absl::StatusCode::kNotFound);
+  Reopen();
+  EXPECT_FALSE(Valid("sk_a"));
+}
+
+TEST_F(SqliteBackendTest, EverythingSurvivesAReopen) {
+  Subject s = MakeSubject("alice", "pro");
+  s.email = "a@example.com";
+  s.webhook = "https://example.com/h";
+  s.webhook_secret = "whsec_c2VjcmV0";
+  s.metadata = R"({"team":"x"})";
+  s.disabled = true;
+  s.overrides = {{.limit = "daily", .quota = 5, .until = kT0 + absl::Hours(3)},
+                 {.limit = "per_minute", .quota = 9}};
+  ASSERT_TRUE(Put(s).ok());
+  Key k = MakeKey(0xfedcba9876543210, "alice", "sk_abcdefgh");  // above INT64_MAX
+  k.name = "ci";
+  k.expires_at = kT0 + absl::Hours(1);
+  ASSERT_TRUE(AddKey(k).ok());
+  Reopen();
+  const std::shared_ptr<const Subject> got = index_->FindSubject("alice");
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(got->plan, "pro");
+  EXPECT_EQ(got->email, "a@example.com");
+  EXPECT_EQ(got->webhook, "https://example.com/h");
+  EXPECT_EQ(got->webhook_secret, "whsec_c2VjcmV0");
+  EXPECT_EQ(got->metadata, R"({"team":"x"})");
+  EXPECT_TRUE(got->disabled);
+  ASSERT_EQ(got->overrides.size(), 2u);
+  EXPECT_EQ(got->overrides[0].until, kT0 + absl::Hours(3));
+  EXPECT_EQ(got->overrides[1].until, std::nullopt);
+  const std::optional<Key> key = index_->FindKey(0xfedcba9876543210);
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(key->digest, k.digest);
+  EXPECT_EQ(key->prefix, "sk_abcde");
+  EXPECT_EQ(key->name, "ci");
+  EXPECT_EQ(key->expires_at, kT0 + absl::Hours(1));
+  EXPECT_EQ(key->created_at, kT0);
+}
+
+TEST_F(SqliteBackendTest, IdempotentRetryReplaysTheFirstKey) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a"), "idem", "fp").ok());
+  absl::StatusOr<ChangeResult> r = AddKey(MakeKey(2, "alice", "sk_b"), "idem", "fp");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->replayed);
+  EXPECT_EQ(r->key_id, 1u);
+  EXPECT_FALSE(Valid("sk_b"));
+  EXPECT_EQ(index_->key_count(), 1u);
+}
+
+TEST_F(SqliteBackendTest, IdempotencyKeyWithAnotherFingerprintIsFailedPrecondition) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a"), "idem", "fp").ok());
+  EXPECT_EQ(AddKey(MakeKey(2, "alice", "sk_b"), "idem", "other").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(Valid("sk_b"));
+}
+
+TEST_F(SqliteBackendTest, IdempotencyRecordsExpireAfterADay) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(AddKey(MakeKey(1, "alice", "sk_a"), "idem", "fp").ok());
+  clock_.Advance(absl::Hours(24) + absl::Minutes(1));
+  absl::StatusOr<ChangeResult> r = AddKey(MakeKey(2, "alice", "sk_b"), "idem", "other");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->replayed);
+}
+
+TEST_F(SqliteBackendTest, ASecondProcessIsRefused) {
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> second = OpenAt(path_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another process"));
+  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("pid ", ::getpid())));
+  backend_.reset();
+  EXPECT_TRUE(OpenAt(path_).ok());  // the lock goes with the backend
+}
+
+TEST_F(SqliteBackendTest, AFileThatIsNotADatabaseIsRefused) {
+  const std::string path = dir_ + "/junk.db";
+  std::ofstream(path) << std::string(8192, 'x');
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(opened.status().message(), HasSubstr("is not an SQLite database"));
+  EXPECT_THAT(opened.status().message(), HasSubstr(path));
+}
+
+TEST_F(SqliteBackendTest, ANewerSchemaIsRefusedAndLeftAlone) {
+  const std::string path = dir_ + "/newer.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(opened.status().message(), HasSubstr("schema version 2"));
+}
+
+TEST_F(SqliteBackendTest, InMemoryRegistryWorks) {
+  backend_.reset();
+  Index index;
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(":memory:");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  backend_ = *std::move(opened);
+  ASSERT_TRUE(backend_->Start(&index).ok());
+  ASSERT_TRUE(Put("alice").ok());
+  EXPECT_NE(index.FindSubject("alice"), nullptr);
+  backend_.reset();
+}
+
+TEST_F(SqliteBackendTest, AFullQueueRefusesWithUnavailable) {
+  ASSERT_TRUE(Put("alice").ok());
+  // Hold the writer inside a `done` so that the queue (limit 4) fills behind it.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> holding;
+  backend_->Apply({.kind = Change::Kind::kPutSubject, .subject = MakeSubject("held")},
+                  [&holding, released](absl::StatusOr<ChangeResult>) {
+                    holding.set_value();
+                    released.wait();
+                  });
+  holding.get_future().wait();
+  std::vector<std::future<absl::StatusOr<ChangeResult>>> answers;
+  std::vector<std::promise<absl::StatusOr<ChangeResult>>> promises(5);
+  for (int i = 0; i < 5; ++i) {
+    answers.push_back(promises[i].get_future());
+    backend_->Apply(
+        {.kind = Change::Kind::kPutSubject, .subject = MakeSubject(absl::StrCat("s", i))},
+        [&promises, i](absl::StatusOr<ChangeResult> r) { promises[i].set_value(std::move(r)); });
+  }
+  EXPECT_EQ(backend_->stats().queued, 4u);
+  EXPECT_EQ(backend_->stats().queue_full, 1u);
+  release.set_value();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(answers[i].get().ok());
+  const absl::StatusOr<ChangeResult> refused = answers[4].get();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused.status().message(), "registry write queue full");
+  EXPECT_EQ(index_->FindSubject("s4"), nullptr);
+}
+
+TEST_F(SqliteBackendTest, StopFinishesPendingWritesAndThenRefuses) {
+  std::promise<absl::StatusOr<ChangeResult>> answer;
+  backend_->Apply({.kind = Change::Kind::kPutSubject, .subject = MakeSubject("alice")},
+                  [&answer](absl::StatusOr<ChangeResult> r) { answer.set_value(std::move(r)); });
+  backend_->Stop();
+  EXPECT_TRUE(answer.get_future().get().ok());
+  EXPECT_EQ(Put("bob").status().code(), absl::StatusCode::kUnavailable);
+  backend_->Stop();  // idempotent
+  Reopen();
+  EXPECT_NE(index_->FindSubject("alice"), nullptr);
+}
+
+}  // namespace
+}  // namespace sluice::registry
