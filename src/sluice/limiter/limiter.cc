@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "sluice/common/strings.h"
 
 namespace sluice {
@@ -44,11 +45,13 @@ Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time n
 // store reports the unchanged counters, so this is the rule the store applied). An unusable
 // counter (store.h) is exhausted: reported as used = quota, remaining 0, violated — and it denies
 // even if a store said otherwise. Every value is then in [0, kMaxUsed], so nothing overflows.
-void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
+// `quotas` (plan order) are a copy: the plan may be an effective plan that is gone by now.
+void ApplyCounters(const StoreResult& result, int64_t cost, absl::Span<const int64_t> quotas,
+                   Decision& d) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
-    const int64_t quota = l.limit->quota;
+    const int64_t quota = quotas[i];
     const bool usable = UsableCounter(result.used[i]);
     l.used = usable ? result.used[i] : quota;
     l.remaining = l.used >= quota ? 0 : quota - l.used;
@@ -60,26 +63,39 @@ void ApplyCounters(const StoreResult& result, int64_t cost, Decision& d) {
   }
 }
 
+// What finishing a decision needs once the store has answered, copied out of the request and the
+// plan (both may be gone by then: the request is the caller's, the plan may be an effective one).
+struct Pending {
+  int64_t cost = 1;
+  config::OnStoreError policy = config::OnStoreError::kAllow;
+  absl::Time now;
+  PlanQuotas plan;  // tag and quotas, plan order
+  OverLimitCache* cache = nullptr;
+  uint64_t store_shrinks = 0;
+  std::string subject;  // only when there is a cache
+  Windows windows;      // likewise
+};
+
 // Turns the store's answer into the decision and hands it to `done`; remembers a denial in
-// `cache` (when there is one) so that the same request is refused without the store next time.
-void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, int64_t cost,
-            config::OnStoreError policy, absl::Time now, OverLimitCache* cache,
-            uint64_t store_shrinks, std::string_view subject, const Windows& windows,
+// `p.cache` (when there is one) so that the same request is refused without the store next time.
+// `subject` and `windows` are the request's (Pending's copies on the asynchronous path).
+void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending& p,
+            std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
     skeleton.degraded = true;
     skeleton.failure = StoreFailureOf(result.status());
-    skeleton.allowed = policy == config::OnStoreError::kAllow;
+    skeleton.allowed = p.policy == config::OnStoreError::kAllow;
     std::move(done)(std::move(skeleton));
     return;
   }
-  ApplyCounters(*result, cost, skeleton);
-  if (!skeleton.allowed && cache != nullptr) {
+  ApplyCounters(*result, p.cost, p.plan.quotas, skeleton);
+  if (!skeleton.allowed && p.cache != nullptr) {
     absl::Time until = absl::InfinitePast();
     for (const LimitDecision& l : skeleton.limits) {
       if (l.violated) until = std::max(until, l.window_end);
     }
-    cache->Remember(*skeleton.plan, subject, now, windows, result->used, until, store_shrinks);
+    p.cache->Remember(p.plan, subject, p.now, windows, result->used, until, p.store_shrinks);
   }
   std::move(done)(std::move(skeleton));
 }
@@ -109,56 +125,56 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
         absl::InvalidArgumentError(absl::StrCat("cost: must be an integer from 0 to ", kMaxCost)));
     return;
   }
-  const Plan* plan = plans_.Find(req.plan);
+  const Plan* plan = req.effective_plan != nullptr ? req.effective_plan : plans_.Find(req.plan);
   if (plan == nullptr) {
     std::move(done)(
         absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(req.plan), "\"")));
     return;
   }
-  const absl::Time now = clock_->Now();
-  Windows windows = WindowsFor(*plan, now);
-  Decision skeleton = SkeletonDecision(*plan, windows, now);
-  const int64_t cost = req.cost;
-  // Read before the store is asked: a shrink that completes after this invalidates what the
-  // answer would teach the cache.
-  const uint64_t store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
+  Pending pending{.cost = req.cost,
+                  .policy = options_.on_store_error,
+                  .now = clock_->Now(),
+                  .plan = PlanQuotas::Of(*plan),
+                  .cache = cache_.get(),
+                  // Read before the store is asked: a shrink that completes after this
+                  // invalidates what the answer would teach the cache.
+                  .store_shrinks = cache_ != nullptr ? store_->shrinks() : 0};
+  Windows windows = WindowsFor(*plan, pending.now);
+  Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
   if (cache_ != nullptr) {
     OverLimitCache::Entry known;
-    if (cache_->CertainDenial(*plan, req.subject, cost, now, windows, &known, store_shrinks)) {
+    if (cache_->CertainDenial(pending.plan, req.subject, req.cost, pending.now, windows, &known,
+                              pending.store_shrinks)) {
       StoreResult result{.allowed = false};
       for (size_t i = 0; i < windows.size(); ++i) {
         // A limit whose window moved on since the denial has an unknown, fresh counter.
         result.used.push_back(known.window_start[i] == windows[i].start ? known.used[i] : 0);
       }
-      ApplyCounters(result, cost, skeleton);
+      ApplyCounters(result, req.cost, pending.plan.quotas, skeleton);
       std::move(done)(std::move(skeleton));
       return;
     }
   }
-  StoreRequest store_req{
-      .subject = req.subject, .plan = plan, .cost = req.cost, .now = now, .windows = windows};
-  const config::OnStoreError policy = options_.on_store_error;
+  StoreRequest store_req{.subject = req.subject,
+                         .plan = plan,
+                         .cost = req.cost,
+                         .now = pending.now,
+                         .windows = windows};
   // An in-process store answers at once: no continuation to allocate.
   if (std::optional<absl::StatusOr<StoreResult>> result = store_->DecideNow(store_req)) {
-    Finish(*std::move(result), std::move(skeleton), cost, policy, now, cache_.get(), store_shrinks,
-           req.subject, windows, std::move(done));
+    Finish(*std::move(result), std::move(skeleton), pending, req.subject, windows, std::move(done));
     return;
   }
-  // What remembering a denial needs once the answer arrives (the request is gone by then).
-  struct Remember {
-    OverLimitCache* cache = nullptr;
-    std::string subject;
-    Windows windows;
-  };
-  Remember remember;
+  // Remembering a denial needs the subject and windows once the answer arrives (the request is
+  // gone by then).
   if (cache_ != nullptr) {
-    remember = {.cache = cache_.get(), .subject = std::string(req.subject), .windows = windows};
+    pending.subject = std::string(req.subject);
+    pending.windows = windows;
   }
-  store_->Decide(store_req, [skeleton = std::move(skeleton), cost, policy, now, store_shrinks,
-                             remember = std::move(remember),
+  store_->Decide(store_req, [skeleton = std::move(skeleton), pending = std::move(pending),
                              done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-    Finish(std::move(result), std::move(skeleton), cost, policy, now, remember.cache, store_shrinks,
-           remember.subject, remember.windows, std::move(done));
+    Finish(std::move(result), std::move(skeleton), pending, pending.subject, pending.windows,
+           std::move(done));
   });
 }
 
@@ -179,16 +195,30 @@ void Limiter::Usage(std::string_view subject, std::string_view plan_name,
     std::move(done)(plan.status());
     return;
   }
+  UsageOf(subject, **plan, std::move(done));
+}
+
+void Limiter::Usage(std::string_view subject, const Plan& plan, UsageCallback done) const {
+  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  UsageOf(subject, plan, std::move(done));
+}
+
+void Limiter::UsageOf(std::string_view subject, const Plan& plan, UsageCallback done) const {
   const absl::Time now = clock_->Now();
-  Windows windows = WindowsFor(**plan, now);
-  // An unusable counter (store.h) is reported as exhausted, as a decision reports it.
-  store_->Usage({.subject = subject, .plan = *plan, .cost = 0, .now = now, .windows = windows},
-                [plan = *plan,
+  Windows windows = WindowsFor(plan, now);
+  // An unusable counter (store.h) is reported as exhausted, as a decision reports it. The quotas
+  // are copied: the callback may run after `plan` (an effective plan) is gone.
+  PlanQuotas quotas = PlanQuotas::Of(plan);
+  store_->Usage({.subject = subject, .plan = &plan, .cost = 0, .now = now, .windows = windows},
+                [quotas = std::move(quotas),
                  done = std::move(done)](absl::StatusOr<std::vector<LimitUsage>> usage) mutable {
                   if (usage.ok()) {
-                    for (size_t i = 0; i < usage->size() && i < plan->limits.size(); ++i) {
+                    for (size_t i = 0; i < usage->size() && i < quotas.quotas.size(); ++i) {
                       LimitUsage& u = (*usage)[i];
-                      if (!UsableCounter(u.used)) u.used = plan->limits[i].quota;
+                      if (!UsableCounter(u.used)) u.used = quotas.quotas[i];
                     }
                   }
                   std::move(done)(std::move(usage));
@@ -202,20 +232,35 @@ void Limiter::Reset(std::string_view subject, std::string_view plan_name, std::s
     std::move(done)(plan.status());
     return;
   }
-  if (cache_ != nullptr) cache_->Forget(**plan, subject);
+  ResetOf(subject, **plan, limit, std::move(done));
+}
+
+void Limiter::Reset(std::string_view subject, const Plan& plan, std::string_view limit,
+                    StatusCallback done) const {
+  if (absl::Status s = ValidateSubject(subject); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  ResetOf(subject, plan, limit, std::move(done));
+}
+
+void Limiter::ResetOf(std::string_view subject, const Plan& plan, std::string_view limit,
+                      StatusCallback done) const {
   std::optional<size_t> index;
   if (!limit.empty()) {
-    int i = (*plan)->FindLimit(limit);
+    int i = plan.FindLimit(limit);
     if (i < 0) {
-      std::move(done)(absl::NotFoundError(absl::StrCat("limit: plan \"", ToAbsl(plan_name),
-                                                       "\" has no limit \"", ToAbsl(limit), "\"")));
+      std::move(done)(absl::NotFoundError(
+          absl::StrCat("limit: plan \"", plan.name, "\" has no limit \"", ToAbsl(limit), "\"")));
       return;
     }
     index = static_cast<size_t>(i);
   }
+  // Counters follow the subject: a denial learnt under any plan may rest on what is reset here.
+  if (cache_ != nullptr) cache_->Forget(subject);
   const absl::Time now = clock_->Now();
-  Windows windows = WindowsFor(**plan, now);
-  store_->Reset({.subject = subject, .plan = *plan, .cost = 0, .now = now, .windows = windows},
+  Windows windows = WindowsFor(plan, now);
+  store_->Reset({.subject = subject, .plan = &plan, .cost = 0, .now = now, .windows = windows},
                 index, std::move(done));
 }
 

@@ -23,8 +23,14 @@ inline constexpr int64_t kMaxCost = 1'000'000;
 
 struct DecisionRequest {
   std::string_view subject;
-  std::string_view plan;
+  std::string_view plan;  // looked up by name, unless `effective_plan` is set
   int64_t cost = 1;
+  // The subject's effective plan (typically Plan::WithQuotas of one of plans(), for a subject with
+  // per-limit quota overrides), used instead of looking `plan` up. The Limiter reads it only during
+  // the call and keeps no pointer to it (the over-limit cache and the asynchronous store path keep
+  // copies of what they need). The Decision refers to it, though (Decision::plan and each
+  // LimitDecision::limit): whoever reads the Decision keeps it alive until done with it.
+  const Plan* effective_plan = nullptr;
 };
 
 using DecisionCallback = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
@@ -48,11 +54,20 @@ class Limiter {
   // the call.
   void Decide(const DecisionRequest& req, DecisionCallback done) const;
 
-  // Current usage of `subject` under `plan` without consuming anything.
+  // Current usage of `subject` under `plan` without consuming anything. Counters follow the
+  // subject: they are those of the plan's limits (by name and window), whatever plan counted them.
   void Usage(std::string_view subject, std::string_view plan, UsageCallback done) const;
+  // The same under an effective plan (see DecisionRequest::effective_plan), read only during the
+  // call; fired thresholds are those of its quotas.
+  void Usage(std::string_view subject, const Plan& plan, UsageCallback done) const;
 
-  // Resets one limit (by name) or, with an empty `limit`, every limit of `plan` for `subject`.
+  // Resets one limit (by name) or, with an empty `limit`, every limit of `plan` for `subject`:
+  // those counters and alert flags are cleared for every plan that shares the limit (same name and
+  // window), and the subject's over-limit cache entry is dropped.
   void Reset(std::string_view subject, std::string_view plan, std::string_view limit,
+             StatusCallback done) const;
+  // The same under an effective plan, read only during the call.
+  void Reset(std::string_view subject, const Plan& plan, std::string_view limit,
              StatusCallback done) const;
 
   [[nodiscard]] const PlanSet& plans() const { return plans_; }
@@ -64,6 +79,9 @@ class Limiter {
   // The plan for an admin request on `subject`, or the error naming the bad field.
   [[nodiscard]] absl::StatusOr<const Plan*> Resolve(std::string_view subject,
                                                     std::string_view plan_name) const;
+  void UsageOf(std::string_view subject, const Plan& plan, UsageCallback done) const;
+  void ResetOf(std::string_view subject, const Plan& plan, std::string_view limit,
+               StatusCallback done) const;
 
   PlanSet plans_;
   Store* store_;

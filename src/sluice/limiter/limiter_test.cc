@@ -180,3 +180,191 @@ TEST_F(UnusableCounterTest, AValidCounterAboveTheQuotaLeavesNothingAndNeverWraps
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Effective plans: Plan::WithQuotas and the Limiter's effective_plan, Usage and Reset overloads.
+
+config::Config FreePlanConfig() {
+  config::Config cfg;
+  cfg.plans.push_back({.name = "free",
+                       .timezone = "Europe/Paris",
+                       .limits = {{.name = "per_minute",
+                                   .quota = 60,
+                                   .window = *config::ParseWindow("1m"),
+                                   .alert_at = {50, 100}},
+                                  {.name = "daily",
+                                   .quota = 5000,
+                                   .window = *config::ParseWindow("day"),
+                                   .alert_at = {80}}}});
+  return cfg;
+}
+
+TEST(PlanWithQuotasTest, ReplacesTheQuotasAndRecomputesTheThresholdCounts) {
+  PlanSet plans = *PlanSet::FromConfig(FreePlanConfig());
+  const Plan& free = *plans.Find("free");
+  const Plan p = free.WithQuotas({7, 100001});
+  ASSERT_EQ(p.limits.size(), 2u);
+  EXPECT_EQ(p.limits[0].quota, 7);
+  EXPECT_EQ(p.limits[0].thresholds[0].percent, 50);
+  EXPECT_EQ(p.limits[0].thresholds[0].count, 4);  // ceil(3.5)
+  EXPECT_EQ(p.limits[0].thresholds[1].count, 7);
+  EXPECT_EQ(p.limits[1].quota, 100001);
+  EXPECT_EQ(p.limits[1].thresholds[0].count, 80001);  // ceil(80000.8)
+  EXPECT_EQ(free.limits[0].quota, 60);                // the plan itself is unchanged
+}
+
+TEST(PlanWithQuotasTest, KeepsTheIdentityAndSharesTheWindowCaches) {
+  PlanSet plans = *PlanSet::FromConfig(FreePlanConfig());
+  const Plan& free = *plans.Find("free");
+  const Plan p = free.WithQuotas({7, 9});
+  EXPECT_EQ(p.name, free.name);
+  EXPECT_EQ(p.tag, free.tag);
+  EXPECT_EQ(p.tz, free.tz);
+  for (size_t i = 0; i < p.limits.size(); ++i) {
+    EXPECT_EQ(p.limits[i].name, free.limits[i].name);
+    EXPECT_EQ(p.limits[i].tag, free.limits[i].tag);
+    EXPECT_EQ(p.limits[i].window, free.limits[i].window);
+    EXPECT_EQ(p.limits[i].window_cache, free.limits[i].window_cache);
+  }
+}
+
+TEST(PlanWithQuotasTest, HasAnAlertLayoutOfItsQuotas) {
+  PlanSet plans = *PlanSet::FromConfig(FreePlanConfig());
+  const Plan& free = *plans.Find("free");
+  const Plan raised = free.WithQuotas({120, 5000});
+  ASSERT_NE(raised.alerts, nullptr);
+  EXPECT_NE(raised.alert_layout, free.alert_layout);
+  EXPECT_EQ(raised.alerts->id, raised.alert_layout);
+  EXPECT_EQ(raised.alerts->limits[0].quota, 120);
+  EXPECT_EQ(raised.alerts->limits[0].percents, (std::vector<int>{50, 100}));
+  // The same quotas give the same layout as the plan's own.
+  EXPECT_EQ(free.WithQuotas({60, 5000}).alert_layout, free.alert_layout);
+}
+
+TEST(LimitTagTest, IsTheNameAndTheWindowWithTheZoneOfACalendarWindow) {
+  const absl::TimeZone utc = absl::UTCTimeZone();
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  const config::WindowSpec day = *config::ParseWindow("day");
+  EXPECT_EQ(LimitTag("daily", day, utc), LimitTag("daily", *config::ParseWindow("day"), utc));
+  EXPECT_NE(LimitTag("daily", day, utc), LimitTag("daily", *config::ParseWindow("1h"), utc));
+  EXPECT_NE(LimitTag("daily", day, utc), LimitTag("other", day, utc));
+  EXPECT_NE(LimitTag("daily", day, utc), LimitTag("daily", day, paris));
+  const config::WindowSpec minute = *config::ParseWindow("1m");
+  EXPECT_EQ(LimitTag("m", minute, utc), LimitTag("m", *config::ParseWindow("60s"), paris));
+}
+
+TEST(WindowKeyTest, NamesTheLengthOrTheCalendarAndZoneWithoutColons) {
+  absl::TimeZone paris, fixed;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  ASSERT_TRUE(absl::LoadTimeZone("Fixed/UTC+05:30:00", &fixed));
+  EXPECT_EQ(WindowKey(*config::ParseWindow("1m"), paris), "60s");
+  EXPECT_EQ(WindowKey(*config::ParseWindow("2h"), paris), "7200s");
+  EXPECT_EQ(WindowKey(*config::ParseWindow("day"), paris), "day@Europe/Paris");
+  EXPECT_EQ(WindowKey(*config::ParseWindow("month"), fixed), "month@Fixed/UTC+05.30.00");
+}
+
+// A store that records what it was asked and answers later, when told to (as a remote store does).
+class DeferredStore final : public Store {
+ public:
+  void Decide(const StoreRequest& req, DecideCallback done) override {
+    quotas.push_back(req.plan->limits[0].quota);
+    decides.push_back(std::move(done));
+  }
+  void Usage(const StoreRequest& req, UsageCallback done) override {
+    quotas.push_back(req.plan->limits[0].quota);
+    usages.push_back(std::move(done));
+  }
+  void Reset(const StoreRequest& req, std::optional<size_t> limit, StatusCallback done) override {
+    quotas.push_back(req.plan->limits[0].quota);
+    reset_limit = limit;
+    std::move(done)(absl::OkStatus());
+  }
+  std::vector<int64_t> quotas;  // limit 0's quota of each request
+  std::vector<DecideCallback> decides;
+  std::vector<UsageCallback> usages;
+  std::optional<size_t> reset_limit;
+};
+
+class EffectivePlanTest : public ::testing::Test {
+ protected:
+  EffectivePlanTest()
+      : limiter_(*PlanSet::FromConfig(FreePlanConfig()), &store_, &clock_,
+                 {.overlimit_cache_capacity = 100}) {}
+  const Plan& Free() { return *limiter_.plans().Find("free"); }
+
+  DeferredStore store_;
+  FakeClock clock_{absl::FromUnixSeconds(1796083170)};
+  Limiter limiter_;
+};
+
+TEST_F(EffectivePlanTest, IsUsedInsteadOfThePlanNamed) {
+  const Plan raised = Free().WithQuotas({120, 9000});
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_.Decide({.subject = "u", .plan = "no-such-plan", .effective_plan = &raised},
+                  [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  ASSERT_EQ(store_.quotas, std::vector<int64_t>{120});
+  std::move(store_.decides[0])(StoreResult{.allowed = true, .used = {1, 1}});
+  ASSERT_TRUE(out.has_value() && out->ok()) << out->status();
+  EXPECT_EQ((*out)->plan, &raised);
+  EXPECT_EQ((*out)->limits[0].remaining, 119);
+  EXPECT_EQ((*out)->limits[1].remaining, 8999);
+}
+
+TEST_F(EffectivePlanTest, IsNotReadAfterTheCallReturns) {
+  auto raised = std::make_unique<Plan>(Free().WithQuotas({2, 9000}));
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_.Decide({.subject = "u", .cost = 5, .effective_plan = raised.get()},
+                  [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  raised.reset();  // gone before the store answers: the sanitizers see any read of it
+  std::move(store_.decides[0])(StoreResult{.allowed = false, .used = {1, 3}});
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_FALSE((*out)->allowed);
+  EXPECT_EQ((*out)->limits[0].used, 1);
+  EXPECT_EQ((*out)->limits[0].remaining, 1);
+  EXPECT_TRUE((*out)->limits[0].violated);  // 1 + 5 > 2: the copied quota was applied
+  EXPECT_FALSE((*out)->limits[1].violated);
+  EXPECT_EQ(limiter_.overlimit_cache_size(), 1u);  // remembered from the copies
+
+  auto again = std::make_unique<Plan>(Free().WithQuotas({2, 9000}));
+  out.reset();
+  limiter_.Decide({.subject = "u", .cost = 5, .effective_plan = again.get()},
+                  [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  ASSERT_TRUE(out.has_value() && out->ok());  // answered from the cache
+  EXPECT_FALSE((*out)->allowed);
+  EXPECT_EQ(store_.decides.size(), 1u);
+}
+
+TEST_F(EffectivePlanTest, UsageTakesAnEffectivePlanAndReadsItOnlyDuringTheCall) {
+  auto raised = std::make_unique<Plan>(Free().WithQuotas({120, 9000}));
+  std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
+  limiter_.Usage("u", *raised,
+                 [&](absl::StatusOr<std::vector<LimitUsage>> u) { out = std::move(u); });
+  EXPECT_EQ(store_.quotas, std::vector<int64_t>{120});
+  raised.reset();
+  std::vector<LimitUsage> usage(2);
+  usage[0].used = -1;  // unusable: shown as the (copied) effective quota
+  usage[1].used = 7;
+  std::move(store_.usages[0])(std::move(usage));
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_EQ((**out)[0].used, 120);
+  EXPECT_EQ((**out)[1].used, 7);
+}
+
+TEST_F(EffectivePlanTest, ResetTakesAnEffectivePlan) {
+  const Plan raised = Free().WithQuotas({120, 9000});
+  std::optional<absl::Status> out;
+  limiter_.Reset("u", raised, "daily", [&](absl::Status s) { out = s; });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_EQ(store_.quotas, std::vector<int64_t>{120});
+  EXPECT_EQ(store_.reset_limit, std::optional<size_t>(1));
+  limiter_.Reset("u", raised, "weekly", [&](absl::Status s) { out = s; });
+  EXPECT_EQ(out->code(), absl::StatusCode::kNotFound);
+  limiter_.Reset("bad subject", raised, "", [&](absl::Status s) { out = s; });
+  EXPECT_EQ(out->code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice

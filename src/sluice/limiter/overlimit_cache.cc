@@ -10,37 +10,37 @@
 namespace sluice {
 namespace {
 
-// Plan names cannot contain '\0', so the key is unambiguous.
-std::string KeyOf(const Plan& plan, std::string_view subject) {
-  std::string key;
-  key.reserve(plan.name.size() + 1 + subject.size());
-  key.append(plan.name).push_back('\0');
-  key.append(subject);
-  return key;
-}
-
 void Count(std::atomic<uint64_t>* counter) {
   if (counter != nullptr) counter->fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
+PlanQuotas PlanQuotas::Of(const Plan& plan) {
+  PlanQuotas pq{.plan_tag = plan.tag};
+  for (const Limit& limit : plan.limits) pq.quotas.push_back(limit.quota);
+  return pq;
+}
+
 OverLimitCache::OverLimitCache(size_t capacity, OverLimitCacheStats* stats)
     : per_shard_(std::max<size_t>(1, capacity / kShards)), stats_(stats) {}
 
-OverLimitCache::Shard& OverLimitCache::ShardFor(const std::string& key) {
-  return shards_[absl::HashOf(key) % kShards];
+OverLimitCache::Shard& OverLimitCache::ShardFor(std::string_view subject) {
+  return shards_[absl::HashOf(ToAbsl(subject)) % kShards];
 }
 
-void OverLimitCache::Remember(const Plan& plan, std::string_view subject, absl::Time now,
+void OverLimitCache::Remember(const PlanQuotas& plan, std::string_view subject, absl::Time now,
                               absl::Span<const WindowBounds> windows,
                               absl::Span<const int64_t> used, absl::Time until,
                               uint64_t store_shrinks) {
   if (until <= now) return;
-  std::string key = KeyOf(plan, subject);
-  Entry entry{.until = until, .used = {used.begin(), used.end()}, .store_shrinks = store_shrinks};
+  std::string key(subject);
+  Entry entry{.plan = plan,
+              .until = until,
+              .used = {used.begin(), used.end()},
+              .store_shrinks = store_shrinks};
   for (const WindowBounds& w : windows) entry.window_start.push_back(w.start);
-  Shard& shard = ShardFor(key);
+  Shard& shard = ShardFor(subject);
   std::lock_guard<std::mutex> lock(shard.mu);
   auto it = shard.entries.find(key);
   if (it == shard.entries.end() && shard.entries.size() >= per_shard_) {
@@ -55,24 +55,26 @@ void OverLimitCache::Remember(const Plan& plan, std::string_view subject, absl::
   Count(stats_ ? &stats_->inserts : nullptr);
 }
 
-bool OverLimitCache::CertainDenial(const Plan& plan, std::string_view subject, int64_t cost,
+bool OverLimitCache::CertainDenial(const PlanQuotas& plan, std::string_view subject, int64_t cost,
                                    absl::Time now, absl::Span<const WindowBounds> windows,
                                    Entry* out, uint64_t store_shrinks) {
   if (cost <= 0) return false;
-  std::string key = KeyOf(plan, subject);
-  Shard& shard = ShardFor(key);
+  Shard& shard = ShardFor(subject);
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.entries.find(key);
+  auto it = shard.entries.find(ToAbsl(subject));
   if (it == shard.entries.end()) return false;
   const Entry& e = it->second;
-  if (now >= e.until || e.used.size() != windows.size() || e.store_shrinks != store_shrinks) {
+  // Learnt under another plan or other quotas: the subject moved (or its overrides changed), and
+  // what was certain then says nothing now. A denial under the new terms will replace it.
+  if (now >= e.until || e.plan != plan || e.used.size() != windows.size() ||
+      plan.quotas.size() != windows.size() || e.store_shrinks != store_shrinks) {
     shard.entries.erase(it);
     return false;
   }
   for (size_t i = 0; i < windows.size(); ++i) {
     // Written so that a wild cached counter cannot overflow.
     if (e.window_start[i] == windows[i].start &&
-        (!UsableCounter(e.used[i]) || e.used[i] > plan.limits[i].quota - cost)) {
+        (!UsableCounter(e.used[i]) || e.used[i] > plan.quotas[i] - cost)) {
       *out = e;
       Count(stats_ ? &stats_->hits : nullptr);
       return true;
@@ -81,11 +83,10 @@ bool OverLimitCache::CertainDenial(const Plan& plan, std::string_view subject, i
   return false;
 }
 
-void OverLimitCache::Forget(const Plan& plan, std::string_view subject) {
-  std::string key = KeyOf(plan, subject);
-  Shard& shard = ShardFor(key);
+void OverLimitCache::Forget(std::string_view subject) {
+  Shard& shard = ShardFor(subject);
   std::lock_guard<std::mutex> lock(shard.mu);
-  shard.entries.erase(key);
+  shard.entries.erase(ToAbsl(subject));
 }
 
 size_t OverLimitCache::size() const {

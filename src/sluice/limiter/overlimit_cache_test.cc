@@ -75,16 +75,30 @@ class OverLimitCacheTest : public ::testing::Test {
         {.name = "free",
          .limits = {{.name = "per_minute", .quota = 10, .window = *config::ParseWindow("1m")},
                     {.name = "daily", .quota = 1000, .window = *config::ParseWindow("day")}}});
+    cfg.plans.push_back(
+        {.name = "pro",
+         .limits = {{.name = "per_minute", .quota = 20, .window = *config::ParseWindow("1m")},
+                    {.name = "daily", .quota = 1000, .window = *config::ParseWindow("day")}}});
     limiter_.emplace(*PlanSet::FromConfig(cfg), &store_, &clock_,
                      LimiterOptions{.overlimit_cache_capacity = 1000, .overlimit_stats = &stats_});
   }
 
-  Decision Decide(std::string_view subject, int64_t cost = 1) {
+  Decision Decide(std::string_view subject, int64_t cost = 1, std::string_view plan = "free") {
+    return DecideWith({.subject = subject, .plan = plan, .cost = cost});
+  }
+  Decision DecideWith(const DecisionRequest& req) {
     std::optional<absl::StatusOr<Decision>> out;
-    limiter_->Decide({.subject = subject, .plan = "free", .cost = cost},
-                     [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+    limiter_->Decide(req, [&](absl::StatusOr<Decision> d) { out = std::move(d); });
     EXPECT_TRUE(out.has_value() && out->ok());
     return **out;
+  }
+  const Plan& Free() { return *limiter_->plans().Find("free"); }
+  // Answers `req` and says whether the store was asked.
+  bool AsksTheStore(const DecisionRequest& req, bool* allowed = nullptr) {
+    const int calls = store_.decides;
+    Decision d = DecideWith(req);
+    if (allowed != nullptr) *allowed = d.allowed;
+    return store_.decides == calls + 1;
   }
   void Spend(std::string_view subject, int n) {
     for (int i = 0; i < n; ++i) ASSERT_TRUE(Decide(subject).allowed);
@@ -134,8 +148,11 @@ TEST_F(OverLimitCacheTest, AWildCachedCounterIsACertainDenialWithoutOverflow) {
   OverLimitCache::Entry out;
   for (const int64_t wild : {int64_t{-1}, std::numeric_limits<int64_t>::max()}) {
     const std::vector<int64_t> used = {wild, 0};
-    cache.Remember(plan, "u", clock_.Now(), windows, used, clock_.Now() + absl::Seconds(30));
-    EXPECT_TRUE(cache.CertainDenial(plan, "u", kMaxCost, clock_.Now(), windows, &out)) << wild;
+    cache.Remember(PlanQuotas::Of(plan), "u", clock_.Now(), windows, used,
+                   clock_.Now() + absl::Seconds(30));
+    EXPECT_TRUE(
+        cache.CertainDenial(PlanQuotas::Of(plan), "u", kMaxCost, clock_.Now(), windows, &out))
+        << wild;
   }
 }
 
@@ -179,6 +196,71 @@ TEST_F(OverLimitCacheTest, AnAdminResetForgetsTheDenial) {
   EXPECT_TRUE(Decide("u").allowed);
 }
 
+TEST_F(OverLimitCacheTest, ADenialIsNotTrustedUnderAnotherPlan) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);  // remembered under free
+  bool allowed = false;
+  EXPECT_TRUE(AsksTheStore({.subject = "u", .plan = "pro"}, &allowed));
+  EXPECT_TRUE(allowed);  // pro allows 20 a minute; the counter followed the subject
+  // Back under free the store is asked again (and denies: 11 > 10).
+  EXPECT_TRUE(AsksTheStore({.subject = "u", .plan = "free"}, &allowed));
+  EXPECT_FALSE(allowed);
+  EXPECT_FALSE(AsksTheStore({.subject = "u", .plan = "free"}));
+}
+
+TEST_F(OverLimitCacheTest, ARaisedOverrideIsNeverAnsweredWithTheOldDenial) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  const Plan raised = Free().WithQuotas({20, 1000});
+  bool allowed = false;
+  EXPECT_TRUE(AsksTheStore({.subject = "u", .effective_plan = &raised}, &allowed));
+  EXPECT_TRUE(allowed);
+}
+
+TEST_F(OverLimitCacheTest, ADenialUnderALoweredOverrideIsNotTrustedOnceItIsLifted) {
+  const Plan lowered = Free().WithQuotas({5, 1000});
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(DecideWith({.subject = "u", .effective_plan = &lowered}).allowed);
+  ASSERT_FALSE(DecideWith({.subject = "u", .effective_plan = &lowered}).allowed);
+  EXPECT_FALSE(AsksTheStore({.subject = "u", .effective_plan = &lowered}));  // cached
+  bool allowed = false;
+  EXPECT_TRUE(AsksTheStore({.subject = "u", .plan = "free"}, &allowed));
+  EXPECT_TRUE(allowed);
+}
+
+TEST_F(OverLimitCacheTest, AnEffectivePlanWithTheSameQuotasSharesTheDenial) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  const Plan same = Free().WithQuotas({10, 1000});
+  EXPECT_FALSE(AsksTheStore({.subject = "u", .effective_plan = &same}));
+}
+
+TEST_F(OverLimitCacheTest, AResetUnderAnyPlanForgetsTheDenial) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);
+  std::optional<absl::Status> reset;
+  limiter_->Reset("u", "pro", "", [&](absl::Status s) { reset = s; });
+  ASSERT_TRUE(reset.has_value() && reset->ok());
+  EXPECT_TRUE(Decide("u").allowed);
+}
+
+TEST(OverLimitCacheKeys, AnEntryIsTrustedOnlyForThePlanTagAndQuotasItWasLearntUnder) {
+  OverLimitCache cache(100, nullptr);
+  const absl::Time now = absl::FromUnixSeconds(1796083170);
+  const WindowBounds w{.id = 1, .start = now - absl::Seconds(30), .end = now + absl::Seconds(30)};
+  const int64_t used[] = {10};
+  const PlanQuotas learnt{.plan_tag = 7, .quotas = {10}};
+  OverLimitCache::Entry e;
+  cache.Remember(learnt, "u", now, {&w, 1}, used, w.end);
+  EXPECT_TRUE(cache.CertainDenial(learnt, "u", 1, now, {&w, 1}, &e));
+  EXPECT_FALSE(cache.CertainDenial({.plan_tag = 7, .quotas = {9}}, "u", 1, now, {&w, 1}, &e));
+  cache.Remember(learnt, "u", now, {&w, 1}, used, w.end);
+  EXPECT_FALSE(cache.CertainDenial({.plan_tag = 8, .quotas = {10}}, "u", 1, now, {&w, 1}, &e));
+  cache.Remember(learnt, "u", now, {&w, 1}, used, w.end);
+  cache.Forget("u");
+  EXPECT_FALSE(cache.CertainDenial(learnt, "u", 1, now, {&w, 1}, &e));
+}
+
 TEST_F(OverLimitCacheTest, DegradedAnswersAreNotRemembered) {
   store_.failure = StoreFailure::kTimeout;
   Decision d = Decide("u");
@@ -199,7 +281,7 @@ TEST(OverLimitCacheBound, HoldsAtMostItsCapacityAndCountsWhatItRefused) {
   const WindowBounds w{.id = 1, .start = now - absl::Seconds(30), .end = now + absl::Seconds(30)};
   const int64_t used[] = {1};
   for (int i = 0; i < 1000; ++i) {
-    cache.Remember(plan, "s" + std::to_string(i), now, {&w, 1}, used, w.end);
+    cache.Remember(PlanQuotas::Of(plan), "s" + std::to_string(i), now, {&w, 1}, used, w.end);
   }
   EXPECT_LE(cache.size(), 32u);
   EXPECT_EQ(stats.inserts.load() + stats.full.load(), 1000u);
@@ -210,13 +292,16 @@ TEST(OverLimitCacheBound, HoldsAtMostItsCapacityAndCountsWhatItRefused) {
   const WindowBounds w2{.id = 2, .start = w.end, .end = w.end + absl::Seconds(60)};
   const uint64_t full_before = stats.full.load();
   for (int i = 0; i < 16; ++i) {
-    cache.Remember(plan, "t" + std::to_string(i), later, {&w2, 1}, used, w2.end);
+    cache.Remember(PlanQuotas::Of(plan), "t" + std::to_string(i), later, {&w2, 1}, used, w2.end);
   }
   EXPECT_LE(cache.size(), 32u);
   OverLimitCache::Entry e;
   int found = 0;
   for (int i = 0; i < 16; ++i) {
-    found += cache.CertainDenial(plan, "t" + std::to_string(i), 1, later, {&w2, 1}, &e) ? 1 : 0;
+    found +=
+        cache.CertainDenial(PlanQuotas::Of(plan), "t" + std::to_string(i), 1, later, {&w2, 1}, &e)
+            ? 1
+            : 0;
   }
   EXPECT_EQ(found + static_cast<int>(stats.full.load() - full_before), 16);
   EXPECT_GT(found, 0);

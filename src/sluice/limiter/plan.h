@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/window.h"
 
@@ -27,30 +28,51 @@ struct Limit {
   int64_t quota = 0;
   config::WindowSpec window;
   std::vector<Threshold> thresholds;  // ascending by percent; at most kMaxThresholds
-  uint32_t tag = 0;  // stable hash of the name: identifies the limit in saved state
+  // Identifies the limit's counters in saved state: LimitTag(name, window, the plan's zone). Two
+  // plans' limits with the same name and window share counters (usage follows the subject,
+  // docs/semantics.md).
+  uint32_t tag = 0;
   // Memo of the current window (shared by copies of this Limit; see WindowCache).
   std::shared_ptr<WindowCache> window_cache = std::make_shared<WindowCache>();
 };
 
+// A stable hash of the limit's identity: its name and WindowKey(window, tz), so "daily"/"day" in
+// two plans of one zone is one limit, and "daily"/"1h", or "daily"/"day" in another zone, another.
+[[nodiscard]] uint32_t LimitTag(std::string_view name, const config::WindowSpec& window,
+                                const absl::TimeZone& tz);
+// What state saved before limits were identified by name and window used as their tag: a hash of
+// the name alone (the memory store reads old snapshots with it).
+[[nodiscard]] uint32_t LegacyLimitTag(std::string_view name);
+
 inline constexpr size_t kMaxThresholds = 16;
 
-// The alert percentages of every limit of a plan, in the plan's order. A store that records fired
-// thresholds as one bit per position in a limit's `thresholds` (the memory store) tags what it
-// wrote with the layout's `id`; when a reload adds or removes a percentage, the bits are read
-// again by percentage through the old layout instead of being shifted onto other thresholds (which
-// would re-send one alert and lose another).
+// The alert percentages and quotas of every limit of a plan, in the plan's order. A store that
+// records fired thresholds as one bit per position in a limit's `thresholds` (the memory store)
+// tags what it wrote with the layout's `id`; when a reload adds or removes a percentage, the bits
+// are read again by percentage through the old layout instead of being shifted onto other
+// thresholds (which would re-send one alert and lose another), and when a limit's quota differs
+// (another plan, or a per-subject override) the bits belong to the old quota and the new one
+// starts with its own (docs/semantics.md, Alerts).
 struct AlertLayout {
   struct LimitAlerts {
-    uint16_t tag = 0;           // low 16 bits of Limit::tag
+    uint16_t tag = 0;           // low 16 bits of Limit::tag (of LegacyLimitTag when `legacy`)
     std::vector<int> percents;  // ascending
+    int64_t quota = 0;          // the quota the bits were written under; 0: unknown (old state)
   };
   std::vector<LimitAlerts> limits;
-  // A hash of `limits`, never 0; equal layouts have equal ids (two different layouts of one plan
+  // Set only for layouts read from a snapshot written before limits were identified by name and
+  // window: the tags are LegacyLimitTag's, and the counters written under this layout hold window
+  // ids rather than window starts (memory_store.h). With no `limits` (a version-1 snapshot) the
+  // fired bits are read position by position.
+  bool legacy = false;
+  // A hash of everything above, never 0; equal layouts have equal ids (two different layouts
   // share one with probability 2^-32, and would then be read as the same).
   uint32_t id = 0;
 
-  // Computes `id` from `limits`.
+  // Computes `id` from the fields above.
   void Seal();
+  // The alerts of the limit whose tag is `tag`, or nullptr if there is none.
+  [[nodiscard]] const LimitAlerts* Find(uint16_t tag) const;
   // The percentages of the limit whose tag is `tag`, or nullptr if there is none.
   [[nodiscard]] const std::vector<int>* PercentsOf(uint16_t tag) const;
 };
@@ -60,13 +82,25 @@ struct Plan {
   absl::TimeZone tz;
   std::vector<Limit> limits;  // at least one
   uint64_t tag = 0;           // stable hash of the name: identifies the plan in saved state
-  // The plan's alert percentages (set by PlanSet::FromConfig; null in plans built by hand, which a
-  // store then reads position by position) and their id, copied here for a cheap comparison.
+  // The plan's alert percentages and quotas (set by PlanSet::FromConfig and WithQuotas; null in
+  // plans built by hand, which a store then reads position by position) and their id, copied here
+  // for a cheap comparison.
   std::shared_ptr<const AlertLayout> alerts;
   uint32_t alert_layout = 0;
 
   // Index of the limit named `name` in `limits`, or -1.
   [[nodiscard]] int FindLimit(std::string_view name) const;
+
+  // The effective plan of a subject with per-limit quota overrides: the same plan (name, tag,
+  // zone, limits with their names, tags, windows and shared window caches, alert percentages)
+  // where limit i has quota `quotas[i]`, its thresholds' counts recomputed as
+  // ceil(quotas[i] * percent / 100), and an alert layout of its own (so a store tells the quotas'
+  // fired thresholds apart).
+  // REQUIRES: quotas.size() == limits.size(); every quota in 1..kMaxUsed (limiter/store.h).
+  [[nodiscard]] Plan WithQuotas(absl::Span<const int64_t> quotas) const;
+
+  // Builds `alerts` and `alert_layout` from `limits` (PlanSet::FromConfig and WithQuotas do).
+  void SealAlerts();
 };
 
 // Every plan of a configuration. Plan pointers stay valid for the PlanSet's lifetime.

@@ -1,8 +1,10 @@
 #include "sluice/limiter/window.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/civil_time.h"
 
 namespace sluice {
@@ -58,6 +60,16 @@ WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, 
       break;
   }
   return FixedWindowAt(spec.length, t);
+}
+
+std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz) {
+  if (spec.kind == config::WindowSpec::Kind::kFixed) {
+    return absl::StrCat(absl::ToInt64Seconds(spec.length), "s");
+  }
+  std::string key =
+      absl::StrCat(spec.kind == config::WindowSpec::Kind::kDay ? "day@" : "month@", tz.name());
+  std::replace(key.begin(), key.end(), ':', '.');
+  return key;
 }
 
 int64_t SecondsUntil(absl::Time end, absl::Time now) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "absl/time/time.h"
 #include "sluice/config/config.h"
@@ -27,6 +28,13 @@ struct WindowBounds {
 // REQUIRES: spec passed config validation (fixed length is a whole number of seconds >= 1).
 [[nodiscard]] WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz,
                                     absl::Time t);
+
+// The window's canonical name, which (with the limit name) identifies a limit's counters in every
+// store: the fixed length in seconds ("60s" for "1m" and "60s" alike), or for a calendar window
+// "day@<zone>" / "month@<zone>" with the plan's time zone (a `day` in Paris and a `day` in Tokyo
+// have other bounds: they are other windows). It never contains ':' (a ':' of a zone name, as in
+// absl's "Fixed/UTC+05:30:00", is written '.').
+[[nodiscard]] std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz);
 
 // Whole seconds from `now` until `end`, rounded up; 0 if `end` is not after `now`.
 [[nodiscard]] int64_t SecondsUntil(absl::Time end, absl::Time now);
