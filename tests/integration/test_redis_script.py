@@ -79,11 +79,12 @@ def limit(name, quota, thresholds=(), window_id=1000, window_len=3600):
             "window_id": window_id, "window_len": window_len}
 
 
-def keys_for(subject, plan, limits, bucket=7):
+def keys_for(subject, limits, bucket=7):
+    """The keys RedisStore builds: no plan in them (usage follows the subject); the window is
+    named by its length in seconds (these limits are all fixed windows)."""
     tag = f"{PREFIX}:{{{bucket}}}"
-    counters = [f"{tag}:c:{plan}:{l['name']}:{l['window_id']}:{subject}" for l in limits]
-    flags = [f"{tag}:a:{plan}:{l['name']}:{l['window_id']}:{subject}" for l in limits]
-    return counters, flags, f"{tag}:outbox"
+    part = [f"{l['name']}:{l['window_len']}s:{l['window_id']}:{subject}" for l in limits]
+    return [f"{tag}:c:{p}" for p in part], [f"{tag}:a:{p}" for p in part], f"{tag}:outbox"
 
 
 class RedisScriptTest(unittest.TestCase):
@@ -130,7 +131,7 @@ class RedisScriptTest(unittest.TestCase):
 
     def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000, deadline_us=0):
         """EVALs the script; returns the raw reply list."""
-        counters, flags, outbox = keys_for(subject, plan, limits)
+        counters, flags, outbox = keys_for(subject, limits)
         argv = [cost, self.now * 1000 + 123, outbox_max, deadline_us, len(limits), subject, plan]
         for l in limits:
             start = self.now - self.now % l["window_len"]
@@ -148,7 +149,7 @@ class RedisScriptTest(unittest.TestCase):
         return bool(r[0]), r[1:n + 1], r[n + 1], r[n + 2]
 
     def outbox(self, subject="user-42", plan="free", limits=()):
-        _, _, key = keys_for(subject, plan, list(limits))
+        _, _, key = keys_for(subject, list(limits))
         return [
             {entry[1][i].decode(): entry[1][i + 1].decode() for i in range(0, len(entry[1]), 2)}
             for entry in self.redis.call("XRANGE", key, "-", "+")
@@ -181,7 +182,7 @@ class RedisScriptTest(unittest.TestCase):
 
     def test_a_counter_holding_no_valid_counter_is_exhausted_and_left_alone(self):
         lim = [limit("m", 10, [80, 100])]
-        key = keys_for("user-42", "free", lim)[0][0]
+        key = keys_for("user-42", lim)[0][0]
         for bad in ["-5", "garbage", "007", "1e3", "0x10", "9223372036854775807",
                     "9007199254740993", "1000000000000001", " 1", ""]:
             with self.subTest(bad=bad):
@@ -193,14 +194,14 @@ class RedisScriptTest(unittest.TestCase):
 
     def test_a_counter_key_of_another_type_is_exhausted_instead_of_failing_the_script(self):
         lim = [limit("m", 10), limit("h", 10)]
-        counters = keys_for("user-42", "free", lim)[0]
+        counters = keys_for("user-42", lim)[0]
         self.redis.call("HSET", counters[1], "x", "1")
         self.assertEqual(self.decide(lim), (False, [0, -1], 0, 0))
         self.assertIsNone(self.redis.call("GET", counters[0]))  # nothing half-written
 
     def test_a_flag_hash_or_outbox_of_another_type_does_not_fail_an_admission(self):
         lim = [limit("m", 2, [50, 100])]
-        counters, flags, outbox = keys_for("user-42", "free", lim)
+        counters, flags, outbox = keys_for("user-42", lim)
         self.redis.call("SET", flags[0], "x")
         self.assertEqual(self.decide(lim)[:2], (True, [1]))  # read as already fired
         self.redis.call("DEL", flags[0])
@@ -211,7 +212,7 @@ class RedisScriptTest(unittest.TestCase):
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
         lim = [limit("m", top)]
-        key = keys_for("user-42", "free", lim)[0][0]
+        key = keys_for("user-42", lim)[0][0]
         self.redis.call("SET", key, top - 10**6)
         self.assertEqual(self.decide(lim, cost=10**6)[:2], (True, [top]))
         self.assertEqual(self.decide(lim, cost=1)[:2], (False, [top]))
@@ -225,7 +226,7 @@ class RedisScriptTest(unittest.TestCase):
 
     def test_a_refund_takes_back_exactly_the_cost_and_keeps_the_expiry(self):
         lim = [limit("m", 10), limit("h", 100)]
-        counters = keys_for("user-42", "free", lim)[0]
+        counters = keys_for("user-42", lim)[0]
         self.assertEqual(self.decide(lim, cost=3)[:2], (True, [3, 3]))
         self.assertEqual(self.decide(lim, cost=4)[:2], (True, [7, 7]))
         self.assertEqual(self.refund(counters, 4), 2)
@@ -233,7 +234,7 @@ class RedisScriptTest(unittest.TestCase):
         self.assertTrue(all(self.redis.call("TTL", k) > 0 for k in counters))
 
     def test_a_refund_leaves_missing_smaller_or_unusable_counters_alone(self):
-        keys = ["sl:{7}:c:free:a:1:x", "sl:{7}:c:free:b:1:x", "sl:{7}:c:free:c:1:x"]
+        keys = ["sl:{7}:c:a:60s:1:x", "sl:{7}:c:b:60s:1:x", "sl:{7}:c:c:60s:1:x"]
         self.redis.call("SET", keys[1], "2")
         self.redis.call("SET", keys[2], "garbage")
         self.assertEqual(self.refund(keys, 3), 0)
@@ -274,7 +275,7 @@ class RedisScriptTest(unittest.TestCase):
         lim = [limit("per_minute", 2, window_len=60), limit("daily", 100, window_len=86400)]
         self.decide(lim, cost=2)
         self.assertEqual(self.decide(lim)[:2], (False, [2, 2]))
-        counters, _, _ = keys_for("user-42", "free", lim)
+        counters, _, _ = keys_for("user-42", lim)
         self.assertEqual(self.redis.call("GET", counters[1]), b"2")
 
     def test_subjects_are_counted_separately(self):
@@ -319,7 +320,7 @@ class RedisScriptTest(unittest.TestCase):
     def test_every_key_has_a_ttl_after_a_first_denial_that_fired_100(self):
         lim = [limit("daily", 5, [100])]
         self.assertEqual(self.decide(lim, cost=6), (False, [0], 1, 0))
-        counters, flags, _ = keys_for("user-42", "free", lim)
+        counters, flags, _ = keys_for("user-42", lim)
         self.assertEqual(self.redis.call("EXISTS", counters[0]), 0)  # denial writes no counter
         self.assertEqual(self.redis.call("EXISTS", flags[0]), 1)
         self.assert_every_key_expires()
@@ -330,7 +331,7 @@ class RedisScriptTest(unittest.TestCase):
         lim = [limit("daily", 10, [80])]
         fired = [self.decide(lim)[2] for _ in range(10)]
         self.assertEqual(fired, [0] * 7 + [1, 0, 0])
-        self.assertEqual(self.redis.call("XLEN", keys_for("user-42", "free", lim)[2]), 1)
+        self.assertEqual(self.redis.call("XLEN", keys_for("user-42", lim)[2]), 1)
         self.assertEqual(self.outbox()[0]["used"], "8")
 
     def test_alert_event_carries_the_decisions_facts(self):
@@ -374,15 +375,42 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.decide([limit("daily", 2, [100], window_id=1001)], cost=2)[2], 1)
         self.assertEqual(self.fired_thresholds(), [100, 100])
 
+    def test_a_flag_names_the_percent_and_the_quota_it_fired_under(self):
+        free, pro = [limit("daily", 100, [10])], [limit("daily", 50, [10])]
+        self.assertEqual(self.decide(free, cost=10)[2], 1)  # 10% of 100
+        flags = keys_for("user-42", free)[1]
+        self.assertEqual(self.redis.call("HKEYS", flags[0]), [b"10:100"])
+        # The same limit under another quota (another plan, or an override) has its own flag.
+        self.assertEqual(self.decide(pro, cost=1, plan="pro")[2], 1)  # 11 >= 10% of 50
+        # Back under 100: already sent in this window, however often the plan changes.
+        for _ in range(3):
+            self.assertEqual(self.decide(free, cost=1)[2], 0)
+            self.assertEqual(self.decide(pro, cost=1, plan="pro")[2], 0)
+        self.assertEqual(sorted(self.redis.call("HKEYS", flags[0])), [b"10:100", b"10:50"])
+        self.assertEqual([(e["plan"], e["quota"]) for e in self.outbox()],
+                         [("free", "100"), ("pro", "50")])
+
+    def test_the_counter_follows_the_subject_from_plan_to_plan(self):
+        self.decide([limit("daily", 10)], cost=4, plan="free")
+        self.assertEqual(self.decide([limit("daily", 100)], cost=1, plan="pro")[:2], (True, [5]))
+
+    def test_events_carry_used_and_quota_as_exact_integers(self):
+        top = 10**15
+        lim = [limit("m", top, [100])]
+        self.redis.call("SET", keys_for("user-42", lim)[0][0], top - 3)
+        self.decide(lim, cost=3)
+        event = self.outbox()[0]
+        self.assertEqual((event["used"], event["quota"]), (str(top), str(top)))
+
     def test_full_outbox_refuses_the_event_and_leaves_the_threshold_armed(self):
         lim = [limit("daily", 10, [10])]
         for subject in ("s1", "s2"):
             self.assertEqual(self.decide(lim, subject=subject, outbox_max=2)[2:], (1, 0))
         self.assertEqual(self.decide(lim, subject="s3", outbox_max=2)[2:], (0, 1))
-        self.assertEqual(self.redis.call("XLEN", keys_for("x", "free", lim)[2]), 2)
+        self.assertEqual(self.redis.call("XLEN", keys_for("x", lim)[2]), 2)
         # The dispatcher delivers one event (XACK + XDEL): s3's threshold fires at its next request.
-        first = self.redis.call("XRANGE", keys_for("x", "free", lim)[2], "-", "+", "COUNT", 1)
-        self.redis.call("XDEL", keys_for("x", "free", lim)[2], first[0][0])
+        first = self.redis.call("XRANGE", keys_for("x", lim)[2], "-", "+", "COUNT", 1)
+        self.redis.call("XDEL", keys_for("x", lim)[2], first[0][0])
         self.assertEqual(self.decide(lim, subject="s3", outbox_max=2), (True, [2], 1, 0))
         self.assertEqual([e["subject"] for e in self.outbox()], ["s2", "s3"])
 
@@ -390,7 +418,7 @@ class RedisScriptTest(unittest.TestCase):
         lim = [limit("daily", 1, [100])]
         for i in range(50):
             self.decide(lim, subject=f"s{i}", outbox_max=20)
-        self.assertEqual(self.redis.call("XLEN", keys_for("x", "free", lim)[2]), 20)
+        self.assertEqual(self.redis.call("XLEN", keys_for("x", lim)[2]), 20)
 
     # --- contract ------------------------------------------------------------------------------
 
@@ -403,7 +431,7 @@ class RedisScriptTest(unittest.TestCase):
                 self.assertIs(type(value), int, reply)
 
     def test_mismatched_arguments_are_an_error(self):
-        counters, flags, outbox = keys_for("user-42", "free", [limit("daily", 5)])
+        counters, flags, outbox = keys_for("user-42", [limit("daily", 5)])
         with self.assertRaises(RedisError):
             self.redis.call("EVAL", self.script, 3, *counters, *flags, outbox,
                             1, 0, 10, 2, "user-42", "free", "daily", 5, 9999999999, 0, 1, 0)

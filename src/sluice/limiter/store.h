@@ -3,10 +3,17 @@
 //  - a request is admitted iff, for every limit of the plan, used + cost <= quota; if admitted,
 //    every counter grows by cost in the same atomic step; a denied request changes no counter;
 //  - cost 0 is a peek: it is answered like any request but changes nothing and fires no alert;
-//  - threshold p of a limit fires at most once per subject, limit and window: at the first admitted
-//    request after which used >= ceil(quota * p / 100), and a threshold of 100 also at the first
-//    request that this limit denies; the event is recorded in the store's outbox in the same
-//    atomic step;
+//  - counters and alert flags belong to the subject and the limit — its name and window
+//    (Limit::tag, WindowKey) — never to the plan: a subject moved to another plan keeps the usage
+//    of every limit whose name and window are the same in both, and the new quotas apply from the
+//    next request. A calendar window belongs to its time zone, so a `day` of two plans in
+//    different zones is two counters;
+//  - threshold p of a limit fires at most once per subject, limit, window and effective quota: at
+//    the first admitted request after which used >= ceil(quota * p / 100), and a threshold of 100
+//    also at the first request that this limit denies; the event (naming the plan in force) is
+//    recorded in the store's outbox in the same atomic step. A quota that changes (another plan, a
+//    per-subject override) has thresholds of its own, armed unless they fired under that same
+//    quota in this window;
 //  - a counter whose window id differs from the request's counts as 0 (its window has ended);
 //  - a counter outside [0, kMaxUsed] (crafted or corrupted state: no admission can produce it)
 //    is unusable: the limit counts as exhausted, so every request, peeks included, is denied;
@@ -44,10 +51,10 @@ inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
 [[nodiscard]] constexpr bool UsableCounter(int64_t used) { return used >= 0 && used <= kMaxUsed; }
 
 struct StoreRequest {
-  std::string_view subject;  // valid per docs/semantics.md
-  const Plan* plan = nullptr;
-  int64_t cost = 1;                        // 0..1,000,000
-  absl::Time now;                          // for alert timestamps and expiry
+  std::string_view subject;    // valid per docs/semantics.md
+  const Plan* plan = nullptr;  // the subject's effective plan; read only during the call
+  int64_t cost = 1;            // 0..1,000,000
+  absl::Time now;              // for alert timestamps and expiry
   absl::Span<const WindowBounds> windows;  // one per plan->limits, same order
 };
 
@@ -114,10 +121,12 @@ class Store {
   // before such a change may no longer hold (the over-limit cache checks it). Thread-safe; cheap.
   [[nodiscard]] virtual uint64_t shrinks() const { return 0; }
 
-  // The current counters and fired thresholds of req.subject under req.plan; consumes nothing.
+  // The current counters of req.subject for req.plan's limits, and the thresholds fired under
+  // their current quotas; consumes nothing.
   virtual void Usage(const StoreRequest& req, UsageCallback done) = 0;
 
-  // Clears the counters and alert flags of one limit (by index), or of every limit of the plan.
+  // Clears the counters and alert flags (under every quota) of one limit of req.plan (by index), or
+  // of every limit of the plan; the subject's counters of limits the plan does not have are kept.
   virtual void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
                      StatusCallback done) = 0;
 };

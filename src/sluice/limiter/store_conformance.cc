@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <optional>
+#include <ostream>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,22 @@ Decision StoreConformanceTest::Check(const std::string& subject, int64_t cost,
   harness_->RunUntil([&] { return out.has_value(); });
   EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
   return out.has_value() && out->ok() ? **out : Decision{};
+}
+
+Decision StoreConformanceTest::CheckWith(const std::string& subject, const Plan& plan,
+                                         int64_t cost) {
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_->Decide({.subject = subject, .cost = cost, .effective_plan = &plan},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
+  return out.has_value() && out->ok() ? **out : Decision{};
+}
+
+const Plan& StoreConformanceTest::PlanNamed(const std::string& name) {
+  const Plan* plan = limiter_->plans().Find(name);
+  EXPECT_NE(plan, nullptr) << name;
+  return *plan;
 }
 
 std::vector<LimitUsage> StoreConformanceTest::UsageOf(const std::string& subject,
@@ -220,14 +237,6 @@ TEST_P(StoreConformanceTest, SubjectsAreCountedSeparately) {
   Decision bob = Check("bob");
   EXPECT_TRUE(bob.allowed);
   EXPECT_EQ(bob.limits[0].used, 1);
-}
-
-TEST_P(StoreConformanceTest, PlansAreCountedSeparatelyForOneSubject) {
-  UsePlans({PlanConfig{.name = "p", .limits = {MakeLimit("m", 2, Fixed(absl::Minutes(1), "1m"))}},
-            PlanConfig{.name = "q", .limits = {MakeLimit("m", 2, Fixed(absl::Minutes(1), "1m"))}}});
-  ASSERT_TRUE(Check("alice", 2, "p").allowed);
-  EXPECT_FALSE(Check("alice", 1, "p").allowed);
-  EXPECT_TRUE(Check("alice", 1, "q").allowed);
 }
 
 TEST_P(StoreConformanceTest, DailyWindowResetsAtMidnightInThePlansZone) {
@@ -396,6 +405,176 @@ TEST_P(StoreConformanceTest, ResetOfOneLimitKeepsTheOthers) {
   std::vector<LimitUsage> u = UsageOf("alice");
   EXPECT_EQ(u[0].used, 0);
   EXPECT_EQ(u[1].used, 4);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Usage follows the subject: counters and alert flags belong to (subject, limit name and window),
+// never to the plan, and thresholds fire once per subject, limit, window and effective quota.
+
+// free: 5,000 a day; pro: 100,000 a day and a per-minute limit free does not have. Both alert at
+// 80% and 100% of `daily`.
+std::vector<PlanConfig> FreeAndPro() {
+  return {PlanConfig{.name = "free",
+                     .timezone = "UTC",
+                     .limits = {MakeLimit("daily", 5000, Day(), {80, 100})}},
+          PlanConfig{.name = "pro",
+                     .timezone = "UTC",
+                     .limits = {MakeLimit("daily", 100000, Day(), {80, 100}),
+                                MakeLimit("per_minute", 1000000, Fixed(absl::Minutes(1), "1m"))}}};
+}
+
+struct Fired {
+  std::string plan;
+  int threshold;
+  int64_t quota;
+  friend bool operator==(const Fired&, const Fired&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const Fired& f) {
+    return os << f.plan << " " << f.threshold << "% of " << f.quota;
+  }
+};
+std::vector<Fired> FiredOf(const std::vector<AlertEvent>& events) {
+  std::vector<Fired> out;
+  for (const AlertEvent& e : events) out.push_back({e.plan, e.threshold, e.quota});
+  return out;
+}
+
+TEST_P(StoreConformanceTest, APlanChangeMidWindowKeepsTheUsage) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 3000, "free").allowed);
+  Decision pro = Check("alice", 1, "pro");
+  EXPECT_TRUE(pro.allowed);
+  EXPECT_EQ(pro.limits[0].used, 3001);
+  EXPECT_EQ(pro.limits[0].limit->quota, 100000);
+  EXPECT_EQ(pro.limits[0].remaining, 96999);
+  EXPECT_EQ(pro.limits[1].used, 1);  // only pro has it: it starts at 0
+  std::vector<LimitUsage> u = UsageOf("alice", "free");
+  EXPECT_EQ(u[0].used, 3001);
+}
+
+TEST_P(StoreConformanceTest, TheNewQuotaAppliesFromTheNextRequest) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 4000, "pro").allowed);
+  Decision free = Check("alice", 1001, "free");
+  EXPECT_FALSE(free.allowed);
+  EXPECT_EQ(free.limits[0].used, 4000);
+  EXPECT_TRUE(Check("alice", 1000, "free").allowed);
+  EXPECT_TRUE(Check("alice", 1, "pro").allowed);
+}
+
+TEST_P(StoreConformanceTest, ALimitOfTheSameNameButAnotherWindowIsAnotherCounter) {
+  UsePlans({PlanConfig{.name = "p", .limits = {MakeLimit("m", 5, Fixed(absl::Minutes(1), "1m"))}},
+            PlanConfig{.name = "q", .limits = {MakeLimit("m", 5, Fixed(absl::Hours(1), "1h"))}},
+            PlanConfig{.name = "r", .limits = {MakeLimit("m", 5, Fixed(absl::Seconds(60), "60s"))}},
+            PlanConfig{.name = "s", .limits = {MakeLimit("n", 5, Fixed(absl::Minutes(1), "1m"))}}});
+  ASSERT_TRUE(Check("alice", 2, "p").allowed);
+  EXPECT_EQ(Check("alice", 1, "q").limits[0].used, 1);
+  EXPECT_EQ(Check("alice", 1, "s").limits[0].used, 1);
+  // "60s" is the window "1m" is: the same limit.
+  EXPECT_EQ(Check("alice", 1, "r").limits[0].used, 3);
+}
+
+TEST_P(StoreConformanceTest, ADayInAnotherTimeZoneIsAnotherCounter) {
+  UsePlans(
+      {PlanConfig{.name = "utc", .timezone = "UTC", .limits = {MakeLimit("daily", 5, Day())}},
+       PlanConfig{
+           .name = "hcm", .timezone = "Asia/Ho_Chi_Minh", .limits = {MakeLimit("daily", 5, Day())}},
+       PlanConfig{.name = "utc2", .timezone = "UTC", .limits = {MakeLimit("daily", 9, Day())}}});
+  ASSERT_TRUE(Check("alice", 2, "utc").allowed);
+  EXPECT_EQ(Check("alice", 1, "hcm").limits[0].used, 1);   // another zone: reads as 0
+  EXPECT_EQ(Check("alice", 1, "utc2").limits[0].used, 3);  // the same zone: the same counter
+  EXPECT_EQ(Check("alice", 1, "hcm").limits[0].used, 2);
+}
+
+TEST_P(StoreConformanceTest, AnUpgradeReArmsAThresholdAlreadySentUnderTheOldQuota) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 4000, "free").allowed);
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"free", 80, 5000}}));
+  ASSERT_TRUE(Check("alice", 75999, "pro").allowed);  // 79,999
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  EXPECT_TRUE(UsageOf("alice", "pro")[0].fired.empty());
+  ASSERT_TRUE(Check("alice", 1, "pro").allowed);  // 80,000 = 80% of 100,000
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  EXPECT_EQ(FiredOf(events), (std::vector<Fired>{{"pro", 80, 100000}}));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].used, 80000);
+}
+
+TEST_P(StoreConformanceTest, FlippingThePlanAcrossAThresholdSendsItOnce) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 4500, "free").allowed);
+  std::vector<Fired> fired = FiredOf(harness_->TakeEvents());
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(Check("alice", 1, "pro").allowed);
+    ASSERT_TRUE(Check("alice", 1, "free").allowed);
+    for (const Fired& f : FiredOf(harness_->TakeEvents())) fired.push_back(f);
+  }
+  EXPECT_EQ(fired, (std::vector<Fired>{{"free", 80, 5000}}));
+  EXPECT_EQ(UsageOf("alice", "free")[0].fired, std::vector<int>{80});
+  EXPECT_TRUE(UsageOf("alice", "pro")[0].fired.empty());
+}
+
+TEST_P(StoreConformanceTest, ADowngradeAboveEightyPercentFiresItAtTheNextAdmission) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 4500, "pro").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice", 1, "free").allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  EXPECT_EQ(FiredOf(events), (std::vector<Fired>{{"free", 80, 5000}}));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].used, 4501);
+}
+
+TEST_P(StoreConformanceTest, ADowngradeAboveTheQuotaFiresHundredOnceAtTheFirstDenial) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 6000, "pro").allowed);
+  Decision denied = Check("alice", 1, "free");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.limits[0].used, 6000);
+  EXPECT_EQ(denied.limits[0].remaining, 0);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  EXPECT_EQ(FiredOf(events), (std::vector<Fired>{{"free", 100, 5000}}));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].used, 6000);
+  EXPECT_FALSE(Check("alice", 1, "free").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AResetUnderOnePlanClearsTheCounterEveryPlanShares) {
+  UsePlans(FreeAndPro());
+  ASSERT_TRUE(Check("alice", 4000, "free").allowed);
+  (void)harness_->TakeEvents();
+  ResetUsage("alice", "daily", "pro");
+  EXPECT_EQ(UsageOf("alice", "free")[0].used, 0);
+  ASSERT_TRUE(Check("alice", 4000, "free").allowed);
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"free", 80, 5000}}));
+}
+
+TEST_P(StoreConformanceTest, AnEffectivePlanCountsOnItsPlansCountersWithItsOwnQuotas) {
+  const Plan effective = PlanNamed("p").WithQuotas({20});
+  Decision d = CheckWith("alice", effective, 15);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 15);
+  EXPECT_EQ(d.limits[0].remaining, 5);
+  EXPECT_EQ(d.limits[0].limit->quota, 20);
+  EXPECT_FALSE(Check("alice").allowed);  // the plan's own quota is 10
+  EXPECT_EQ(UsageOf("alice")[0].used, 15);
+}
+
+TEST_P(StoreConformanceTest, AnOverriddenQuotaHasThresholdsOfItsOwn) {
+  const Plan raised = PlanNamed("p").WithQuotas({20});
+  ASSERT_TRUE(Check("alice", 8).allowed);              // 80% of 10
+  ASSERT_TRUE(CheckWith("alice", raised, 8).allowed);  // 16 = 80% of 20
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"p", 80, 10}, {"p", 80, 20}}));
+  // Back to the plan's own quota: its 80% was sent in this window; 100% fires at the denial.
+  EXPECT_FALSE(Check("alice").allowed);
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"p", 100, 10}}));
+  ASSERT_TRUE(CheckWith("alice", raised, 4).allowed);  // 20 = 100% of 20
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"p", 100, 20}}));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ class StoreHarness {
   virtual void RunUntil(const std::function<bool()>& ready) = 0;
   // The alert events recorded since the last call, oldest first.
   [[nodiscard]] virtual std::vector<AlertEvent> TakeEvents() = 0;
-  // Sets the counter of limit `limit` (plan order) for req.subject under req.plan in window
+  // Sets the counter of req.plan's limit `limit` (plan order) for req.subject in window
   // req.windows[limit] to `value`, bypassing the store's rules — as crafted or corrupted state
   // would, so `value` may be one no decision can produce.
   virtual void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) = 0;
@@ -56,6 +56,10 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   void UsePlans(std::vector<config::PlanConfig> plans);
   // One decision; fails the test on an error status.
   Decision Check(const std::string& subject, int64_t cost = 1, const std::string& plan = "p");
+  // One decision under an effective plan (Plan::WithQuotas of one of the limiter's plans).
+  Decision CheckWith(const std::string& subject, const Plan& plan, int64_t cost = 1);
+  // The limiter's plan named `name`. REQUIRES: there is one.
+  const Plan& PlanNamed(const std::string& name);
   // Counters of subject under plan, without consuming.
   std::vector<LimitUsage> UsageOf(const std::string& subject, const std::string& plan = "p");
   void ResetUsage(const std::string& subject, const std::string& limit = "",

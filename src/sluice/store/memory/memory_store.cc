@@ -13,33 +13,16 @@
 namespace sluice {
 namespace {
 
-// Entries are keyed by (plan, subject): the same subject under two plans has two sets of counters.
-struct KeyView {
-  uint64_t plan_tag;
-  std::string_view subject;
-};
-
-struct Key {
-  uint64_t plan_tag;
-  std::string subject;
-};
-
-struct KeyHash {
+// Entries are keyed by the subject alone: its counters follow it from plan to plan.
+struct SubjectHash {
   using is_transparent = void;
   // absl's string hash (std::string_view would go through std::hash, a library call).
-  size_t operator()(const KeyView& k) const { return absl::HashOf(k.plan_tag, ToAbsl(k.subject)); }
-  size_t operator()(const Key& k) const { return (*this)(KeyView{k.plan_tag, k.subject}); }
+  size_t operator()(std::string_view s) const { return absl::HashOf(ToAbsl(s)); }
 };
 
-struct KeyEq {
+struct SubjectEq {
   using is_transparent = void;
-  static KeyView View(const Key& k) { return {k.plan_tag, k.subject}; }
-  static KeyView View(const KeyView& k) { return k; }
-  template <typename A, typename B>
-  bool operator()(const A& a, const B& b) const {
-    KeyView x = View(a), y = View(b);
-    return x.plan_tag == y.plan_tag && x.subject == y.subject;
-  }
+  bool operator()(std::string_view a, std::string_view b) const { return a == b; }
 };
 
 struct Entry {
@@ -51,59 +34,45 @@ struct Entry {
 // The bytes per active subject depend on it (BENCHMARKS.md): keep the entry at 48 bytes.
 static_assert(sizeof(Entry) == 48);
 
-using Map = absl::flat_hash_map<Key, Entry, KeyHash, KeyEq>;
+using Map = absl::flat_hash_map<std::string, Entry, SubjectHash, SubjectEq>;
+using OtherQuotas = absl::InlinedVector<MemoryStore::OtherQuota, 1>;
+// Bound of a subject's side-table records (Shard::Stash).
+constexpr size_t kMaxOtherQuotas = 16;
 
 uint16_t Tag16(const Limit& limit) { return static_cast<uint16_t>(limit.tag); }
+uint16_t LegacyTag16(const Limit& limit) {
+  return static_cast<uint16_t>(LegacyLimitTag(limit.name));
+}
 uint32_t Window32(const WindowBounds& w) { return static_cast<uint32_t>(w.id); }
 
-// The counter for limit `i` of `plan`, looked up first at its own position and then by tag (a
-// reload may have reordered the limits). Returns nullptr when the entry has none.
-MemoryStore::Counter* FindCounter(Entry& entry, const Plan& plan, size_t i) {
-  const uint16_t tag = Tag16(plan.limits[i]);
-  if (i < entry.counters.size() && entry.counters[i].tag == tag) return &entry.counters[i];
-  for (MemoryStore::Counter& c : entry.counters) {
-    if (c.tag == tag) return &c;
-  }
-  return nullptr;
-}
-
-// Makes the entry's counters match the plan's limits, position for position, keeping the counters
-// of limits that survive a reload. Called only when the layout differs.
-void Realign(Entry& entry, const Plan& plan) {
-  absl::InlinedVector<MemoryStore::Counter, 2> aligned(plan.limits.size());
-  for (size_t i = 0; i < plan.limits.size(); ++i) {
-    if (MemoryStore::Counter* c = FindCounter(entry, plan, i)) aligned[i] = *c;
-    aligned[i].tag = Tag16(plan.limits[i]);
-  }
-  entry.counters = std::move(aligned);
-}
-
-// The fired bits of `entry`'s counters, written under layout `from`, rewritten for the positions
-// of `plan`'s thresholds: a percentage kept by a reload stays fired, a new one starts armed. With
-// no known `from`, the bits stay as they are.
-void RemapFired(Entry& entry, const Plan& plan, const AlertLayout* from) {
-  if (from == nullptr) return;
-  for (size_t i = 0; i < entry.counters.size(); ++i) {
-    MemoryStore::Counter& c = entry.counters[i];
-    if (c.fired == 0) continue;
-    const std::vector<int>* before = from->PercentsOf(c.tag);
-    uint16_t fired = 0;
-    const std::vector<Threshold>& now = plan.limits[i].thresholds;
-    for (size_t t = 0; before != nullptr && t < now.size(); ++t) {
-      auto at = std::find(before->begin(), before->end(), now[t].percent);
-      const size_t old_bit = static_cast<size_t>(at - before->begin());
-      if (at != before->end() && (c.fired >> old_bit) & 1u) fired |= static_cast<uint16_t>(1u << t);
-    }
-    c.fired = fired;
-  }
-}
-
+// True when the entry's first counters are the plan's limits, in order.
 bool Aligned(const Entry& entry, const Plan& plan) {
-  if (entry.counters.size() != plan.limits.size()) return false;
+  if (entry.counters.size() < plan.limits.size()) return false;
   for (size_t i = 0; i < plan.limits.size(); ++i) {
     if (entry.counters[i].tag != Tag16(plan.limits[i])) return false;
   }
   return true;
+}
+
+// Fired bits (positions in `percents`) as a set of percentages, and back.
+std::array<uint64_t, 2> PercentSet(uint16_t fired, const std::vector<int>& percents) {
+  std::array<uint64_t, 2> set{};
+  for (size_t t = 0; t < percents.size() && t < 16; ++t) {
+    const int p = percents[t];
+    if (((fired >> t) & 1u) && p >= 1 && p <= 128)
+      set[(p - 1) / 64] |= uint64_t{1} << ((p - 1) % 64);
+  }
+  return set;
+}
+uint16_t BitsOf(const std::array<uint64_t, 2>& set, const std::vector<Threshold>& thresholds) {
+  uint16_t fired = 0;
+  for (size_t t = 0; t < thresholds.size() && t < 16; ++t) {
+    const int p = thresholds[t].percent;
+    if (p >= 1 && p <= 128 && ((set[(p - 1) / 64] >> ((p - 1) % 64)) & 1u)) {
+      fired |= static_cast<uint16_t>(1u << t);
+    }
+  }
+  return fired;
 }
 
 // The counter's value in the request's window (0 if its window has ended).
@@ -141,29 +110,130 @@ AlertEvent MakeEvent(const StoreRequest& req, const Limit& limit, const WindowBo
 struct alignas(64) MemoryStore::Shard {
   mutable std::mutex mu;
   Map map;  // guarded by mu
-  // The alert layouts the entries refer to (usually one per plan; more after a reload changed
-  // a plan's alert percentages, until the sweep finds them unused). Guarded by mu.
-  std::vector<std::shared_ptr<const AlertLayout>> layouts;
+  // The alert layouts the entries refer to, by id (usually one per plan and set of effective
+  // quotas; old ones stay until the sweep finds them unused). Guarded by mu.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
+  // Bits of quotas not in force, by subject (MemoryStore::OtherQuota). Guarded by mu.
+  absl::flat_hash_map<std::string, OtherQuotas, SubjectHash, SubjectEq> others;
 
   const AlertLayout* Layout(uint32_t id) const {
-    for (const auto& l : layouts) {
-      if (l->id == id) return l.get();
-    }
-    return nullptr;
+    auto it = layouts.find(id);
+    return it == layouts.end() ? nullptr : it->second.get();
   }
   void Remember(const Plan& plan) {
-    if (plan.alerts != nullptr && Layout(plan.alert_layout) == nullptr) {
-      layouts.push_back(plan.alerts);
-    }
+    if (plan.alerts != nullptr) layouts.try_emplace(plan.alert_layout, plan.alerts);
   }
-  // Makes `entry` fit `plan`: counters in the plan's order, fired bits in its layout.
-  void Adapt(Entry& entry, const Plan& plan) {
-    if (!Aligned(entry, plan)) Realign(entry, plan);
-    if (entry.alert_layout != plan.alert_layout) {
-      RemapFired(entry, plan, Layout(entry.alert_layout));
-      Remember(plan);
-      entry.alert_layout = plan.alert_layout;
+
+  // Keeps `q` (what `subject` fired under a quota that is no longer in force). At most
+  // kMaxOtherQuotas per subject: beyond, the oldest goes (should its quota come back in this
+  // window, its thresholds fire again: a repeated alert rather than unbounded memory).
+  void Stash(std::string_view subject, const OtherQuota& q) {
+    OtherQuotas& list = others[subject];
+    for (OtherQuota& o : list) {
+      if (o.tag == q.tag && o.quota == q.quota) {
+        o = q;
+        return;
+      }
     }
+    if (list.size() >= kMaxOtherQuotas) list.erase(list.begin());
+    list.push_back(q);
+  }
+  // Takes back what was stashed for `subject`'s limit `tag` under `quota`, if it belongs to
+  // counter window `window` (what belongs to an ended window is dropped).
+  std::array<uint64_t, 2> Take(std::string_view subject, uint16_t tag, int64_t quota,
+                               uint32_t window) {
+    std::array<uint64_t, 2> set{};
+    auto it = others.find(subject);
+    if (it == others.end()) return set;
+    OtherQuotas& list = it->second;
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k].tag != tag || list[k].quota != quota) continue;
+      if (list[k].window == window) set = list[k].percents;
+      list.erase(list.begin() + static_cast<ptrdiff_t>(k));
+      break;
+    }
+    if (list.empty()) others.erase(it);
+    return set;
+  }
+  // Drops what is stashed for `subject`'s limits whose tag satisfies `pred`.
+  template <typename Pred>
+  void Drop(std::string_view subject, Pred pred) {
+    auto it = others.find(subject);
+    if (it == others.end()) return;
+    OtherQuotas& list = it->second;
+    list.erase(
+        std::remove_if(list.begin(), list.end(), [&](const OtherQuota& o) { return pred(o.tag); }),
+        list.end());
+    if (it->second.empty()) others.erase(it);
+  }
+
+  // The fired bits of counter `c` (found under tag `old_tag`, written under layout `from`) as
+  // they stand for `limit`: re-read by percentage when its quota is the one they fired under (or
+  // unknown); otherwise stashed with their quota, and those of `limit`'s quota taken back.
+  uint16_t FiredFor(std::string_view subject, const MemoryStore::Counter& c, uint16_t old_tag,
+                    uint32_t expires, const Limit& limit, const AlertLayout* from) {
+    const AlertLayout::LimitAlerts* before = from->Find(old_tag);
+    if (before != nullptr && (before->quota == 0 || before->quota == limit.quota)) {
+      return BitsOf(PercentSet(c.fired, before->percents), limit.thresholds);
+    }
+    if (before != nullptr && c.fired != 0) {
+      Stash(subject, {.tag = Tag16(limit),
+                      .window = c.window,
+                      .quota = before->quota,
+                      .expires = expires,
+                      .percents = PercentSet(c.fired, before->percents)});
+    }
+    return BitsOf(Take(subject, Tag16(limit), limit.quota, c.window), limit.thresholds);
+  }
+
+  // Makes `entry` fit `plan`: its counters first, in the plan's order, with fired bits in its
+  // layout and for its quotas; the counters of other limits after them.
+  void Adapt(std::string_view subject, Entry& entry, const Plan& plan) {
+    const AlertLayout* from = Layout(entry.alert_layout);
+    const bool legacy = from != nullptr && from->legacy;
+    // No layout (a plan built by hand, a version-1 snapshot): bits are read by position.
+    const bool positional = from == nullptr || (legacy && from->limits.empty());
+    absl::InlinedVector<MemoryStore::Counter, 2> out(plan.limits.size());
+    absl::InlinedVector<bool, 4> taken(entry.counters.size(), false);
+    for (size_t i = 0; i < plan.limits.size(); ++i) {
+      const Limit& limit = plan.limits[i];
+      const uint16_t want = legacy ? LegacyTag16(limit) : Tag16(limit);
+      size_t k = i < entry.counters.size() && entry.counters[i].tag == want && !taken[i]
+                     ? i
+                     : entry.counters.size();
+      for (size_t j = 0; k == entry.counters.size() && j < entry.counters.size(); ++j) {
+        if (!taken[j] && entry.counters[j].tag == want) k = j;
+      }
+      out[i].tag = Tag16(limit);
+      if (k == entry.counters.size()) continue;
+      taken[k] = true;
+      MemoryStore::Counter c = entry.counters[k];
+      if (!positional) c.fired = FiredFor(subject, c, want, entry.expires, limit, from);
+      c.tag = Tag16(limit);
+      out[i] = c;
+    }
+    // Limits this plan does not have keep their counters (another plan may count them again in
+    // this window) and put their bits aside with their quota. Those of a legacy entry cannot be
+    // matched with a limit any more once the entry has left its layout, and are dropped.
+    for (size_t k = 0; k < entry.counters.size() && !legacy; ++k) {
+      if (taken[k]) continue;
+      MemoryStore::Counter c = entry.counters[k];
+      if (c.fired != 0 && !positional) {
+        const AlertLayout::LimitAlerts* before = from->Find(c.tag);
+        if (before != nullptr && before->quota != 0) {
+          Stash(subject, {.tag = c.tag,
+                          .window = c.window,
+                          .quota = before->quota,
+                          .expires = entry.expires,
+                          .percents = PercentSet(c.fired, before->percents)});
+        }
+      }
+      c.fired = 0;
+      if (c.used != 0) out.push_back(c);
+    }
+    entry.counters = std::move(out);
+    Remember(plan);
+    entry.alert_layout = plan.alert_layout;
   }
 };
 
@@ -176,8 +246,8 @@ MemoryStore::MemoryStore(Options options)
 
 MemoryStore::~MemoryStore() = default;
 
-MemoryStore::Shard& MemoryStore::ShardFor(uint64_t plan_tag, std::string_view subject) const {
-  return ShardForHash(KeyHash{}(KeyView{plan_tag, subject}));
+MemoryStore::Shard& MemoryStore::ShardFor(std::string_view subject) const {
+  return ShardForHash(SubjectHash{}(subject));
 }
 
 MemoryStore::Shard& MemoryStore::ShardForHash(size_t hash) const {
@@ -198,15 +268,14 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
   bool recorded = false;  // events pushed to the outbox: its listener is told after the lock
 
   // One hash for both the shard and the lookup in it.
-  const KeyView key{plan.tag, req.subject};
-  const size_t hash = KeyHash{}(key);
+  const size_t hash = SubjectHash{}(req.subject);
   Shard& shard = ShardForHash(hash);
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.map.find(key, hash);
+    auto it = shard.map.find(req.subject, hash);
     Entry* entry = it == shard.map.end() ? nullptr : &it->second;
     if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
-      shard.Adapt(*entry, plan);
+      shard.Adapt(req.subject, *entry, plan);
     }
 
     // Admission: all-or-nothing over every limit.
@@ -251,7 +320,7 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
         if (!allowed && newly == 0) continue;
 
         if (entry == nullptr) {
-          auto [ins, unused] = shard.map.try_emplace(Key{plan.tag, std::string(req.subject)});
+          auto [ins, unused] = shard.map.try_emplace(std::string(req.subject));
           entry = &ins->second;
           entry->alert_layout = plan.alert_layout;
           shard.Remember(plan);
@@ -275,14 +344,17 @@ std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreReq
 void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
   const Plan& plan = *req.plan;
   std::vector<LimitUsage> usage(plan.limits.size());
-  Shard& shard = ShardFor(plan.tag, req.subject);
+  Shard& shard = ShardFor(req.subject);
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.map.find(KeyView{plan.tag, req.subject});
+    auto it = shard.map.find(req.subject);
     if (it != shard.map.end()) {
-      shard.Adapt(it->second, plan);
+      Entry& entry = it->second;
+      if (entry.alert_layout != plan.alert_layout || !Aligned(entry, plan)) {
+        shard.Adapt(req.subject, entry, plan);
+      }
       for (size_t i = 0; i < plan.limits.size(); ++i) {
-        const Counter* c = &it->second.counters[i];
+        const Counter* c = &entry.counters[i];
         usage[i].used = UsedNow(c, req.windows[i]);
         const uint16_t fired = FiredNow(c, req.windows[i]);
         for (size_t t = 0; t < plan.limits[i].thresholds.size(); ++t) {
@@ -297,15 +369,29 @@ void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
 void MemoryStore::Reset(const StoreRequest& req, std::optional<size_t> limit_index,
                         StatusCallback done) {
   const Plan& plan = *req.plan;
-  Shard& shard = ShardFor(plan.tag, req.subject);
+  Shard& shard = ShardFor(req.subject);
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.map.find(KeyView{plan.tag, req.subject});
+    auto it = shard.map.find(req.subject);
     if (it != shard.map.end()) {
-      if (!limit_index.has_value()) {
+      Entry& entry = it->second;
+      if (entry.alert_layout != plan.alert_layout || !Aligned(entry, plan)) {
+        shard.Adapt(req.subject, entry, plan);
+      }
+      absl::InlinedVector<uint16_t, 4> tags;
+      for (size_t i = 0; i < plan.limits.size(); ++i) {
+        if (limit_index.has_value() && *limit_index != i) continue;
+        entry.counters[i] = Counter{.tag = entry.counters[i].tag};
+        tags.push_back(entry.counters[i].tag);
+      }
+      shard.Drop(req.subject, [&](uint16_t tag) {
+        return std::find(tags.begin(), tags.end(), tag) != tags.end();
+      });
+      // Nothing left to remember: the entry goes (counters of other limits keep it otherwise).
+      if (std::all_of(entry.counters.begin(), entry.counters.end(),
+                      [](const Counter& c) { return c.used == 0 && c.fired == 0; })) {
         shard.map.erase(it);
-      } else if (Counter* c = FindCounter(it->second, plan, *limit_index)) {
-        *c = Counter{.tag = c->tag};
+        shard.others.erase(req.subject);
       }
     }
   }
@@ -331,11 +417,27 @@ size_t MemoryStore::Sweep(absl::Time now) {
       last = id;
       return false;
     });
-    std::erase_if(shard.layouts, [&](const auto& l) {
-      return std::find(in_use.begin(), in_use.end(), l->id) == in_use.end();
+    absl::erase_if(shard.layouts, [&](const auto& kv) {
+      return std::find(in_use.begin(), in_use.end(), kv.first) == in_use.end();
+    });
+    absl::erase_if(shard.others, [&](auto& kv) {
+      OtherQuotas& list = kv.second;
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&](const OtherQuota& o) { return o.expires <= now_s; }),
+                 list.end());
+      return kv.second.empty() || !shard.map.contains(kv.first);
     });
   }
   return removed;
+}
+
+size_t MemoryStore::other_quota_count() const {
+  size_t total = 0;
+  for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
+    std::lock_guard lock(shards_[s].mu);
+    for (const auto& [subject, list] : shards_[s].others) total += list.size();
+  }
+  return total;
 }
 
 size_t MemoryStore::subject_count() const {
@@ -350,17 +452,19 @@ size_t MemoryStore::subject_count() const {
 void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) const {
   SubjectState state;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
-    std::lock_guard lock(shards_[s].mu);
-    for (const auto& [key, entry] : shards_[s].map) {
-      state.plan_tag = key.plan_tag;
-      state.subject = key.subject;
+    const Shard& shard = shards_[s];
+    std::lock_guard lock(shard.mu);
+    for (const auto& [subject, entry] : shard.map) {
+      state.subject = subject;
       state.expires = entry.expires;
       state.counters = entry.counters;
       if (state.alerts == nullptr || state.alerts->id != entry.alert_layout) {
-        state.alerts.reset();
-        for (const auto& l : shards_[s].layouts) {
-          if (l->id == entry.alert_layout) state.alerts = l;
-        }
+        auto it = shard.layouts.find(entry.alert_layout);
+        state.alerts = it == shard.layouts.end() ? nullptr : it->second;
+      }
+      state.other_quotas.clear();
+      if (auto it = shard.others.find(subject); it != shard.others.end()) {
+        state.other_quotas.assign(it->second.begin(), it->second.end());
       }
       fn(state);
     }
@@ -372,16 +476,23 @@ void MemoryStore::Restore(std::vector<SubjectState> states) {
     std::lock_guard lock(shards_[s].mu);
     shards_[s].map.clear();
     shards_[s].layouts.clear();
+    shards_[s].others.clear();
   }
   for (SubjectState& st : states) {
-    Shard& shard = ShardFor(st.plan_tag, st.subject);
+    Shard& shard = ShardFor(st.subject);
     std::lock_guard lock(shard.mu);
     uint32_t layout = 0;
     if (st.alerts != nullptr) {
       layout = st.alerts->id;
-      if (shard.Layout(layout) == nullptr) shard.layouts.push_back(std::move(st.alerts));
+      shard.layouts.try_emplace(layout, std::move(st.alerts));
     }
-    shard.map.insert_or_assign(Key{st.plan_tag, std::move(st.subject)},
+    if (st.other_quotas.empty()) {
+      shard.others.erase(st.subject);
+    } else {
+      shard.others.insert_or_assign(st.subject,
+                                    OtherQuotas(st.other_quotas.begin(), st.other_quotas.end()));
+    }
+    shard.map.insert_or_assign(std::move(st.subject),
                                Entry{.expires = static_cast<uint32_t>(std::clamp<int64_t>(
                                          st.expires, 0, std::numeric_limits<uint32_t>::max())),
                                      .alert_layout = layout,

@@ -1,17 +1,19 @@
 // The embedded store: docs/semantics.md in-process, with no I/O.
 //
-// State is split into shards by a hash of (plan, subject); each shard is a flat hash map behind its
-// own mutex, so concurrent decisions on different subjects rarely meet and no request takes a
-// global lock. All limits of one subject under one plan live in one entry, which is what makes a
-// decision atomic: it is computed and applied under that entry's shard lock. Alert events are
-// pushed to the outbox under the same lock, so an event is recorded before its decision is
-// answered.
+// State is split into shards by a hash of the subject; each shard is a flat hash map behind its own
+// mutex, so concurrent decisions on different subjects rarely meet and no request takes a global
+// lock. All counters of one subject live in one entry, whatever plan counted them (usage follows
+// the subject: a counter is found by its limit's tag, Limit::tag, i.e. by limit name and window),
+// which is what makes a decision atomic: it is computed and applied under that entry's shard lock.
+// Alert events are pushed to the outbox under the same lock, so an event is recorded before its
+// decision is answered.
 //
 // Ended windows are reset lazily (a counter whose window id is not the request's counts as 0), and
 // Sweep() drops entries whose every window has ended, so memory is bounded by active subjects.
 #ifndef SLUICE_STORE_MEMORY_MEMORY_STORE_H_
 #define SLUICE_STORE_MEMORY_MEMORY_STORE_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,26 +38,45 @@ class MemoryStore final : public Store {
   };
 
   // One limit's counter inside an entry. 16 bytes: window ids are stored modulo 2^32, which only
-  // matters for windows 2^32 windows apart (136 years of 1 s windows).
+  // matters for windows 2^32 windows apart (136 years of 1 s windows). The tag tells a calendar
+  // window of one time zone from that of another (WindowKey), so the id is unambiguous.
   struct Counter {
     int64_t used = 0;
     uint32_t window = 0;  // low 32 bits of the window id the counter belongs to
-    uint16_t tag = 0;     // low 16 bits of Limit::tag: finds the counter again after a reload
+    uint16_t tag = 0;     // low 16 bits of Limit::tag: finds the counter under any plan
     uint16_t fired = 0;   // bit i: threshold i of the limit fired in this window (see below)
   };
-  // Which threshold bit i stands for is given by the AlertLayout the entry was last written under
-  // (Plan::alerts); an entry meeting a plan with another layout has its bits re-read by percentage
-  // first. Each shard keeps the layouts its entries refer to.
+  // Which threshold bit i stands for, and under which quota, is given by the AlertLayout the entry
+  // was last written under (Plan::alerts). The first counters of an entry are those of the plan
+  // that last wrote it, in its order; counters of limits only other plans have follow (their bits
+  // moved to the side table below). An entry meeting a plan with another layout is adapted first:
+  // its counters are reordered by tag, bits whose percentage and quota are kept are re-read by
+  // percentage, and bits of a quota no longer in force move to the shard's side table (OtherQuota)
+  // while those of the new quota, if it was in force before in this window, come back from it.
+  // Each shard keeps the layouts its entries refer to.
+
+  // Thresholds fired in a counter's window under a quota other than the one the entry's bits are
+  // for (the subject changed plans, or its overrides changed). Kept per subject in a side table of
+  // the shard, only for subjects whose quota changed, so the others pay nothing for it; swept with
+  // the entries and saved in snapshots. At most 16 per subject (the oldest goes first).
+  struct OtherQuota {
+    uint16_t tag = 0;                    // the limit, as Counter::tag
+    uint32_t window = 0;                 // as Counter::window
+    int64_t quota = 0;                   // the quota the thresholds fired under
+    uint32_t expires = 0;                // Unix seconds after which it may be swept
+    std::array<uint64_t, 2> percents{};  // bit p - 1: threshold p% fired (p in 1..100)
+    friend bool operator==(const OtherQuota&, const OtherQuota&) = default;
+  };
 
   // A subject's saved state, for snapshots.
   struct SubjectState {
-    uint64_t plan_tag = 0;
     std::string subject;
     int64_t expires = 0;  // Unix seconds after which the entry may be swept
     absl::InlinedVector<Counter, 2> counters;
     // What the counters' `fired` bits stand for; null when unknown (they are then read by
     // position under whatever plan meets them).
     std::shared_ptr<const AlertLayout> alerts;
+    std::vector<OtherQuota> other_quotas;
   };
 
   MemoryStore() : MemoryStore(Options{}) {}
@@ -75,6 +96,9 @@ class MemoryStore final : public Store {
   [[nodiscard]] Outbox& outbox() { return outbox_; }
   [[nodiscard]] const Outbox& outbox() const { return outbox_; }
 
+  // Side-table records (OtherQuota) held, for tests and metrics.
+  [[nodiscard]] size_t other_quota_count() const;
+
   // Calls `fn` for every entry, one shard at a time under that shard's lock (`fn` must not call
   // back into the store). Each shard is a consistent cut.
   void ForEach(const std::function<void(const SubjectState&)>& fn) const;
@@ -83,7 +107,7 @@ class MemoryStore final : public Store {
 
  private:
   struct Shard;
-  [[nodiscard]] Shard& ShardFor(uint64_t plan_tag, std::string_view subject) const;
+  [[nodiscard]] Shard& ShardFor(std::string_view subject) const;
   // The shard for a key whose hash (KeyHash) is already known.
   [[nodiscard]] Shard& ShardForHash(size_t hash) const;
 

@@ -1,5 +1,6 @@
 #include "sluice/store/memory/memory_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -32,21 +33,25 @@ class MemoryHarness final : public StoreHarness {
     bool found = false;
     store_.ForEach([&](const MemoryStore::SubjectState& st) {
       states.push_back(st);
-      found = found || (st.plan_tag == req.plan->tag && st.subject == req.subject);
+      found = found || st.subject == req.subject;
     });
     if (!found) {
-      MemoryStore::SubjectState st{.plan_tag = req.plan->tag, .subject = std::string(req.subject)};
+      MemoryStore::SubjectState st{.subject = std::string(req.subject)};
       for (const Limit& l : req.plan->limits) {
         st.counters.push_back({.tag = static_cast<uint16_t>(l.tag)});
       }
       st.alerts = req.plan->alerts;
       states.push_back(std::move(st));
     }
+    const auto tag = static_cast<uint16_t>(req.plan->limits[limit].tag);
     for (MemoryStore::SubjectState& st : states) {
-      if (st.plan_tag != req.plan->tag || st.subject != req.subject) continue;
+      if (st.subject != req.subject) continue;
       st.expires = absl::ToUnixSeconds(req.windows[limit].end) + 60;
-      st.counters[limit].used = value;
-      st.counters[limit].window = static_cast<uint32_t>(req.windows[limit].id);
+      auto c = std::find_if(st.counters.begin(), st.counters.end(),
+                            [&](const MemoryStore::Counter& k) { return k.tag == tag; });
+      if (c == st.counters.end()) c = st.counters.insert(st.counters.end(), {.tag = tag});
+      c->used = value;
+      c->window = static_cast<uint32_t>(req.windows[limit].id);
     }
     store_.Restore(std::move(states));
   }
@@ -150,12 +155,15 @@ TEST_F(MemoryStoreTest, CountersSurviveAReloadThatReordersLimits) {
   EXPECT_EQ(d.limits[2].used, 4);  // a kept its count
 }
 
-TEST_F(MemoryStoreTest, AChangedQuotaDoesNotResendAFiredThreshold) {
+TEST_F(MemoryStoreTest, AQuotaChangedByAReloadHasThresholdsOfItsOwn) {
   ASSERT_TRUE(Check("alice", 8).allowed);
   store_.outbox().Ack(1);
   UseLimits({{"per_minute", 20, "1m", {80, 100}}});
-  ASSERT_TRUE(Check("alice", 8).allowed);  // 16 = 80% of 20, already fired in this window
+  ASSERT_TRUE(Check("alice", 7).allowed);  // 15: 80% of 10 was sent, 80% of 20 is not reached
   EXPECT_EQ(store_.outbox().size(), 0u);
+  ASSERT_TRUE(Check("alice", 1).allowed);  // 16 = 80% of 20
+  ASSERT_EQ(store_.outbox().size(), 1u);
+  EXPECT_EQ(store_.outbox().Read(0, 1)[0].event.quota, 20);
 }
 
 TEST_F(MemoryStoreTest, TheOutboxListenerHearsOfEachDecisionThatRecordedEvents) {
@@ -187,6 +195,41 @@ TEST_F(MemoryStoreTest, ASweepKeepsTheAlertLayoutOfAnEntryNotTouchedSinceAReload
   std::vector<Outbox::Entry> events = store_.outbox().Read(0, SIZE_MAX);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].event.threshold, 50);
+}
+
+TEST_F(MemoryStoreTest, ASubjectHasOneEntryWhateverPlansCountIt) {
+  ASSERT_TRUE(Check("alice", 3).allowed);
+  const Plan raised = limiter_->plans().Find("p")->WithQuotas({20});
+  Decision out;
+  limiter_->Decide({.subject = "alice", .cost = 1, .effective_plan = &raised},
+                   [&](absl::StatusOr<Decision> d) { out = *d; });
+  EXPECT_EQ(out.limits[0].used, 4);
+  EXPECT_EQ(store_.subject_count(), 1u);
+}
+
+TEST_F(MemoryStoreTest, BitsOfAnotherQuotaAreKeptOnlyOnceAQuotaChangesAndSweptWithTheWindow) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Check("s" + std::to_string(i), 8).allowed);
+  EXPECT_EQ(store_.other_quota_count(), 0u);  // no quota ever changed: nothing on the side
+  const Plan raised = limiter_->plans().Find("p")->WithQuotas({20});
+  limiter_->Decide({.subject = "s0", .cost = 1, .effective_plan = &raised},
+                   [](absl::StatusOr<Decision>) {});
+  EXPECT_EQ(store_.other_quota_count(), 1u);  // s0's 80% of 10, until 10 is in force again
+  ASSERT_TRUE(Check("s1").allowed);
+  EXPECT_EQ(store_.other_quota_count(), 1u);
+  clock_.Advance(absl::Minutes(1) + absl::Seconds(61));
+  EXPECT_EQ(store_.Sweep(clock_.Now()), 20u);
+  EXPECT_EQ(store_.other_quota_count(), 0u);
+}
+
+TEST_F(MemoryStoreTest, AResetClearsTheBitsOfEveryQuota) {
+  ASSERT_TRUE(Check("alice", 8).allowed);  // 80% of 10
+  const Plan raised = limiter_->plans().Find("p")->WithQuotas({20});
+  limiter_->Decide({.subject = "alice", .cost = 1, .effective_plan = &raised},
+                   [](absl::StatusOr<Decision>) {});
+  ASSERT_EQ(store_.other_quota_count(), 1u);
+  limiter_->Reset("alice", "p", "", [](absl::Status s) { EXPECT_TRUE(s.ok()); });
+  EXPECT_EQ(store_.other_quota_count(), 0u);
+  EXPECT_EQ(store_.subject_count(), 0u);
 }
 
 // Many threads on one subject admit exactly the quota and fire each threshold once.

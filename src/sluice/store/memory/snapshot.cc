@@ -23,18 +23,30 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kMagic = "SLUICESN";
-// Version 2 added each subject's alert layout (what its fired bits stand for); version 1 files
-// are still read, their bits then taken position by position as before.
-constexpr uint32_t kVersion = 2;
+// Version 2 added each subject's alert layout (what its fired bits stand for). Version 3 keys
+// subjects by subject alone (usage follows the subject from plan to plan), identifies limits by
+// name and window (Limit::tag) and windows by their start, adds each layout limit's quota and the
+// subject's bits fired under other quotas (MemoryStore::OtherQuota). Versions 1 and 2 are still
+// read: their (plan, subject) records are merged by subject, and their tags and window ids are
+// marked legacy (AlertLayout::legacy) so that the store translates them when a plan meets them.
+constexpr uint32_t kVersion = 3;
 // magic, version, payload length, payload CRC.
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
 // Sanity bounds for a file we did not write ourselves.
 constexpr uint64_t kMaxCount = 1ULL << 32;
 constexpr uint32_t kMaxLimits = 1024;
 // The smallest encodings, to check a count against the bytes that are left before looping on it.
-constexpr size_t kMinSubjectBytes = 8 + 4 + 8 + 4;  // plan tag, subject length, expires, counters
+// Version 3: subject length, expires, counters, layout marker, other quotas; versions 1 and 2
+// start with a plan tag and have no other quotas.
+constexpr size_t kMinSubjectBytes = 4 + 8 + 4 + 1 + 4;
+constexpr size_t kMinLegacySubjectBytes = 8 + 4 + 8 + 4;
 constexpr size_t kMinCounterBytes = 8 + 4 + 2 + 2;
-constexpr size_t kMinLayoutLimitBytes = 2 + 1;
+constexpr size_t kMinLayoutLimitBytes = 2 + 1;  // + 8 (the quota) in version 3
+constexpr size_t kMinOtherQuotaBytes = 2 + 4 + 8 + 4 + 16;
+// The layout marker after a subject's counters.
+constexpr uint8_t kNoLayout = 0;
+constexpr uint8_t kLayout = 1;
+constexpr uint8_t kLegacyLayout = 2;
 constexpr size_t kMinEventBytes = 8 + 3 * 4 + 4 + 8 + 8 + 3 * 8;
 // No decision sets an expiry further ahead than its window's end (at most a 31-day month) plus the
 // grace period; a day of slack covers any grace.
@@ -117,7 +129,6 @@ std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
   uint64_t subject_count = 0;
   store.ForEach([&](const MemoryStore::SubjectState& st) {
     ++subject_count;
-    subjects.Int<uint64_t>(st.plan_tag);
     subjects.Str(st.subject);
     subjects.Int<int64_t>(st.expires);
     subjects.Int<uint32_t>(static_cast<uint32_t>(st.counters.size()));
@@ -127,14 +138,26 @@ std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
       subjects.Int<uint16_t>(c.tag);
       subjects.Int<uint16_t>(c.fired);
     }
-    subjects.Int<uint8_t>(st.alerts != nullptr ? 1 : 0);
+    subjects.Int<uint8_t>(st.alerts == nullptr ? kNoLayout
+                          : st.alerts->legacy  ? kLegacyLayout
+                                               : kLayout);
     if (st.alerts != nullptr) {
       subjects.Int<uint32_t>(static_cast<uint32_t>(st.alerts->limits.size()));
       for (const AlertLayout::LimitAlerts& l : st.alerts->limits) {
         subjects.Int<uint16_t>(l.tag);
         subjects.Int<uint8_t>(static_cast<uint8_t>(l.percents.size()));
         for (int p : l.percents) subjects.Int<uint8_t>(static_cast<uint8_t>(p));
+        subjects.Int<int64_t>(l.quota);
       }
+    }
+    subjects.Int<uint32_t>(static_cast<uint32_t>(st.other_quotas.size()));
+    for (const MemoryStore::OtherQuota& q : st.other_quotas) {
+      subjects.Int<uint16_t>(q.tag);
+      subjects.Int<uint32_t>(q.window);
+      subjects.Int<int64_t>(q.quota);
+      subjects.Int<uint32_t>(q.expires);
+      subjects.Int<uint64_t>(q.percents[0]);
+      subjects.Int<uint64_t>(q.percents[1]);
     }
   });
   const std::vector<Outbox::Entry> events = store.outbox().All();
@@ -194,9 +217,11 @@ bool ValidName(std::string_view name) {
   return true;
 }
 
-// A layout a PlanSet could have built: per limit, strictly ascending percentages in 1..100.
+// A layout a PlanSet could have built: per limit, strictly ascending percentages in 1..100 and a
+// quota in 1..kMaxUsed (or 0: unknown, from a version-2 file).
 bool ValidLayout(const AlertLayout& layout) {
   for (const AlertLayout::LimitAlerts& l : layout.limits) {
+    if (l.quota < 0 || l.quota > kMaxUsed) return false;
     int previous = 0;
     for (const int p : l.percents) {
       if (p <= previous || p > 100) return false;
@@ -217,7 +242,21 @@ bool ValidSubject(const MemoryStore::SubjectState& st, const SnapshotLoadOptions
   for (const MemoryStore::Counter& c : st.counters) {
     if (!UsableCounter(c.used)) return false;
   }
+  for (const MemoryStore::OtherQuota& q : st.other_quotas) {
+    // Percent bits beyond 100 (bit 99 of the pair) are none a threshold could have set.
+    if (q.quota < 1 || q.quota > kMaxUsed || (q.percents[1] >> 36) != 0) return false;
+    if (options.now != absl::InfinitePast() &&
+        absl::FromUnixSeconds(q.expires) > options.now + kMaxExpiryAhead) {
+      return false;
+    }
+  }
   return st.alerts == nullptr || ValidLayout(*st.alerts);
+}
+
+int64_t TotalUsed(const MemoryStore::SubjectState& st) {
+  int64_t total = 0;  // each counter <= kMaxUsed, at most kMaxLimits of them: no overflow
+  for (const MemoryStore::Counter& c : st.counters) total += c.used;
+  return total;
 }
 
 bool ValidEvent(const Outbox::Entry& e, uint64_t previous_seq) {
@@ -289,7 +328,7 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   const uint32_t version = header.Int<uint32_t>();
   const uint64_t length = header.Int<uint64_t>();
   const uint32_t crc = header.Int<uint32_t>();
-  if (version != 1 && version != kVersion) {
+  if (version < 1 || version > kVersion) {
     return corrupt(absl::StrCat("unsupported version ", version));
   }
   if (length != data.size() - kHeaderSize) {
@@ -303,18 +342,31 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   // crafted count cannot make the loader allocate or spin beyond the file's size; a string's
   // length is checked the same way by Reader::Str before it is copied.
   Reader r(payload);
+  const bool legacy = version < 3;
   std::vector<MemoryStore::SubjectState> subjects;
   absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
-  // (plan tag, subject) -> index in `subjects`: a repeated subject replaces the earlier one.
-  absl::flat_hash_map<std::pair<uint64_t, std::string>, size_t> seen;
+  // subject -> index in `subjects`. A version-3 file has one record per subject (a repeated one
+  // replaces the earlier); an older one, one per (plan, subject), and a subject counted under two
+  // plans is merged by keeping the record with the larger counters (their sum: a subject is never
+  // under-counted by the upgrade), or on a tie the later expiry.
+  absl::flat_hash_map<std::string, size_t> seen;
   SnapshotStats loaded;
   const uint64_t subject_count = r.Int<uint64_t>();
-  if (subject_count > kMaxCount || subject_count > r.left() / kMinSubjectBytes) {
+  if (subject_count > kMaxCount ||
+      subject_count > r.left() / (legacy ? kMinLegacySubjectBytes : kMinSubjectBytes)) {
     return corrupt("subject count does not match the data");
+  }
+  // Version 1 saved no layouts: its bits are read by position, its tags and windows translated.
+  std::shared_ptr<const AlertLayout> version_one;
+  if (version == 1) {
+    auto l = std::make_shared<AlertLayout>();
+    l->legacy = true;
+    l->Seal();
+    version_one = std::move(l);
   }
   for (uint64_t i = 0; i < subject_count && r.ok(); ++i) {
     MemoryStore::SubjectState st;
-    st.plan_tag = r.Int<uint64_t>();
+    if (legacy) (void)r.Int<uint64_t>();  // the plan tag: usage now follows the subject
     st.subject = r.Str();
     st.expires = r.Int<int64_t>();
     const uint32_t n = r.Int<uint32_t>();
@@ -329,10 +381,15 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
       c.fired = r.Int<uint16_t>();
       st.counters.push_back(c);
     }
-    if (version >= 2 && r.Int<uint8_t>() != 0) {
+    const uint8_t marker = version >= 2 ? r.Int<uint8_t>() : kNoLayout;
+    if (marker > kLegacyLayout || (legacy && marker > kLayout)) {
+      return corrupt("unknown alert layout marker");
+    }
+    if (marker != kNoLayout) {
       auto alerts = std::make_shared<AlertLayout>();
+      alerts->legacy = legacy || marker == kLegacyLayout;
       const uint32_t limits = r.Int<uint32_t>();
-      if (limits > kMaxLimits || limits > r.left() / kMinLayoutLimitBytes) {
+      if (limits > kMaxLimits || limits > r.left() / (kMinLayoutLimitBytes + (legacy ? 0 : 8))) {
         return corrupt("alert layout does not match the data");
       }
       for (uint32_t k = 0; k < limits && r.ok(); ++k) {
@@ -341,20 +398,42 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
         const uint8_t count = r.Int<uint8_t>();
         if (count > kMaxThresholds) return corrupt("implausible alert layout");
         for (uint8_t t = 0; t < count && r.ok(); ++t) l.percents.push_back(r.Int<uint8_t>());
+        if (!legacy) l.quota = r.Int<int64_t>();
       }
       alerts->Seal();
       // Subjects of one plan share one layout: equal ones are kept once.
       st.alerts = layouts.try_emplace(alerts->id, std::move(alerts)).first->second;
+    } else if (version == 1) {
+      st.alerts = version_one;
+    }
+    if (!legacy) {
+      const uint32_t others = r.Int<uint32_t>();
+      if (others > kMaxLimits * 100 || others > r.left() / kMinOtherQuotaBytes) {
+        return corrupt("other quotas do not match the data");
+      }
+      for (uint32_t k = 0; k < others && r.ok(); ++k) {
+        MemoryStore::OtherQuota& q = st.other_quotas.emplace_back();
+        q.tag = r.Int<uint16_t>();
+        q.window = r.Int<uint32_t>();
+        q.quota = r.Int<int64_t>();
+        q.expires = r.Int<uint32_t>();
+        q.percents[0] = r.Int<uint64_t>();
+        q.percents[1] = r.Int<uint64_t>();
+      }
     }
     if (!r.ok()) break;
     if (!ValidSubject(st, options)) {
       ++loaded.dropped_subjects;
       continue;
     }
-    auto [at, fresh] = seen.try_emplace(std::make_pair(st.plan_tag, st.subject), subjects.size());
+    auto [at, fresh] = seen.try_emplace(st.subject, subjects.size());
     if (!fresh) {
       ++loaded.dropped_subjects;
-      subjects[at->second] = std::move(st);
+      MemoryStore::SubjectState& kept = subjects[at->second];
+      const int64_t mine = TotalUsed(st), theirs = TotalUsed(kept);
+      if (!legacy || mine > theirs || (mine == theirs && st.expires > kept.expires)) {
+        kept = std::move(st);
+      }
       continue;
     }
     subjects.push_back(std::move(st));

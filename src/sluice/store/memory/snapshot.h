@@ -5,6 +5,13 @@
 // mix. The file carries a magic, a format version, its payload length and a CRC-32 of the payload;
 // a torn, truncated or corrupted file is reported as DataLoss and nothing from it is loaded.
 //
+// Version 3 holds one record per subject (usage follows the subject from plan to plan), with the
+// quotas its fired bits belong to and the bits it fired under other quotas. Older files (one record
+// per plan and subject) are still read: a subject's records are merged by keeping the one with the
+// larger counters (the sum of its counters: an upgrade never under-counts a subject), or on a tie
+// the later expiry; the other counts in SnapshotStats::dropped_subjects. Their counters, tagged by
+// limit name alone, are matched with the limit of that name by the first plan that meets them.
+//
 // A checksum only proves the file is what was written, not that a correct sluice wrote it (it may
 // have been crafted, or written by a buggy version). So every record is also checked for values
 // no decision could have produced — a counter outside [0, kMaxUsed], an invalid subject, an
@@ -33,7 +40,8 @@ struct SnapshotStats {
   size_t events = 0;    // loaded (saved, for SaveSnapshot)
   size_t bytes = 0;
   // LoadSnapshot: records of the file that were dropped because they held impossible values
-  // (see above); a subject appearing twice counts once here too (the last one is kept).
+  // (see above); a subject appearing twice counts once here too (version 3: the last one is
+  // kept; older versions: see the merge above).
   size_t dropped_subjects = 0;
   size_t dropped_events = 0;
 };

@@ -62,6 +62,14 @@ class SnapshotTest : public ::testing::Test {
                    [&](absl::StatusOr<Decision> d) { out = *d; });
     return out;
   }
+  Decision CheckWith(MemoryStore& store, const std::string& subject, const Plan& plan,
+                     int64_t cost = 1) {
+    Limiter limiter(*plans_, &store, &clock_, {});
+    Decision out;
+    limiter.Decide({.subject = subject, .cost = cost, .effective_plan = &plan},
+                   [&](absl::StatusOr<Decision> d) { out = *d; });
+    return out;
+  }
   std::string ReadFile() {
     std::ifstream in(path_, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), {}};
@@ -125,11 +133,11 @@ TEST_F(SnapshotTest, VersionOneFilesAreStillRead) {
   put(p, 2, 4);
   put(p, 8, 8);  // per_minute: used, window id (the fake clock's minute), tag, fired bits
   put(p, 1796040000 / 60, 4);
-  put(p, plan.limits[0].tag, 2);
+  put(p, LegacyLimitTag(plan.limits[0].name), 2);
   put(p, 0b01, 2);  // 80% fired
   put(p, 8, 8);     // daily
   put(p, 1796040000 / 86400, 4);
-  put(p, plan.limits[1].tag, 2);
+  put(p, LegacyLimitTag(plan.limits[1].name), 2);
   put(p, 0, 2);
   put(p, 0, 8);  // no events
   std::string file = "SLUICESN";
@@ -146,6 +154,22 @@ TEST_F(SnapshotTest, VersionOneFilesAreStillRead) {
   EXPECT_TRUE(store.outbox().All().empty());  // 80% stays fired
   ASSERT_TRUE(Check(store, "alice", 1).allowed);
   EXPECT_EQ(Thresholds(store), std::vector<int>{100});
+}
+
+TEST_F(SnapshotTest, ThresholdsFiredUnderAnotherQuotaSurviveARestart) {
+  MemoryStore before;
+  const Plan raised = plans_->Find("p")->WithQuotas({20, 100});
+  ASSERT_TRUE(Check(before, "alice", 8).allowed);  // 80% of 10
+  ASSERT_TRUE(CheckWith(before, "alice", raised, 1).allowed);
+  ASSERT_EQ(before.other_quota_count(), 1u);
+  ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+  MemoryStore after;
+  ASSERT_TRUE(LoadSnapshot(path_, after).ok());
+  EXPECT_EQ(after.other_quota_count(), 1u);
+  // Back under the plan's own quota: its 80% was sent before the restart and is not sent again.
+  Decision d = Check(after, "alice", 1);
+  EXPECT_EQ(d.limits[0].used, 10);
+  EXPECT_EQ(Thresholds(after), (std::vector<int>{80, 100}));
 }
 
 TEST_F(SnapshotTest, NewEventsAreNumberedAfterRestoredOnes) {
@@ -245,6 +269,7 @@ class CraftedSnapshotTest : public SnapshotTest {
   }
   struct Crafted {
     std::string subject = "alice";
+    uint64_t plan_tag = 0;  // 0: plan "p"'s
     int64_t expires = 1796040000 + 86400 + 60;
     int64_t used = 8;
     std::vector<int> percents = {80, 100};  // per_minute's layout
@@ -266,17 +291,17 @@ class CraftedSnapshotTest : public SnapshotTest {
     std::string p;
     Put(p, subjects.size(), 8);
     for (const Crafted& c : subjects) {
-      Put(p, plan.tag, 8);
+      Put(p, c.plan_tag != 0 ? c.plan_tag : plan.tag, 8);
       PutStr(p, c.subject);
       Put(p, static_cast<uint64_t>(c.expires), 8);
       Put(p, 1, 4);
       Put(p, static_cast<uint64_t>(c.used), 8);
       Put(p, 1796040000 / 60, 4);
-      Put(p, plan.limits[0].tag, 2);
+      Put(p, LegacyLimitTag(plan.limits[0].name), 2);
       Put(p, 0, 2);
       Put(p, 1, 1);  // a layout: one limit
       Put(p, 1, 4);
-      Put(p, plan.limits[0].tag, 2);
+      Put(p, LegacyLimitTag(plan.limits[0].name), 2);
       Put(p, c.percents.size(), 1);
       for (int percent : c.percents) Put(p, static_cast<uint64_t>(percent), 1);
     }
@@ -366,14 +391,39 @@ TEST_F(CraftedSnapshotTest, ImpossibleEventsAreDroppedAndCounted) {
   EXPECT_EQ(store.outbox().All()[1].seq, 11u);
 }
 
-TEST_F(CraftedSnapshotTest, ARepeatedSubjectKeepsTheLastAndIsCounted) {
-  WritePayload(Payload({{.subject = "alice", .used = 3}, {.subject = "alice", .used = 7}}));
+// A version-2 file has a record per (plan, subject); usage now follows the subject, so the
+// records of one subject are merged: the larger counters win, then the later expiry.
+TEST_F(CraftedSnapshotTest, AVersionTwoSubjectUnderTwoPlansKeepsTheLargerCounters) {
+  WritePayload(Payload({{.subject = "alice", .plan_tag = 1, .used = 7},
+                        {.subject = "alice", .plan_tag = 2, .used = 3},
+                        {.subject = "bob", .plan_tag = 1, .used = 2},
+                        {.subject = "bob", .plan_tag = 2, .used = 5}}));
   MemoryStore store;
   SnapshotStats stats;
   ASSERT_TRUE(LoadSnapshot(path_, store, &stats).ok());
-  EXPECT_EQ(stats.subjects, 1u);
-  EXPECT_EQ(stats.dropped_subjects, 1u);
+  EXPECT_EQ(stats.subjects, 2u);
+  EXPECT_EQ(stats.dropped_subjects, 2u);
   EXPECT_EQ(Check(store, "alice", 0).limits[0].used, 7);
+  EXPECT_EQ(Check(store, "bob", 0).limits[0].used, 5);
+}
+
+TEST_F(CraftedSnapshotTest, AVersionTwoSubjectUnderTwoPlansWithEqualCountersKeepsTheLaterExpiry) {
+  const int64_t t = 1796040000;
+  WritePayload(Payload({{.subject = "alice", .plan_tag = 1, .expires = t + 200},
+                        {.subject = "alice", .plan_tag = 2, .expires = t + 100}}));
+  MemoryStore store;
+  ASSERT_TRUE(LoadSnapshot(path_, store).ok());
+  EXPECT_EQ(store.Sweep(absl::FromUnixSeconds(t + 150)), 0u);
+  EXPECT_EQ(store.subject_count(), 1u);
+}
+
+TEST_F(CraftedSnapshotTest, AVersionTwoCounterIsFoundByItsLimitsName) {
+  WritePayload(Payload({{.subject = "alice", .used = 8}}));
+  MemoryStore store;
+  ASSERT_TRUE(LoadSnapshot(path_, store).ok());
+  Decision d = Check(store, "alice", 1);
+  EXPECT_EQ(d.limits[0].used, 9);
+  EXPECT_EQ(d.limits[1].used, 1);  // daily was not in the record
 }
 
 TEST_F(CraftedSnapshotTest, CountsLargerThanTheFileAreRefusedWithoutAllocating) {

@@ -8,10 +8,14 @@
 --
 -- KEYS (2N + 1 keys, N = number of limits of the plan, in plan order):
 --   KEYS[i]        i = 1..N  counter of limit i (string holding an integer)
---                            <prefix>:{<bucket>}:c:<plan>:<limit>:<window_id>:<subject>
---   KEYS[N+i]      i = 1..N  alert flags of limit i (hash; field = threshold percent, value "1")
---                            <prefix>:{<bucket>}:a:<plan>:<limit>:<window_id>:<subject>
+--                            <prefix>:{<bucket>}:c:<limit>:<window>:<window_id>:<subject>
+--   KEYS[N+i]      i = 1..N  alert flags of limit i (hash; field "<percent>:<quota>", value "1")
+--                            <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
 --   KEYS[2N+1]               the bucket's outbox stream   <prefix>:{<bucket>}:outbox
+--   No plan in the keys: counters and flags follow the subject from plan to plan; <window> is the
+--   fixed length in seconds ("60s") or "day@<zone>" / "month@<zone>" (docs/redis.md). A flag names the quota it fired under, so a threshold fires once per
+--   subject, limit, window and effective quota: a quota raised by a plan change or an override
+--   has its thresholds armed, and one changed back finds its flags still set.
 --
 -- ARGV (all decimal integers unless noted):
 --   1  cost            0..1,000,000; 0 is a peek: nothing is read-modify-written, nothing fires
@@ -25,10 +29,11 @@
 --                      without this they would charge requests already answered as degraded.)
 --   5  N               number of limits
 --   6  subject         string
---   7  plan            string (plan name)
+--   7  plan            string (plan name: the plan in force, for the event only)
 --   then for each limit i = 1..N, in plan order:
 --      name            string (limit name)
---      quota           1..1,000,000,000,000,000 (the configuration's maximum)
+--      quota           1..1,000,000,000,000,000 (the configuration's maximum); decimal, no
+--                      leading zeros (it is copied into flag fields and events as given)
 --      expire_at       Unix seconds: window end + grace (EXPIREAT, absolute; must be in the future)
 --      window_start    Unix seconds
 --      window_end      Unix seconds
@@ -107,15 +112,20 @@ local a = 8
 for i = 1, n do
   local t = tonumber(ARGV[a + 5])
   local limit = {
-    name = ARGV[a], quota = tonumber(ARGV[a + 1]), expire_at = ARGV[a + 2],
+    name = ARGV[a], quota = tonumber(ARGV[a + 1]), quota_text = ARGV[a + 1],
+    expire_at = ARGV[a + 2],
     window_start = ARGV[a + 3], window_end = ARGV[a + 4], thresholds = {},
   }
-  if limit.quota == nil or limit.quota < 1 or limit.quota > kMaxUsed or t == nil then
+  if limit.quota == nil or limit.quota < 1 or limit.quota > kMaxUsed or t == nil or
+      not string.match(limit.quota_text, '^[1-9]%d*$') then
     return redis.error_reply('ERR sluice decide: bad limit ' .. i)
   end
   a = a + 6
   for j = 1, t do
-    limit.thresholds[j] = { percent = ARGV[a], count = tonumber(ARGV[a + 1]) }
+    limit.thresholds[j] = {
+      percent = ARGV[a], count = tonumber(ARGV[a + 1]),
+      field = ARGV[a] .. ':' .. limit.quota_text,  -- the flag: this percent of this quota
+    }
     a = a + 2
   end
   limits[i] = limit
@@ -150,11 +160,12 @@ local function fire(i, th, after)
   local limit = limits[i]
   redis.call('XADD', outbox, '*',
     'type', 'quota.threshold_reached', 'subject', subject, 'plan', plan, 'limit', limit.name,
-    'threshold', th.percent, 'used', tostring(after), 'quota', tostring(limit.quota),
+    -- %d, not tostring: Lua prints doubles from 1e14 on with an exponent and 14 digits.
+    'threshold', th.percent, 'used', string.format('%d', after), 'quota', limit.quota_text,
     'window_start', limit.window_start, 'window_end', limit.window_end,
     'occurred_at_ms', now_ms)
   room = room - 1
-  redis.call('HSET', KEYS[n + i], th.percent, '1')
+  redis.call('HSET', KEYS[n + i], th.field, '1')
   redis.call('EXPIREAT', KEYS[n + i], limit.expire_at)
   fired = fired + 1
 end
@@ -181,7 +192,7 @@ if cost > 0 then
         else
           crossed = tonumber(th.percent) == 100
         end
-        if crossed and redis.pcall('HEXISTS', KEYS[n + i], th.percent) == 0 then
+        if crossed and redis.pcall('HEXISTS', KEYS[n + i], th.field) == 0 then
           fire(i, th, used[i])
         end
       end

@@ -131,15 +131,26 @@ std::string RedisStore::OutboxKey(int bucket) const {
   return absl::StrCat(options_.key_prefix, ":{", bucket, "}:outbox");
 }
 
+namespace {
+
+// The parts that identify limit i's counter of the request's subject: the limit (its name and
+// window — with the zone for a calendar window — not the plan: usage follows the subject) and the
+// window id. None of them contains ':'.
+std::string LimitWindow(const StoreRequest& req, size_t i) {
+  const Limit& limit = req.plan->limits[i];
+  return absl::StrCat(limit.name, ":", WindowKey(limit.window, req.plan->tz), ":",
+                      req.windows[i].id);
+}
+
+}  // namespace
+
 // The subject goes last: it may contain ':', and every part before it cannot.
 std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(req.subject), ":c:", req.plan->name, ":", req.plan->limits[i].name, ":",
-                      req.windows[i].id, ":", ToAbsl(req.subject));
+  return absl::StrCat(Tag(req.subject), ":c:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
 std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(req.subject), ":a:", req.plan->name, ":", req.plan->limits[i].name, ":",
-                      req.windows[i].id, ":", ToAbsl(req.subject));
+  return absl::StrCat(Tag(req.subject), ":a:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
 std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) const {
@@ -299,24 +310,37 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     finish(absl::OkStatus());
   });
   for (size_t i = 0; i < n; ++i) {
-    // Only the plan's current percentages: a flag set before a reload removed its percentage
-    // stays in the hash until the window ends, but is no threshold of this limit any more.
+    // Only the plan's current percentages under the limit's current quota: a flag of a percentage
+    // a reload removed, or of another quota (another plan, other overrides), stays in the hash
+    // until the window ends, but is no fired threshold of this limit as it stands. Copied: the
+    // plan is read only during the call.
     std::vector<int> percents;
     for (const Threshold& th : req.plan->limits[i].thresholds) percents.push_back(th.percent);
-    conn->Send({"HKEYS", FlagsKey(req, i)},
-               [state, finish, i, percents = std::move(percents)](absl::StatusOr<Reply> r) mutable {
-                 if (!r.ok()) return finish(ConnectionFailure(r.status()));
-                 if (r->is_error()) return finish(ErrorReply(*r));
-                 for (const Reply& e : r->elements) {
-                   int percent = 0;
-                   if (!absl::SimpleAtoi(ToAbsl(e.str), &percent)) continue;  // not a flag of ours
-                   if (std::find(percents.begin(), percents.end(), percent) != percents.end()) {
-                     state->usage[i].fired.push_back(percent);
-                   }
-                 }
-                 std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
-                 finish(absl::OkStatus());
-               });
+    const int64_t quota = req.plan->limits[i].quota;
+    conn->Send(
+        {"HKEYS", FlagsKey(req, i)},
+        [state, finish, i, quota, percents = std::move(percents)](absl::StatusOr<Reply> r) mutable {
+          if (!r.ok()) return finish(ConnectionFailure(r.status()));
+          if (r->is_error()) return finish(ErrorReply(*r));
+          for (const Reply& e : r->elements) {
+            // decide.lua's field: "<percent>:<quota>".
+            const std::string_view field = e.str;
+            const size_t colon = field.find(':');
+            int percent = 0;
+            int64_t fired_quota = 0;
+            if (colon == std::string_view::npos ||
+                !absl::SimpleAtoi(ToAbsl(field.substr(0, colon)), &percent) ||
+                !absl::SimpleAtoi(ToAbsl(field.substr(colon + 1)), &fired_quota)) {
+              continue;  // not a flag of ours
+            }
+            if (fired_quota == quota &&
+                std::find(percents.begin(), percents.end(), percent) != percents.end()) {
+              state->usage[i].fired.push_back(percent);
+            }
+          }
+          std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
+          finish(absl::OkStatus());
+        });
   }
 }
 

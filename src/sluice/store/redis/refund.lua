@@ -5,7 +5,8 @@
 -- of another client in the same event-loop iteration, a SIGSTOP between the two). A degraded
 -- answer must not be charged, so the counters go back down by the cost.
 --
--- KEYS[i]   the counters decide.lua incremented (same hash tag: valid on Cluster)
+-- KEYS[i]   the counters decide.lua incremented (same hash tag: valid on Cluster), named as
+--           decide.lua's KEYS[1..N]: <prefix>:{<bucket>}:c:<limit>:<window>:<window_id>:<subject>
 -- ARGV[1]   cost (1..1,000,000), as given to decide.lua
 --
 -- Reply (integer): how many counters were decremented. A counter is decremented only if it still
