@@ -5,7 +5,7 @@
 // are parsed one after another (pipelining) until the bytes run out, a parse error (answered with
 // RequestHandler::Reject as the server does, then the connection ends) or a request that is not
 // keep-alive. Every complete request goes through both planes. The raw input is also fed to the
-// standalone parsers (ParseCheckBody, ParseCostHeader, PercentDecode, AdminAuthorized).
+// standalone parsers (ParseCheckBody, ParseCostHeader, PercentDecode, MatchAdminToken).
 //
 // The last input byte picks the variant (so one reproducer file always replays the same way):
 //   bit 0:    which Frontend (A: anonymous plan, trusted proxies, admin token, deny 429;
@@ -151,7 +151,10 @@ std::shared_ptr<const sluice::http::Frontend> BuildFrontend(std::string_view yam
   if (!proxies.ok()) Fail("fuzz proxies", std::string(proxies.status().ToString()));
   auto fe = std::make_shared<sluice::http::Frontend>();
   fe->server = cfg->server;
-  fe->admin_token = cfg->server.admin_token;
+  if (!cfg->server.admin_token.empty()) {
+    fe->admin_tokens.push_back(
+        sluice::http::MakeAdminToken("admin", cfg->server.admin_token, true));
+  }
   fe->limiter = std::make_unique<sluice::Limiter>(
       std::move(*plans), store, clock,
       sluice::LimiterOptions{.on_store_error = cfg->on_store_error});
@@ -357,17 +360,24 @@ void FuzzStandaloneParsers(std::string_view raw) {
 
   if (auto body = sluice::http::ParseCheckBody(raw); body.ok()) {
     const bool by_key = !body->api_key.empty() && body->subject.empty() && body->plan.empty();
-    const bool by_subject = body->api_key.empty() && !body->subject.empty() && !body->plan.empty();
-    Check(by_key != by_subject, "ParseCheckBody: not exactly one of api_key / subject+plan");
+    // A subject with or without a plan (without: the registry's plan).
+    const bool by_subject = body->api_key.empty() && !body->subject.empty();
+    Check(by_key != by_subject, "ParseCheckBody: not exactly one of api_key / subject[+plan]");
     Check(body->cost >= 0 && body->cost <= sluice::kMaxCost, "ParseCheckBody: cost out of range");
     Check(Json::parse(raw, nullptr, /*allow_exceptions=*/false).is_object(),
           "ParseCheckBody accepted what nlohmann does not parse as an object", raw);
   }
 
   // Only the Bearer scheme (any case) with the token, and never with an empty token.
-  Check(sluice::http::AdminAuthorized(raw, kAdminToken) == IsBearer(raw, kAdminToken),
-        "AdminAuthorized", raw);
-  Check(!sluice::http::AdminAuthorized(raw, ""), "AdminAuthorized with an empty token", raw);
+  static const std::vector<sluice::http::AdminToken> kTokens = {
+      sluice::http::MakeAdminToken("reader", "fuzz-reader-token", false),
+      sluice::http::MakeAdminToken("admin", kAdminToken, true)};
+  const sluice::http::AdminToken* match = sluice::http::MatchAdminToken(raw, kTokens);
+  Check((match != nullptr && match->name == "admin") == IsBearer(raw, kAdminToken),
+        "MatchAdminToken", raw);
+  Check((match != nullptr && match->name == "reader") == IsBearer(raw, "fuzz-reader-token"),
+        "MatchAdminToken (second token)", raw);
+  Check(sluice::http::MatchAdminToken(raw, {}) == nullptr, "MatchAdminToken without tokens", raw);
 }
 
 Peer PeerFor(std::uint8_t selector) {

@@ -402,13 +402,64 @@ absl::Status ReadListenAddress(const Field& field, std::string& out) {
                                         "port 1-65535)"));
 }
 
+absl::Status ParseAdminTokens(const Field& field, std::vector<AdminTokenConfig>& tokens) {
+  std::unordered_set<std::string> names, secrets;
+  return ForEachItem(field, [&](const Field& item, size_t) {
+    Fields f;
+    SLUICE_RETURN_IF_ERROR(ReadFields(item, {"name", "token", "token_sha256", "access"}, f));
+    AdminTokenConfig token;
+    const Field name = f.Get("name");
+    SLUICE_RETURN_IF_ERROR(Require(name));
+    SLUICE_RETURN_IF_ERROR(ReadString(name, token.name));
+    if (!IsValidName(token.name, kMaxNameLength)) {
+      return Error(name.path, absl::StrCat("bad token name ", Quote(token.name),
+                                           " (want 1-64 characters of A-Z a-z 0-9 _ . -)"));
+    }
+    if (token.name == "admin") {
+      return Error(name.path, "the name \"admin\" is server.admin_token's (pick another)");
+    }
+    if (!names.insert(token.name).second) {
+      return Error(name.path, absl::StrCat("duplicate token name ", Quote(token.name)));
+    }
+    const Field plain = f.Get("token");
+    const Field hashed = f.Get("token_sha256");
+    if (plain.absent() == hashed.absent()) {
+      return Error(item.path, "set exactly one of token and token_sha256");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadString(plain, token.token));
+    SLUICE_RETURN_IF_ERROR(ReadString(hashed, token.token_sha256));
+    if (!plain.absent()) {
+      if (token.token.size() < 16 || token.token.size() > 512 ||
+          !AllOf(token.token, IsVisibleAscii)) {
+        return Error(plain.path, "must be 16-512 printable ASCII characters without spaces");
+      }
+      if (!secrets.insert("p" + token.token).second) {
+        return Error(plain.path, "the same token is given twice");
+      }
+    } else {
+      if (token.token_sha256.size() != 64 || !AllOf(token.token_sha256, IsLowerHex)) {
+        return Error(hashed.path, "must be 64 lowercase hex characters (a SHA-256 digest)");
+      }
+      if (!secrets.insert("h" + token.token_sha256).second) {
+        return Error(hashed.path, "the same token is given twice");
+      }
+    }
+    bool write = false;
+    SLUICE_RETURN_IF_ERROR(
+        ReadEnum(f.Get("access"), "access", {{"read", false}, {"write", true}}, write));
+    token.write = write;
+    tokens.push_back(std::move(token));
+    return absl::OkStatus();
+  });
+}
+
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(
       ReadFields(field,
                  {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
                   "deny_status", "anonymous_plan", "trusted_proxies", "max_connections",
-                  "admin_max_connections", "shutdown_delay"},
+                  "admin_max_connections", "shutdown_delay", "admin_tokens"},
                  f));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
@@ -445,6 +496,7 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
     return Error(delay.path, absl::StrCat("must be at most 10m, got ",
                                           absl::FormatDuration(server.shutdown_delay)));
   }
+  SLUICE_RETURN_IF_ERROR(ParseAdminTokens(f.Get("admin_tokens"), server.admin_tokens));
   // Checked against the plans once they are read (ParseRoot).
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("anonymous_plan"), server.anonymous_plan));
   return ForEachItem(f.Get("trusted_proxies"), [&](const Field& item, size_t) {
@@ -469,8 +521,13 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
 
   Fields memory;
   SLUICE_RETURN_IF_ERROR(
-      ReadFields(f.Get("memory"), {"snapshot_path", "snapshot_interval"}, memory));
+      ReadFields(f.Get("memory"), {"snapshot_path", "snapshot_interval", "registry_path"}, memory));
   SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("snapshot_path"), store.memory.snapshot_path));
+  SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("registry_path"), store.memory.registry_path));
+  if (!store.memory.registry_path.empty() &&
+      store.memory.registry_path == store.memory.snapshot_path) {
+    return Error(memory.Get("registry_path").path, "must differ from snapshot_path");
+  }
   SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(memory.Get("snapshot_interval"), kMinSnapshotInterval,
                                              kMaxSnapshotInterval, store.memory.snapshot_interval));
 

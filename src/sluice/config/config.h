@@ -20,11 +20,21 @@ namespace sluice::config {
 // Process exit code for a configuration error (sysexits.h EX_CONFIG).
 inline constexpr int kExitConfigError = 78;
 
+// A named token of the admin plane. Only its SHA-256 is kept once the config is loaded.
+struct AdminTokenConfig {
+  std::string name;          // [A-Za-z0-9_.-]{1,64}, unique; it names the token in the audit log
+  std::string token;         // plaintext token, or
+  std::string token_sha256;  // lowercase hex SHA-256 of the token (exactly one of the two)
+  bool write = false;        // access: write may change the registry; read may only read
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";  // ip:port (no host names); IPv6 as [::1]:8080
   std::string admin_listen = "127.0.0.1:9090";
-  std::string admin_token;  // "" here and in SLUICE_ADMIN_TOKEN: admin refuses all
-  int threads = 0;          // 0: one per core
+  std::string admin_token;  // a read-write token named "admin"; "" here and in SLUICE_ADMIN_TOKEN
+                            // and no admin_tokens: the admin plane refuses all
+  std::vector<AdminTokenConfig> admin_tokens;
+  int threads = 0;  // 0: one per core
   std::string api_key_header = "X-API-Key";
   int deny_status = 429;                     // any 4xx; 403 for nginx auth_request
   std::string anonymous_plan;                // "" : requests without a key get 401
@@ -41,6 +51,9 @@ enum class StoreType { kMemory, kRedis };
 
 struct MemoryStoreConfig {
   std::string snapshot_path;  // "": nothing persisted
+  // The registry of subjects and API keys (an SQLite database); "": kept in memory only, lost at
+  // exit.
+  std::string registry_path;
   absl::Duration snapshot_interval = absl::Seconds(1);
 };
 

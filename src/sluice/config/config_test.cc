@@ -228,6 +228,46 @@ TEST_F(ConfigTest, ShutdownDelayMayBeZeroInAnyUnitAndIsBounded) {
             "test.yaml: server.shutdown_delay: must be at most 10m, got 11m");
 }
 
+TEST_F(ConfigTest, AdminTokensAreNamedAndReadOnlyByDefault) {
+  absl::StatusOr<Config> config = Parse(WithPlan(
+      "server:\n  admin_tokens:\n"
+      "    - { name: prometheus, token: \"0123456789abcdef\" }\n"
+      "    - { name: billing, token_sha256: "
+      "\"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\", access: write }\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->server.admin_tokens.size(), 2u);
+  EXPECT_EQ(config->server.admin_tokens[0].name, "prometheus");
+  EXPECT_FALSE(config->server.admin_tokens[0].write);
+  EXPECT_TRUE(config->server.admin_tokens[1].write);
+  const std::string list = "server:\n  admin_tokens:\n";
+  EXPECT_EQ(ErrorOf(WithPlan(list + "    - { name: a, token: short }\n")),
+            "test.yaml: server.admin_tokens[0].token: must be 16-512 printable ASCII characters "
+            "without spaces");
+  EXPECT_EQ(ErrorOf(WithPlan(list + "    - { name: a }\n")),
+            "test.yaml: server.admin_tokens[0]: set exactly one of token and token_sha256");
+  EXPECT_EQ(ErrorOf(WithPlan(list + "    - { name: admin, token: 0123456789abcdef }\n")),
+            "test.yaml: server.admin_tokens[0].name: the name \"admin\" is server.admin_token's "
+            "(pick another)");
+  EXPECT_EQ(ErrorOf(WithPlan(list + "    - { name: a, token: 0123456789abcdef }\n"
+                                    "    - { name: a, token: 0123456789abcdeg }\n")),
+            "test.yaml: server.admin_tokens[1].name: duplicate token name \"a\"");
+  EXPECT_EQ(ErrorOf(WithPlan(list + "    - { name: a, token: 0123456789abcdef }\n"
+                                    "    - { name: b, token: 0123456789abcdef }\n")),
+            "test.yaml: server.admin_tokens[1].token: the same token is given twice");
+  EXPECT_EQ(
+      ErrorOf(WithPlan(list + "    - { name: a, token: 0123456789abcdef, access: all }\n")),
+      "test.yaml: server.admin_tokens[0].access: unknown access \"all\" (want read or write)");
+}
+
+TEST_F(ConfigTest, RegistryPathIsReadAndDiffersFromTheSnapshot) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("store:\n  memory: { registry_path: /var/lib/sluice/registry.db }\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->store.memory.registry_path, "/var/lib/sluice/registry.db");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: { registry_path: x.db, snapshot_path: x.db }\n")),
+            "test.yaml: store.memory.registry_path: must differ from snapshot_path");
+}
+
 TEST_F(ConfigTest, FieldWrittenWithoutValueTakesItsDefault) {
   absl::StatusOr<Config> config =
       Parse(WithPlan("server:\n  threads:\n  deny_status: ~\nstore:\n"));

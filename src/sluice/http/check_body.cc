@@ -108,7 +108,7 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
     return FieldError("api_key", "give either api_key or subject and plan");
   }
   if (has_plan && !has_subject) return FieldError("subject", "required with plan");
-  if (has_subject && !has_plan) return FieldError("plan", "required with subject");
+  // A subject alone takes its plan from the registry (the caller looks it up).
   return out;
 }
 

@@ -11,7 +11,8 @@
 namespace sluice::http {
 
 // A parsed /v1/check body. Exactly one of: `api_key` non-empty (subject and plan empty), or
-// `subject` and `plan` both non-empty (api_key empty). The subject's characters are not checked
+// `subject` non-empty with or without `plan` (api_key empty; an empty plan means the subject's
+// plan in the registry). The subject's characters are not checked
 // here: the Limiter does that.
 struct CheckBody {
   std::string subject;
@@ -24,7 +25,7 @@ struct CheckBody {
 // InvalidArgument whose message starts with the field at fault, e.g. "body: not valid JSON",
 // "body: must be a JSON object", "foo: unknown field", "subject: duplicate field",
 // "subject: must be a non-empty string", "cost: must be an integer from 0 to 1000000",
-// "subject: required with plan", "plan: required with subject",
+// "subject: required with plan",
 // "api_key: give either api_key or subject and plan".
 [[nodiscard]] absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body);
 

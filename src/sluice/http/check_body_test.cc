@@ -116,8 +116,12 @@ TEST(ParseCheckBodyTest, RefusesAPlanWithoutSubject) {
   EXPECT_EQ(ErrorOf(R"({"plan":"free"})"), "subject: required with plan");
 }
 
-TEST(ParseCheckBodyTest, RefusesASubjectWithoutPlan) {
-  EXPECT_EQ(ErrorOf(R"({"subject":"u"})"), "plan: required with subject");
+TEST(ParseCheckBodyTest, AcceptsASubjectWithoutPlan) {
+  // A subject alone is valid: its plan comes from the registry.
+  absl::StatusOr<CheckBody> alone = ParseCheckBody(R"({"subject":"u"})");
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->subject, "u");
+  EXPECT_EQ(alone->plan, "");
 }
 
 TEST(ParseCheckBodyTest, RefusesAnApiKeyTogetherWithASubject) {

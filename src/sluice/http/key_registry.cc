@@ -1,9 +1,11 @@
 #include "sluice/http/key_registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
 #include "sluice/http/sha256.h"
 
 namespace sluice::http {
@@ -62,12 +64,31 @@ absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": duplicate key (same as keys[", it->second, "])"));
     }
+    std::vector<std::string>& of_subject = registry.by_subject_[key.subject];
+    if (of_subject.empty()) registry.subjects_.push_back(key.subject);
+    of_subject.push_back(digest);
     registry.by_digest_.emplace(
         std::move(digest),
         KeyEntry{
             .subject = key.subject, .plan = key.plan, .email = key.email, .webhook = key.webhook});
   }
+  std::sort(registry.subjects_.begin(), registry.subjects_.end());
   return registry;
+}
+
+const KeyEntry* KeyRegistry::FindDigest(std::string_view digest) const {
+  const auto it = by_digest_.find(ToAbsl(digest));
+  return it == by_digest_.end() ? nullptr : &it->second;
+}
+
+const KeyEntry* KeyRegistry::FindSubject(std::string_view subject) const {
+  const auto it = by_subject_.find(ToAbsl(subject));
+  return it == by_subject_.end() ? nullptr : FindDigest(it->second.front());
+}
+
+std::vector<std::string> KeyRegistry::DigestsOf(std::string_view subject) const {
+  const auto it = by_subject_.find(ToAbsl(subject));
+  return it == by_subject_.end() ? std::vector<std::string>() : it->second;
 }
 
 const KeyEntry* KeyRegistry::Find(std::string_view api_key) const {

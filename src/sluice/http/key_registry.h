@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -40,11 +41,25 @@ class KeyRegistry {
   // The pointer is valid while this registry lives.
   [[nodiscard]] const KeyEntry* Find(std::string_view api_key) const;
 
+  // The same for a key already hashed: `digest` is its raw 32-byte SHA-256.
+  [[nodiscard]] const KeyEntry* FindDigest(std::string_view digest) const;
+
+  // The first entry (in file order) whose subject is `subject`, or nullptr: config subjects are
+  // read-only through the registry API.
+  [[nodiscard]] const KeyEntry* FindSubject(std::string_view subject) const;
+  // The raw digests of the keys of `subject`, in file order.
+  [[nodiscard]] std::vector<std::string> DigestsOf(std::string_view subject) const;
+  // Every subject with a key in the file, ascending.
+  [[nodiscard]] const std::vector<std::string>& subjects() const { return subjects_; }
+
   [[nodiscard]] size_t size() const { return by_digest_.size(); }
 
  private:
   // Raw 32-byte SHA-256 digest of the key -> entry.
   absl::flat_hash_map<std::string, KeyEntry> by_digest_;
+  // Subject -> the digests of its keys, in file order.
+  absl::flat_hash_map<std::string, std::vector<std::string>> by_subject_;
+  std::vector<std::string> subjects_;  // the keys of by_subject_, ascending
 };
 
 }  // namespace sluice::http

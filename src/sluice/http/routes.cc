@@ -11,11 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/http/await.h"
 #include "sluice/http/check_body.h"
+#include "sluice/http/registry_api.h"
 #include "sluice/http/render.h"
 #include "sluice/http/sha256.h"
+#include "sluice/registry/index.h"
 
 namespace sluice::http {
 namespace asio = boost::asio;
@@ -109,6 +112,72 @@ std::string_view PresentedKey(const Request& req, const std::string& header) {
   return {};
 }
 
+Response Forbidden(std::string_view detail, unsigned version) {
+  return Problem(403, kBadRequest, "Forbidden", detail, version, true);
+}
+
+// Who a request is decided as: the subject, its plan's name, and the plan itself when it is not
+// simply the named one (a registry subject's overrides in force).
+struct Target {
+  std::string subject;
+  std::string plan;
+  std::optional<Plan> effective_storage;
+  const Plan* effective = nullptr;
+  std::shared_ptr<const registry::Subject> record;  // keeps `effective`'s source alive
+};
+
+// Fills `target` from a registry subject. False (and `error` set) if it may not be decided.
+bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> record, absl::Time now,
+                Target* target, Response* error, unsigned version) {
+  if (record->disabled) {
+    *error = Forbidden(absl::StrCat("subject \"", record->id, "\" is disabled"), version);
+    return false;
+  }
+  target->subject = record->id;
+  target->plan = record->plan;
+  target->effective = EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
+  if (target->effective == nullptr) {
+    // Another instance's configuration may know a plan this one does not (yet).
+    *error = Problem(503, kBadRequest, "Service Unavailable",
+                     absl::StrCat("subject \"", record->id, "\" is on plan \"", record->plan,
+                                  "\", which this instance's configuration does not define"),
+                     version, true);
+    return false;
+  }
+  target->record = std::move(record);
+  return true;
+}
+
+// Resolves an API key through the config file's keys, then the registry. False (and `error` set:
+// 401 unknown or expired, 403 disabled) if the key does not admit a decision.
+bool FromKey(const Frontend& fe, const registry::Index* index, std::string_view key, absl::Time now,
+             Target* target, Response* error, unsigned version) {
+  if (key.size() > kMaxApiKeyLength) {
+    *error = Unauthorized("unknown API key", version);
+    return false;
+  }
+  const std::string digest = Sha256(key);
+  if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
+    target->subject = entry->subject;
+    target->plan = entry->plan;
+    return true;
+  }
+  if (index != nullptr && digest.size() == 32) {
+    registry::Digest d;
+    std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
+    registry::Index::KeyLookup found = index->FindByDigest(d, now);
+    if (found.state == registry::Index::KeyState::kValid) {
+      return FromRecord(fe, std::move(found.subject), now, target, error, version);
+    }
+    if (found.state == registry::Index::KeyState::kExpired) {
+      *error = Unauthorized("API key expired", version);
+      return false;
+    }
+  }
+  *error = Unauthorized("unknown API key", version);
+  return false;
+}
+
 }  // namespace
 
 bool PercentDecode(std::string_view in, std::string* out) {
@@ -147,15 +216,27 @@ std::string_view BearerToken(std::string_view authorization) {
   return rest;
 }
 
-bool AdminAuthorized(std::string_view authorization, std::string_view token) {
-  if (token.empty()) return false;
+const AdminToken* MatchAdminToken(std::string_view authorization,
+                                  const std::vector<AdminToken>& tokens) {
+  if (tokens.empty()) return nullptr;
   const std::string_view credentials = BearerToken(authorization);
-  if (credentials.empty()) return false;
-  // Hashing both sides first makes the comparison independent of where they differ and of the
-  // presented token's length.
+  if (credentials.empty()) return nullptr;
+  // Comparing digests makes the comparison independent of where the tokens differ and of the
+  // presented token's length; every token is compared, so the time says nothing about which
+  // (or whether one) matched.
   const std::string presented = Sha256(credentials);
-  const std::string expected = Sha256(token);
-  return CRYPTO_memcmp(presented.data(), expected.data(), presented.size()) == 0;
+  if (presented.size() != 32) return nullptr;
+  const AdminToken* match = nullptr;
+  for (const AdminToken& t : tokens) {
+    const bool equal = t.digest.size() == presented.size() &&
+                       CRYPTO_memcmp(presented.data(), t.digest.data(), presented.size()) == 0;
+    if (equal && match == nullptr) match = &t;
+  }
+  return match;
+}
+
+AdminToken MakeAdminToken(std::string name, std::string_view token, bool write) {
+  return AdminToken{.name = std::move(name), .digest = Sha256(token), .write = write};
 }
 
 HttpMetrics::HttpMetrics(metrics::Registry& registry)
@@ -224,23 +305,53 @@ asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
 asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
   absl::StatusOr<CheckBody> body = ParseCheckBody(req.body());
   if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
-  std::string subject = std::move(body->subject);
-  std::string plan = std::move(body->plan);
+  const absl::Time now = fe.limiter->clock().Now();
+  Target target;
+  Response error;
   if (!body->api_key.empty()) {
-    const KeyEntry* entry = fe.keys.Find(body->api_key);
-    if (entry == nullptr) co_return Unauthorized("unknown API key", req.version());
-    subject = entry->subject;
-    plan = entry->plan;
+    if (!FromKey(fe, registry_, body->api_key, now, &target, &error, req.version())) {
+      co_return error;
+    }
+  } else if (body->plan.empty()) {
+    // A subject alone: its plan from the registry (or from the config file's keys).
+    std::shared_ptr<const registry::Subject> record =
+        registry_ != nullptr ? registry_->FindSubject(body->subject) : nullptr;
+    if (record != nullptr) {
+      if (!FromRecord(fe, std::move(record), now, &target, &error, req.version())) {
+        co_return error;
+      }
+    } else if (const KeyEntry* entry = fe.keys.FindSubject(body->subject)) {
+      target.subject = entry->subject;
+      target.plan = entry->plan;
+    } else {
+      co_return BadRequest(
+          absl::StrCat("plan: required (subject \"", body->subject, "\" is not in the registry)"),
+          req.version());
+    }
+  } else {
+    target.subject = std::move(body->subject);
+    target.plan = std::move(body->plan);
+    // A registry subject named with its own plan keeps its overrides.
+    std::shared_ptr<const registry::Subject> record =
+        registry_ != nullptr ? registry_->FindSubject(target.subject) : nullptr;
+    if (record != nullptr && record->plan == target.plan) {
+      if (!FromRecord(fe, std::move(record), now, &target, &error, req.version())) {
+        co_return error;
+      }
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = subject, .plan = plan, .cost = body->cost}));
+      StartDecide(*fe.limiter, {.subject = target.subject,
+                                .plan = target.plan,
+                                .cost = body->cost,
+                                .effective_plan = target.effective}));
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(plan, *d);
+  metrics_->CountDecision(target.plan, *d);
 
-  Response res = JsonResponse(200, DecisionJson(*d, subject), req.version(), true);
+  Response res = JsonResponse(200, DecisionJson(*d, target.subject), req.version(), true);
   SetRateLimitHeaders(*d, res);
   co_return res;
 }
@@ -270,22 +381,22 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
         absl::StrCat("more than one ", fe.server.api_key_header, " or Authorization header"),
         req.version());
   }
-  std::string subject, plan;
+  Target target;
   const std::string_view key = PresentedKey(req, fe.server.api_key_header);
   if (key.empty() && req.find(bhttp::field::authorization) != req.end()) {
     // Credentials sluice cannot read are not "no credentials": the client is not anonymous.
     co_return Unauthorized("Authorization: want \"Bearer <API key>\"", req.version());
   }
   if (!key.empty()) {
-    const KeyEntry* entry = fe.keys.Find(key);
-    if (entry == nullptr) co_return Unauthorized("unknown API key", req.version());
-    subject = entry->subject;
-    plan = entry->plan;
+    Response error;
+    if (!FromKey(fe, registry_, key, fe.limiter->clock().Now(), &target, &error, req.version())) {
+      co_return error;
+    }
   } else if (!fe.server.anonymous_plan.empty()) {
-    subject = absl::StrCat(
+    target.subject = absl::StrCat(
         "ip:", fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
                                         JoinFields(req, "Forwarded", '\n')));
-    plan = fe.server.anonymous_plan;
+    target.plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
                                         " or Authorization: Bearer)"),
@@ -294,11 +405,16 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
 
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = subject, .plan = plan, .cost = cost}));
+      StartDecide(*fe.limiter, {.subject = target.subject,
+                                .plan = target.plan,
+                                .cost = cost,
+                                .effective_plan = target.effective}));
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(plan, *d);
+  metrics_->CountDecision(target.plan, *d);
+  const std::string& subject = target.subject;
+  const std::string& plan = target.plan;
 
   Response res;
   if (d->allowed) {
@@ -355,7 +471,8 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   const bool dead_path = path == "/v1/alerts/dead" && options_.dead_letters != nullptr;
   constexpr std::string_view kUsagePrefix = "/v1/usage/";
   const bool usage_path = path.substr(0, kUsagePrefix.size()) == kUsagePrefix;
-  if (!metrics_path && !usage_path && !dead_path) co_return NotFound(version);
+  const bool registry_path = options_.registry != nullptr && RegistryApi::Owns(path);
+  if (!metrics_path && !usage_path && !dead_path && !registry_path) co_return NotFound(version);
 
   if (CountFields(req, "Authorization") > 1) {
     co_return BadRequest("more than one Authorization header", version);
@@ -364,8 +481,9 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
     authorization = Sv(it->value());
   }
-  if (!AdminAuthorized(authorization, fe->admin_token)) {
-    co_return Unauthorized(fe->admin_token.empty()
+  const AdminToken* token = MatchAdminToken(authorization, fe->admin_tokens);
+  if (token == nullptr) {
+    co_return Unauthorized(fe->admin_tokens.empty()
                                ? "no admin token is configured; admin endpoints are closed"
                                : "missing or wrong admin token",
                            version);
@@ -382,9 +500,24 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
     if (!get) co_return MethodNotAllowed("GET", version);
     co_return JsonResponse(200, options_.dead_letters(), version, true);
   }
+  if (registry_path) {
+    Response res = co_await options_.registry->Handle(*fe, req, *token, peer);
+    co_return res;
+  }
   if (!get && req.method() != bhttp::verb::delete_)
     co_return MethodNotAllowed("GET, DELETE", version);
+  if (!get && !token->write) {
+    co_return Forbidden(absl::StrCat("the token \"", token->name,
+                                     "\" is read-only; resetting usage needs access: write"),
+                        version);
+  }
   Response res = co_await Usage(*fe, req, path.substr(kUsagePrefix.size()));
+  if (!get && res.result_int() == 200) {
+    Log(LogLevel::kInfo, "usage reset")
+        .Str("token", token->name)
+        .Str("client", peer.address.to_string())
+        .Str("target", Sv(req.target()));
+  }
   co_return res;
 }
 
@@ -419,8 +552,24 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
     co_return BadRequest("subject: bad percent-encoding", version);
   }
   std::optional<std::string> plan = QueryParam(query, "plan");
-  if (!plan || plan->empty()) co_return BadRequest("plan: required query parameter", version);
   const Limiter& limiter = *fe.limiter;
+  // Without a plan: the subject's own (the registry's, with its overrides; or the config file's).
+  std::optional<Plan> effective_storage;
+  const Plan* effective = nullptr;
+  if (!plan || plan->empty()) {
+    std::shared_ptr<const registry::Subject> record =
+        options_.index != nullptr ? options_.index->FindSubject(subject) : nullptr;
+    if (record != nullptr) {
+      plan = record->plan;
+      effective =
+          EffectivePlan(limiter.plans(), *record, limiter.clock().Now(), &effective_storage);
+    } else if (const KeyEntry* entry = fe.keys.FindSubject(subject)) {
+      plan = entry->plan;
+    } else {
+      co_return BadRequest("plan: required query parameter (the subject is not in the registry)",
+                           version);
+    }
+  }
 
   if (req.method() == bhttp::verb::delete_) {
     std::string limit = QueryParam(query, "limit").value_or("");
@@ -438,8 +587,13 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
   }
 
   absl::StatusOr<std::vector<LimitUsage>> usage =
-      co_await AwaitCallback<absl::StatusOr<std::vector<LimitUsage>>>(
-          [&](UsageCallback done) { limiter.Usage(subject, *plan, std::move(done)); });
+      co_await AwaitCallback<absl::StatusOr<std::vector<LimitUsage>>>([&](UsageCallback done) {
+        if (effective != nullptr) {
+          limiter.Usage(subject, *effective, std::move(done));
+        } else {
+          limiter.Usage(subject, *plan, std::move(done));
+        }
+      });
   if (absl::IsInvalidArgument(usage.status()) || absl::IsNotFound(usage.status())) {
     co_return BadRequest(ToStd(usage.status().message()), version);
   }
@@ -447,7 +601,7 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
     co_return Problem(503, "about:blank", "Service Unavailable", ToStd(usage.status().message()),
                       version, true);
   }
-  const Plan* p = limiter.plans().Find(*plan);
+  const Plan* p = effective != nullptr ? effective : limiter.plans().Find(*plan);
   const absl::Time now = limiter.clock().Now();
   Json limits = Json::array();
   for (size_t i = 0; i < p->limits.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sluice/config/config.h"
 #include "sluice/http/client_address.h"
@@ -19,12 +20,28 @@
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
 
+namespace sluice::registry {
+class Index;
+}  // namespace sluice::registry
+
 namespace sluice::http {
+
+class RegistryApi;
+
+// A token of the admin plane: read-only tokens may read (metrics, usage, the registry), read-write
+// tokens may also change the registry and reset usage.
+struct AdminToken {
+  std::string name;    // names the token in the audit log
+  std::string digest;  // raw SHA-256 of the token; the token itself is not kept
+  bool write = false;
+};
 
 struct Frontend {
   config::ServerConfig server;
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
-  std::string admin_token;  // from config or SLUICE_ADMIN_TOKEN; "" refuses every admin request
+  // server.admin_tokens plus server.admin_token (or SLUICE_ADMIN_TOKEN) as the read-write token
+  // "admin"; empty: every admin request is refused.
+  std::vector<AdminToken> admin_tokens;
   std::unique_ptr<Limiter> limiter;
   KeyRegistry keys;
   ProxyTrust proxies;
@@ -91,8 +108,11 @@ class HttpMetrics {
 
 class DataPlane final : public RequestHandler {
  public:
-  DataPlane(const FrontendHolder* frontend, HttpMetrics* metrics)
-      : frontend_(frontend), metrics_(metrics) {}
+  // `registry` (may be null: no registry) is where keys that the config file does not know are
+  // looked up.
+  DataPlane(const FrontendHolder* frontend, HttpMetrics* metrics,
+            const registry::Index* registry = nullptr)
+      : frontend_(frontend), metrics_(metrics), registry_(registry) {}
   boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
   void ConnectionOpened() override { metrics_->ConnectionOpened(); }
   void ConnectionClosed() override { metrics_->ConnectionClosed(); }
@@ -103,6 +123,7 @@ class DataPlane final : public RequestHandler {
 
   const FrontendHolder* frontend_;
   HttpMetrics* metrics_;
+  const registry::Index* registry_;
 };
 
 struct AdminOptions {
@@ -115,6 +136,10 @@ struct AdminOptions {
   std::function<void(StatusCallback)> probe_store;
   // Set when the process is shutting down: /readyz answers 503 from then on. May be null.
   const std::atomic<bool>* stopping = nullptr;
+  // The registry routes (registry_api.h); null: they answer 404.
+  RegistryApi* registry = nullptr;
+  // The registry the usage routes take a subject's plan from; may be null.
+  const registry::Index* index = nullptr;
 };
 
 // /healthz: the process is alive and its event loops turn (no store involved).
@@ -144,10 +169,14 @@ class AdminPlane final : public RequestHandler {
 // (RFC 9110 §11.1), one or more spaces, the token. Empty when the value is not that.
 [[nodiscard]] std::string_view BearerToken(std::string_view authorization);
 
-// True if `authorization` is "Bearer <token>" (scheme in any case) with the admin token. Constant
-// time in the token's content (both sides are hashed before comparing); always false when `token`
-// is empty.
-[[nodiscard]] bool AdminAuthorized(std::string_view authorization, std::string_view token);
+// The token `authorization` ("Bearer <token>", scheme in any case) presents, or nullptr. The
+// presented token is hashed and compared with every token's digest in constant time (all of them
+// are compared, whichever matches).
+[[nodiscard]] const AdminToken* MatchAdminToken(std::string_view authorization,
+                                                const std::vector<AdminToken>& tokens);
+
+// The AdminToken for a plaintext token (its digest computed).
+[[nodiscard]] AdminToken MakeAdminToken(std::string name, std::string_view token, bool write);
 
 // Decodes %XX escapes; nullopt-like failure is reported as false.
 [[nodiscard]] bool PercentDecode(std::string_view in, std::string* out);

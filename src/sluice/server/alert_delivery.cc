@@ -112,9 +112,19 @@ AlertDelivery::AlertDelivery(const config::Config& cfg, const AlertDeliveryConte
       source_.get(), std::move(sinks), ctx.clock,
       alerts::DispatcherOptions{
           .retry = cfg.alerts.retry,
-          .contacts = [contacts](std::string_view subject) -> alerts::Contact {
+          // The config file's keys first, then the registry (read at delivery time, so a
+          // changed address applies to the next alert).
+          .contacts = [contacts,
+                       index = ctx.registry_index](std::string_view subject) -> alerts::Contact {
             auto it = contacts->find(ToAbsl(subject));
-            return it == contacts->end() ? alerts::Contact{} : it->second;
+            if (it != contacts->end()) return it->second;
+            if (index != nullptr) {
+              if (std::shared_ptr<const registry::Subject> s = index->FindSubject(subject)) {
+                return alerts::Contact{
+                    .email = s->email, .webhook = s->webhook, .webhook_secret = s->webhook_secret};
+              }
+            }
+            return alerts::Contact{};
           },
           .dead_letters = ctx.dead_letters,
           .metrics = ctx.registry});

@@ -16,6 +16,7 @@
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/metrics/metrics.h"
+#include "sluice/registry/index.h"
 #include "sluice/store/memory/outbox.h"
 #include "sluice/store/redis/connection.h"
 
@@ -31,6 +32,8 @@ struct AlertDeliveryContext {
   const Clock* clock = nullptr;
   metrics::Registry* registry = nullptr;
   alerts::DeadLetterList* dead_letters = nullptr;
+  // Registry subjects' own email and webhook; may be null.
+  const registry::Index* registry_index = nullptr;
 };
 
 class AlertDelivery {

@@ -113,6 +113,13 @@ absl::Status CheckServable(const config::Config& cfg) {
     case config::StoreType::kRedis:
       return CheckRedisUrl(cfg);
     case config::StoreType::kMemory:
+      // The registry database follows the snapshot's rules: an existing directory, a regular
+      // file if it exists.
+      if (!cfg.store.memory.registry_path.empty()) {
+        if (absl::Status s = CheckSnapshotPath(cfg.store.memory.registry_path); !s.ok()) {
+          return Refuse(cfg, "store.memory.registry_path", ToStd(s.message()));
+        }
+      }
       if (cfg.store.memory.snapshot_path.empty()) return absl::OkStatus();
       if (absl::Status s = CheckSnapshotPath(cfg.store.memory.snapshot_path); !s.ok()) {
         return Refuse(cfg, "store.memory.snapshot_path", ToStd(s.message()));

@@ -14,6 +14,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
@@ -22,10 +24,13 @@
 #include "sluice/common/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
+#include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
+#include "sluice/registry/index.h"
+#include "sluice/registry/sqlite_backend.h"
 #include "sluice/server/alert_delivery.h"
 #include "sluice/server/config_check.h"
 #include "sluice/server/cpus.h"
@@ -36,6 +41,7 @@
 #include "sluice/store/redis/clock_sync.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/redis_outbox.h"
+#include "sluice/store/redis/redis_registry.h"
 #include "sluice/store/redis/redis_store.h"
 
 namespace sluice::server {
@@ -62,6 +68,7 @@ struct LimiterContext {
   const Clock* clock = nullptr;
   size_t overlimit_cache_capacity = 0;
   OverLimitCacheStats* overlimit_stats = nullptr;
+  const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
 };
 
 // Everything a reload may change, built from a validated config.
@@ -78,9 +85,22 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   auto fe = std::make_shared<http::Frontend>();
   fe->server = cfg.server;
   fe->on_store_error = cfg.on_store_error;
-  fe->admin_token = cfg.server.admin_token;
-  if (fe->admin_token.empty()) {
-    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) fe->admin_token = env;
+  std::string admin_token = cfg.server.admin_token;
+  if (admin_token.empty()) {
+    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) admin_token = env;
+  }
+  // The single token of earlier versions is the read-write token "admin".
+  if (!admin_token.empty()) {
+    fe->admin_tokens.push_back(http::MakeAdminToken("admin", admin_token, /*write=*/true));
+  }
+  for (const config::AdminTokenConfig& t : cfg.server.admin_tokens) {
+    if (!t.token.empty()) {
+      fe->admin_tokens.push_back(http::MakeAdminToken(t.name, t.token, t.write));
+    } else {
+      // Validated as 64 lowercase hex digits.
+      fe->admin_tokens.push_back(http::AdminToken{
+          .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
+    }
   }
   fe->limiter = std::make_unique<Limiter>(
       std::move(*plans), lc.store, lc.clock,
@@ -92,6 +112,33 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   return std::shared_ptr<const http::Frontend>(std::move(fe));
 }
 
+// Refuses a configuration that lacks a plan some registry subject is on (the subject would be
+// refused at every request), naming the first subjects.
+absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index) {
+  size_t known = 0;
+  for (const config::PlanConfig& plan : cfg.plans)
+    known += index.CountOnPlan(plan.name, 0, nullptr);
+  if (known == index.subject_count()) return absl::OkStatus();
+  // Some subject is on a plan this configuration does not define: find the first ten.
+  std::vector<std::string> names;
+  std::string missing_plans;
+  std::string after;
+  while (names.size() < 10) {
+    registry::Index::Page page = index.List("", after, 1000);
+    for (const auto& s : page.subjects) {
+      if (cfg.FindPlan(s->plan) == nullptr && names.size() < 10) {
+        names.push_back(absl::StrCat(s->id, " (plan \"", s->plan, "\")"));
+      }
+    }
+    if (page.next_cursor.empty() || page.subjects.empty()) break;
+    after = page.subjects.back()->id;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(cfg.path, ": plans: ", index.subject_count() - known,
+                   " registry subject(s) are on plans this configuration does not define: ",
+                   absl::StrJoin(names, ", "), " (move them to another plan first)"));
+}
+
 absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::string& path,
                                                                    const LimiterContext& lc,
                                                                    config::Config* out) {
@@ -99,6 +146,9 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::st
   if (!cfg.ok()) return cfg.status();
   // What a restart would refuse is refused now, so a reload never stores up a failing start.
   if (absl::Status s = CheckServable(*cfg); !s.ok()) return s;
+  if (lc.registry != nullptr) {
+    if (absl::Status s = CheckPlansInUse(*cfg, *lc.registry); !s.ok()) return s;
+  }
   absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, lc);
   if (fe.ok()) *out = std::move(*cfg);
   return fe;
@@ -254,12 +304,64 @@ int Serve(const std::string& config_path) {
                                  .clock_error = absl::Milliseconds(1),
                                  .sync_state = &redis_clock});
   OverLimitCacheStats overlimit_stats;
+
+  // The registry of subjects and keys: every decision reads the index; the backend keeps it
+  // durably (an SQLite file with the memory store, Redis with the Redis store).
+  registry::Index registry_index;
+  std::unique_ptr<registry::Backend> registry_backend;
+  if (use_redis) {
+    // Its own connection and thread; admin writes may wait longer than decisions, and never trip
+    // the decisions' circuit breaker.
+    redis::RedisRegistryOptions options{.key_prefix = peek->store.redis.key_prefix,
+                                        .start_timeout = std::chrono::milliseconds(2000)};
+    options.connection = redis_options;
+    options.connection.command_timeout = std::chrono::milliseconds(2000);
+    options.connection.breaker_failures = 0;
+    registry_backend = std::make_unique<redis::RedisRegistry>(std::move(options));
+  } else {
+    const std::string& path = peek->store.memory.registry_path;
+    absl::StatusOr<std::unique_ptr<registry::SqliteBackend>> opened =
+        registry::SqliteBackend::Open({.path = path.empty() ? ":memory:" : path});
+    if (!opened.ok()) {
+      Log(LogLevel::kError, "cannot open the registry").Error(opened.status());
+      return kExitFailure;
+    }
+    if (path.empty()) {
+      Log(LogLevel::kWarn,
+          "store.memory.registry_path is not set: subjects and keys created through the admin API "
+          "are kept in memory and lost at exit");
+    }
+    registry_backend = *std::move(opened);
+  }
+  const auto registry_start = absl::Now();
+  if (absl::Status s = registry_backend->Start(&registry_index); !s.ok()) {
+    if (!use_redis) {
+      Log(LogLevel::kError, "cannot load the registry").Error(s);
+      return kExitFailure;
+    }
+    // Like decisions, the Redis registry does not hold the start hostage: its keys are refused
+    // (401) until it has loaded, which it keeps trying to do.
+    Log(LogLevel::kWarn, "the registry is not loaded yet; its keys are refused until it is")
+        .Error(s);
+  }
+  Log(LogLevel::kInfo, "registry loaded")
+      .Int("subjects", static_cast<int64_t>(registry_index.subject_count()))
+      .Int("keys", static_cast<int64_t>(registry_index.key_count()))
+      .Int("ms", absl::ToInt64Milliseconds(absl::Now() - registry_start));
+  if (absl::Status s = CheckPlansInUse(*peek, registry_index); !s.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(s);
+    registry_backend->Stop();
+    return config::kExitConfigError;
+  }
+  http::RegistryApi registry_api(&registry_index, registry_backend.get());
+
   const LimiterContext limiter_context{
       .store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store,
       .clock = use_redis ? static_cast<const Clock*>(&redis_clock) : &clock,
       // An in-process store answers a denial as fast as the cache would.
       .overlimit_cache_capacity = use_redis ? kOverLimitCacheCapacity : 0,
-      .overlimit_stats = &overlimit_stats};
+      .overlimit_stats = &overlimit_stats,
+      .registry = &registry_index};
 
   // Built from the file already read and checked (reading it again could see another file).
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
@@ -367,7 +469,7 @@ int Serve(const std::string& config_path) {
       .Set(1);
 
   http::FrontendHolder frontend(std::move(*initial));
-  http::DataPlane data_plane(&frontend, &http_metrics);
+  http::DataPlane data_plane(&frontend, &http_metrics, &registry_index);
   alerts::DeadLetterList dead_letters;
   // Set by SIGTERM/SIGINT: readiness fails from then on while the data plane drains.
   std::atomic<bool> stopping{false};
@@ -383,7 +485,9 @@ int Serve(const std::string& config_path) {
              return h == nullptr || h->AllTurning();
            },
        .probe_store = [&store_probe](StatusCallback done) { store_probe.Run(std::move(done)); },
-       .stopping = &stopping});
+       .stopping = &stopping,
+       .registry = &registry_api,
+       .index = &registry_index});
   metrics::CounterFamily& accept_failures = registry.AddCounterFamily(
       "sluice_accept_failures_total",
       "accept() failures for want of resources (EMFILE, ENFILE, ...), by plane; while they last, "
@@ -483,7 +587,8 @@ int Serve(const std::string& config_path) {
                                            .redis_consumer = redis::DefaultConsumerName(),
                                            .clock = &clock,
                                            .registry = &registry,
-                                           .dead_letters = &dead_letters};
+                                           .dead_letters = &dead_letters,
+                                           .registry_index = &registry_index};
   auto alert_delivery = std::make_unique<AlertDelivery>(cfg, alert_context);
 
   // Signals are handled on the main thread's own io_context.
@@ -584,6 +689,8 @@ int Serve(const std::string& config_path) {
   contexts.clear();
   // Before the final snapshot, so that what was delivered is acked and not saved.
   alert_delivery.reset();
+  // Pending registry writes were answered before the servers stopped; this finishes the writer.
+  registry_backend->Stop();
   absl::Status saved = maintainer.Stop();
   if (!saved.ok()) {
     Log(LogLevel::kError, "final snapshot failed").Error(saved);

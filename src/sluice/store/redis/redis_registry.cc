@@ -77,36 +77,10 @@ std::string NewEpoch() {
   return Hex(bytes, sizeof bytes);
 }
 
-std::string Micros(absl::Time t) { return absl::StrCat(absl::ToUnixMicros(t)); }
-
-std::optional<absl::Time> ParseMicros(std::string_view text) {
-  int64_t us = 0;
-  if (!absl::SimpleAtoi(ToAbsl(text), &us)) return std::nullopt;
-  return absl::FromUnixMicros(us);
-}
-
 std::optional<uint64_t> ParseKeyIdHex(std::string_view text) {
   uint64_t id = 0;
   if (text.size() != 16 || !absl::SimpleHexAtoi(ToAbsl(text), &id) || id == 0) return std::nullopt;
   return id;
-}
-
-// HGETALL's flat [field, value, …] as pairs.
-Fields PairsOf(const Reply& reply) {
-  Fields out;
-  if (!reply.is_array()) return out;
-  out.reserve(reply.elements.size() / 2);
-  for (size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
-    out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
-  }
-  return out;
-}
-
-const std::string* Find(const Fields& fields, std::string_view name) {
-  for (const auto& [f, v] : fields) {
-    if (f == name) return &v;
-  }
-  return nullptr;
 }
 
 // A Redis error reply: the transient ones (LOADING, BUSY, READONLY, …) are Unavailable.
@@ -152,66 +126,87 @@ std::string RegistryBase(std::string_view prefix) {
 
 std::string KeyIdHex(uint64_t id) { return absl::StrCat(absl::Hex(id, absl::kZeroPad16)); }
 
-Fields SubjectFields(const Subject& s) {
+std::string SubjectRecord(const Subject& s) {
   nlohmann::json overrides = nlohmann::json::array();
   for (const registry::Override& o : s.overrides) {
     nlohmann::json j = {{"limit", o.limit}, {"quota", o.quota}};
     if (o.until) j["until"] = absl::ToUnixMicros(*o.until);
     overrides.push_back(std::move(j));
   }
-  return {{"plan", s.plan},
-          {"email", s.email},
-          {"webhook", s.webhook},
-          {"webhook_secret", s.webhook_secret},
-          {"metadata", s.metadata},
-          {"disabled", s.disabled ? "1" : "0"},
-          {"overrides", overrides.dump()},
-          {"created_at", Micros(s.created_at)},
-          {"updated_at", Micros(s.updated_at)}};
+  nlohmann::ordered_json j = {{"plan", s.plan},
+                              {"email", s.email},
+                              {"webhook", s.webhook},
+                              {"webhook_secret", s.webhook_secret},
+                              {"metadata", s.metadata},
+                              {"disabled", s.disabled},
+                              {"overrides", std::move(overrides)},
+                              {"created_at", absl::ToUnixMicros(s.created_at)},
+                              {"updated_at", absl::ToUnixMicros(s.updated_at)}};
+  return j.dump();
 }
 
-Fields KeyFields(const Key& k) {
-  return {{"subject", k.subject},
-          {"digest", registry::DigestHex(k.digest)},
-          {"prefix", k.prefix},
-          {"name", k.name},
-          {"expires_at", k.expires_at ? Micros(*k.expires_at) : ""},
-          {"created_at", Micros(k.created_at)}};
+std::string KeyRecord(const Key& k) {
+  nlohmann::ordered_json j = {{"subject", k.subject},
+                              {"digest", registry::DigestHex(k.digest)},
+                              {"prefix", k.prefix},
+                              {"name", k.name},
+                              {"expires_at", nullptr},
+                              {"created_at", absl::ToUnixMicros(k.created_at)}};
+  if (k.expires_at) j["expires_at"] = absl::ToUnixMicros(*k.expires_at);
+  return j.dump();
 }
 
-std::optional<Subject> ParseSubject(std::string_view id, const Fields& fields) {
+namespace {
+
+// The string member `name` of `j` ("" if absent); false if it is there but not a string.
+bool OptionalString(const nlohmann::json& j, const char* name, std::string* out) {
+  auto it = j.find(name);
+  if (it == j.end()) return true;
+  if (!it->is_string()) return false;
+  *out = it->get<std::string>();
+  return true;
+}
+
+std::optional<absl::Time> Micros(const nlohmann::json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return absl::FromUnixMicros(it->get<int64_t>());
+}
+
+}  // namespace
+
+std::optional<Subject> ParseSubject(std::string_view id, std::string_view record) {
+  const nlohmann::json j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (id.empty() || !j.is_object()) return std::nullopt;
   Subject s;
   s.id = std::string(id);
-  const std::string *plan = Find(fields, "plan"), *disabled = Find(fields, "disabled"),
-                    *overrides = Find(fields, "overrides"), *created = Find(fields, "created_at"),
-                    *updated = Find(fields, "updated_at");
-  if (id.empty() || plan == nullptr || plan->empty() || disabled == nullptr || created == nullptr ||
-      updated == nullptr) {
+  std::optional<absl::Time> created = Micros(j, "created_at"), updated = Micros(j, "updated_at");
+  if (!OptionalString(j, "plan", &s.plan) || s.plan.empty() ||
+      !OptionalString(j, "email", &s.email) || !OptionalString(j, "webhook", &s.webhook) ||
+      !OptionalString(j, "webhook_secret", &s.webhook_secret) ||
+      !OptionalString(j, "metadata", &s.metadata) || !created || !updated) {
     return std::nullopt;
   }
-  s.plan = *plan;
-  if (const std::string* v = Find(fields, "email")) s.email = *v;
-  if (const std::string* v = Find(fields, "webhook")) s.webhook = *v;
-  if (const std::string* v = Find(fields, "webhook_secret")) s.webhook_secret = *v;
-  if (const std::string* v = Find(fields, "metadata"); v != nullptr && !v->empty()) s.metadata = *v;
-  s.disabled = *disabled == "1";
-  std::optional<absl::Time> c = ParseMicros(*created), u = ParseMicros(*updated);
-  if (!c || !u) return std::nullopt;
-  s.created_at = *c;
-  s.updated_at = *u;
-  if (overrides != nullptr && !overrides->empty()) {
-    const nlohmann::json j = nlohmann::json::parse(*overrides, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_array()) return std::nullopt;
-    for (const nlohmann::json& o : j) {
-      if (!o.is_object() || !o.contains("limit") || !o["limit"].is_string() ||
-          !o.contains("quota") || !o["quota"].is_number_integer()) {
+  if (s.metadata.empty()) s.metadata = "{}";
+  s.created_at = *created;
+  s.updated_at = *updated;
+  if (auto it = j.find("disabled"); it != j.end()) {
+    if (!it->is_boolean()) return std::nullopt;
+    s.disabled = it->get<bool>();
+  }
+  if (auto it = j.find("overrides"); it != j.end()) {
+    if (!it->is_array()) return std::nullopt;
+    for (const nlohmann::json& o : *it) {
+      if (!o.is_object()) return std::nullopt;
+      auto limit = o.find("limit"), quota = o.find("quota");
+      if (limit == o.end() || !limit->is_string() || quota == o.end() ||
+          !quota->is_number_integer()) {
         return std::nullopt;
       }
-      registry::Override out{.limit = o["limit"].get<std::string>(),
-                             .quota = o["quota"].get<int64_t>()};
+      registry::Override out{.limit = limit->get<std::string>(), .quota = quota->get<int64_t>()};
       if (o.contains("until")) {
-        if (!o["until"].is_number_integer()) return std::nullopt;
-        out.until = absl::FromUnixMicros(o["until"].get<int64_t>());
+        out.until = Micros(o, "until");
+        if (!out.until) return std::nullopt;
       }
       s.overrides.push_back(std::move(out));
     }
@@ -219,21 +214,23 @@ std::optional<Subject> ParseSubject(std::string_view id, const Fields& fields) {
   return s;
 }
 
-std::optional<Key> ParseKey(uint64_t id, const Fields& fields) {
-  const std::string *subject = Find(fields, "subject"), *digest = Find(fields, "digest"),
-                    *expires = Find(fields, "expires_at"), *created = Find(fields, "created_at");
-  if (id == 0 || subject == nullptr || subject->empty() || digest == nullptr ||
-      created == nullptr) {
+std::optional<Key> ParseKey(uint64_t id, std::string_view record) {
+  const nlohmann::json j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (id == 0 || !j.is_object()) return std::nullopt;
+  Key k{.id = id};
+  std::string digest;
+  std::optional<absl::Time> created = Micros(j, "created_at");
+  if (!OptionalString(j, "subject", &k.subject) || k.subject.empty() ||
+      !OptionalString(j, "digest", &digest) || !OptionalString(j, "prefix", &k.prefix) ||
+      !OptionalString(j, "name", &k.name) || !created) {
     return std::nullopt;
   }
-  absl::StatusOr<registry::Digest> d = registry::ParseDigestHex(*digest);
-  std::optional<absl::Time> c = ParseMicros(*created);
-  if (!d.ok() || !c) return std::nullopt;
-  Key k{.id = id, .subject = *subject, .digest = *d, .created_at = *c};
-  if (const std::string* v = Find(fields, "prefix")) k.prefix = *v;
-  if (const std::string* v = Find(fields, "name")) k.name = *v;
-  if (expires != nullptr && !expires->empty()) {
-    k.expires_at = ParseMicros(*expires);
+  absl::StatusOr<registry::Digest> d = registry::ParseDigestHex(digest);
+  if (!d.ok()) return std::nullopt;
+  k.digest = *d;
+  k.created_at = *created;
+  if (auto it = j.find("expires_at"); it != j.end() && !it->is_null()) {
+    k.expires_at = Micros(j, "expires_at");
     if (!k.expires_at) return std::nullopt;
   }
   return k;
@@ -302,15 +299,14 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   }
 
  private:
-  // A write that succeeded, waiting until the Index reflects its version.
+  // A write Redis has made, waiting until the Index holds it.
   struct Waiter {
-    uint64_t version;
     Change change;
     ChangeResult result;
     ChangeCallback done;
   };
 
-  // Where the follower applies records: the Index, or the maps of a full load in progress.
+  // Where the follower applies records: the Index, or what changed during a full load.
   struct Sink {
     virtual ~Sink() = default;
     virtual void SetSubject(const std::string& id, std::optional<Subject> subject) = 0;
@@ -336,21 +332,12 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   };
   struct MapSink final : Sink {
     void SetSubject(const std::string& id, std::optional<Subject> subject) override {
-      if (subject) {
-        subjects[id] = *std::move(subject);
-      } else {
-        subjects.erase(id);
-      }
+      subjects[id] = std::move(subject);
     }
-    void SetKey(uint64_t id, std::optional<Key> key) override {
-      if (key) {
-        keys[id] = *std::move(key);
-      } else {
-        keys.erase(id);
-      }
-    }
-    absl::flat_hash_map<std::string, Subject> subjects;
-    absl::flat_hash_map<uint64_t, Key> keys;
+    void SetKey(uint64_t id, std::optional<Key> key) override { keys[id] = std::move(key); }
+    // Every record touched, with its latest state (nullopt: deleted).
+    absl::flat_hash_map<std::string, std::optional<Subject>> subjects;
+    absl::flat_hash_map<uint64_t, std::optional<Key>> keys;
   };
 
   template <typename Handler>
@@ -434,16 +421,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
                  NewEpoch(),
                  absl::StrCat(options_.log_max),
                  std::string(KindName(c.kind))};
-    auto append = [&argv](const Fields& fields) {
-      for (const auto& [f, v] : fields) {
-        argv.push_back(f);
-        argv.push_back(v);
-      }
-    };
     switch (c.kind) {
       case Change::Kind::kPutSubject:
         argv.push_back(c.subject.id);
-        append(SubjectFields(c.subject));
+        argv.push_back(SubjectRecord(c.subject));
         break;
       case Change::Kind::kDeleteSubject:
         argv.push_back(c.subject_id);
@@ -456,7 +437,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         argv.push_back(c.idempotency_key);
         argv.push_back(c.fingerprint);
         argv.push_back(absl::StrCat(kIdempotencyTtlSeconds));
-        append(KeyFields(c.key));
+        argv.push_back(KeyRecord(c.key));
         break;
       case Change::Kind::kRevokeKey:
         argv.push_back(KeyIdHex(c.key_id));
@@ -472,15 +453,13 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       // An error, or an idempotent replay: nothing changed.
       Finish(std::move(done), std::move(result));
     } else {
-      waiters_.push_back(Waiter{.version = static_cast<uint64_t>(reply->elements[1].integer),
-                                .change = std::move(change),
+      waiters_.push_back(Waiter{.change = std::move(change),
                                 .result = *result,
                                 .done = std::move(done)});
       if (stopping_) {
         ResolveLocally();
       } else {
-        ResolveWaiters();
-        if (!waiters_.empty()) KickSync();
+        KickSync();
       }
     }
     MaybeFinishStop();
@@ -521,17 +500,14 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   }
 
   // Reports the writes whose version the Index has reached.
-  void ResolveWaiters() {
-    const uint64_t at = owner_->version_.load(std::memory_order_relaxed);
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->version <= at) {
-        Finish(std::move(it->done), std::move(it->result));
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
+  // Reports the first `n` waiters (those a sync that has just succeeded began after).
+  void ResolveWaiters(size_t n) {
+    for (n = std::min(n, waiters_.size()); n > 0; --n) {
+      Finish(std::move(waiters_.front().done), std::move(waiters_.front().result));
+      waiters_.pop_front();
     }
   }
+
 
   // The follower cannot reach the oldest waiter's version now (Redis went away right after the
   // write, or we are stopping): apply the change itself, which is exactly what Redis holds for
@@ -543,13 +519,13 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     const Change& c = w.change;
     switch (c.kind) {
       case Change::Kind::kPutSubject:
-        sink.SetSubject(c.subject.id, ParseSubject(c.subject.id, SubjectFields(c.subject)));
+        sink.SetSubject(c.subject.id, ParseSubject(c.subject.id, SubjectRecord(c.subject)));
         break;
       case Change::Kind::kDeleteSubject:
         sink.SetSubject(c.subject_id, std::nullopt);
         break;
       case Change::Kind::kAddKey:
-        sink.SetKey(c.key.id, ParseKey(c.key.id, KeyFields(c.key)));
+        sink.SetKey(c.key.id, ParseKey(c.key.id, KeyRecord(c.key)));
         break;
       case Change::Kind::kRevokeKey:
         sink.SetKey(c.key_id, std::nullopt);
@@ -577,6 +553,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   static asio::awaitable<void> SyncLoop(std::shared_ptr<Follower> self) {
     do {
       self->sync_again_ = false;
+      // A sync that begins after a write was answered (on the same connection) reads a state at
+      // least as new: when it succeeds, the Index holds that write. Versions cannot tell, as a
+      // wiped registry numbers its changes from 1 again.
+      const size_t covered = self->waiters_.size();
       absl::Status st = co_await self->SyncOnce();
       if (!st.ok()) {
         if (!self->stopping_) self->ReportFailure(st);
@@ -584,7 +564,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         while (!self->waiters_.empty()) self->ResolveLocally();
         break;
       }
-      self->ResolveWaiters();
+      self->ResolveWaiters(covered);
     } while (self->sync_again_ && !self->stopping_);
     self->syncing_ = false;
   }
@@ -646,16 +626,14 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       if (entry.size() < 4 || entry.size() % 2 != 0 || !entry[0].is_integer()) {
         co_return absl::InternalError("redis registry: unexpected entry from registry_read.lua");
       }
-      if (!entry[2].str.empty()) {
-        sink.SetSubject(entry[2].str, FromFields(entry[2].str, PairsOf(entry[3])));
-      }
+      if (!entry[2].str.empty()) sink.SetSubject(entry[2].str, FromRecord(entry[2].str, entry[3]));
       for (size_t k = 4; k + 1 < entry.size(); k += 2) {
         std::optional<uint64_t> id = ParseKeyIdHex(entry[k].str);
         if (!id) {
           owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
-        sink.SetKey(*id, FromFields(*id, PairsOf(entry[k + 1])));
+        sink.SetKey(*id, FromRecord(*id, entry[k + 1]));
       }
       at = static_cast<uint64_t>(entry[0].integer);
     }
@@ -663,16 +641,16 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     co_return std::optional<uint64_t>(at);
   }
 
-  // A record's state as read: nullopt when absent (no fields) or unparsable (counted).
-  std::optional<Subject> FromFields(const std::string& id, const Fields& fields) {
-    if (fields.empty()) return std::nullopt;
-    std::optional<Subject> s = ParseSubject(id, fields);
+  // A record's state as read: nullopt when absent (nil or "") or unparsable (counted).
+  std::optional<Subject> FromRecord(const std::string& id, const Reply& record) {
+    if (!record.is_string() || record.str.empty()) return std::nullopt;
+    std::optional<Subject> s = ParseSubject(id, record.str);
     if (!s) owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
-  std::optional<Key> FromFields(uint64_t id, const Fields& fields) {
-    if (fields.empty()) return std::nullopt;
-    std::optional<Key> k = ParseKey(id, fields);
+  std::optional<Key> FromRecord(uint64_t id, const Reply& record) {
+    if (!record.is_string() || record.str.empty()) return std::nullopt;
+    std::optional<Key> k = ParseKey(id, record.str);
     if (!k) owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
     return k;
   }
@@ -686,39 +664,92 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
                            end == std::string::npos ? end : end - at - kField.size());
   }
 
-  // Reads every member of `set` by SSCAN, and for each batch of them the records by HGETALL
-  // (the next SSCAN travels with the batch).
-  template <typename OnRecord>
-  asio::awaitable<absl::Status> Scan(const std::string& set, const std::string& record_prefix,
-                                     OnRecord on_record) {
-    const std::string count = absl::StrCat(options_.batch_size);
-    std::string cursor = "0";
-    std::vector<std::string> members;
-    bool first = true;
-    while (first || cursor != "0" || !members.empty()) {
-      std::vector<Argv> commands;
-      commands.reserve(members.size() + 1);
-      for (const std::string& m : members) commands.push_back({"HGETALL", record_prefix + m});
-      const bool scan = first || cursor != "0";
-      if (scan) commands.push_back({"SSCAN", set, cursor, "COUNT", count});
-      first = false;
-      std::vector<absl::StatusOr<Reply>> replies = co_await Batch(std::move(commands));
+  // Every member of the sorted set `index` (all scores 0: lexicographic order), in pages of
+  // kIdPage by ZRANGE BYLEX from the last one, so members present throughout are all returned
+  // even while others come and go.
+  asio::awaitable<absl::StatusOr<std::vector<std::string>>> Members(const std::string& index) {
+    static constexpr size_t kIdPage = 10000;
+    std::vector<std::string> out;
+    std::string from = "-";
+    for (;;) {
+      Argv argv = {"ZRANGE", index, from, "+", "BYLEX", "LIMIT", "0", absl::StrCat(kIdPage)};
+      std::vector<Argv> command = {std::move(argv)};
+      std::vector<absl::StatusOr<Reply>> r = co_await Batch(std::move(command));
       if (stopping_) co_return absl::CancelledError("redis registry: stopping");
-      for (size_t i = 0; i < members.size(); ++i) {
-        if (absl::Status st = Check(replies[i]); !st.ok()) co_return st;
-        on_record(members[i], PairsOf(*replies[i]));
-      }
-      members.clear();
-      if (!scan) continue;
-      const absl::StatusOr<Reply>& r = replies.back();
-      if (absl::Status st = Check(r); !st.ok()) co_return st;
-      if (!r->is_array() || r->elements.size() != 2 || !r->elements[1].is_array()) {
-        co_return absl::InternalError("redis registry: unexpected SSCAN reply");
-      }
-      cursor = r->elements[0].str;
-      for (const Reply& m : r->elements[1].elements) members.push_back(m.str);
+      if (absl::Status st = Check(r[0]); !st.ok()) co_return st;
+      if (!r[0]->is_array()) co_return absl::InternalError("redis registry: unexpected ZRANGE reply");
+      for (Reply& m : r[0]->elements) out.push_back(std::move(m.str));
+      if (r[0]->elements.size() < kIdPage) break;
+      from = absl::StrCat("(", out.back());
     }
-    co_return absl::OkStatus();
+    co_return out;
+  }
+
+  // The records `<prefix><id>` of `ids` by MGET, batch_size at a time with kWindow batches in
+  // flight: each reply sends the next batch before it is parsed, so Redis works on one batch
+  // while this thread parses another. `on_record(id, reply)` sees every record (nil if absent).
+  template <typename OnRecord>
+  asio::awaitable<absl::Status> Fetch(const std::vector<std::string>& ids,
+                                      const std::string& prefix, OnRecord on_record) {
+    static constexpr int kWindow = 4;
+    using Done = absl::AnyInvocable<void(absl::Status) &&>;
+    // Owned by the callbacks in flight; `ids`, `prefix` and `on_record` live in the awaiting
+    // coroutine's frame until `done` has run.
+    struct State {
+      Follower* self;
+      const std::vector<std::string>* ids;
+      const std::string* prefix;
+      OnRecord* on_record;
+      size_t batch;
+      size_t next = 0;
+      int in_flight = 0;
+      absl::Status status;
+      Done done;
+
+      static void Send(const std::shared_ptr<State>& state) {
+        const size_t first = state->next, last = std::min(state->ids->size(), first + state->batch);
+        state->next = last;
+        ++state->in_flight;
+        Argv argv = {"MGET"};
+        argv.reserve(1 + last - first);
+        for (size_t i = first; i < last; ++i) argv.push_back(*state->prefix + (*state->ids)[i]);
+        state->self->connection_.Send(std::move(argv), [state, first,
+                                                        last](absl::StatusOr<Reply> r) {
+          State& s = *state;
+          if (absl::Status st = Check(r); !st.ok() && s.status.ok()) s.status = st;
+          if (s.status.ok() && (!r->is_array() || r->elements.size() != last - first)) {
+            s.status = absl::InternalError("redis registry: unexpected MGET reply");
+          }
+          if (s.self->stopping_ && s.status.ok()) {
+            s.status = absl::CancelledError("redis registry: stopping");
+          }
+          if (s.status.ok() && s.next < s.ids->size()) Send(state);
+          if (s.status.ok()) {
+            for (size_t i = first; i < last; ++i) (*s.on_record)((*s.ids)[i], r->elements[i - first]);
+          }
+          if (--s.in_flight == 0 && (s.next >= s.ids->size() || !s.status.ok())) {
+            std::move(s.done)(s.status);
+          }
+        });
+      }
+    };
+    auto initiation = [this, &ids, &prefix, &on_record](auto handler) {
+      auto state = std::make_shared<State>(State{.self = this,
+                                                 .ids = &ids,
+                                                 .prefix = &prefix,
+                                                 .on_record = &on_record,
+                                                 .batch = std::max<size_t>(1, options_.batch_size),
+                                                 .done = std::move(handler)});
+      if (ids.empty()) {
+        asio::post(io_, [state] { std::move(state->done)(absl::OkStatus()); });
+        return;
+      }
+      for (int w = 0; w < kWindow && state->next < ids.size(); ++w) State::Send(state);
+    };
+    absl::Status st =
+        co_await asio::async_initiate<decltype(asio::use_awaitable), void(absl::Status)>(
+            std::move(initiation), asio::use_awaitable);
+    co_return st;
   }
 
   // Everything, as of a version V: records are read without a snapshot while writes go on, then
@@ -741,20 +772,37 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     std::string epoch = mget.elements[1].is_string() ? mget.elements[1].str : "";
 
     const auto started = std::chrono::steady_clock::now();
+    std::vector<Subject> subjects;
+    std::vector<Key> keys;
+    {
+      absl::StatusOr<std::vector<std::string>> ids = co_await Members(subjects_key_);
+      if (!ids.ok()) co_return ids.status();
+      subjects.reserve(ids->size());
+      absl::Status st = co_await Fetch(*ids, base_ + ":subject:",
+                                       [&](const std::string& id, const Reply& record) {
+                                         std::optional<Subject> s = FromRecord(id, record);
+                                         if (s) subjects.push_back(*std::move(s));
+                                       });
+      if (!st.ok()) co_return st;
+    }
+    {
+      absl::StatusOr<std::vector<std::string>> ids = co_await Members(keys_key_);
+      if (!ids.ok()) co_return ids.status();
+      keys.reserve(ids->size());
+      absl::Status st =
+          co_await Fetch(*ids, base_ + ":key:", [&](const std::string& hex, const Reply& record) {
+            std::optional<uint64_t> id = ParseKeyIdHex(hex);
+            if (!id) {
+              owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+              return;
+            }
+            std::optional<Key> k = FromRecord(*id, record);
+            if (k) keys.push_back(*std::move(k));
+          });
+      if (!st.ok()) co_return st;
+    }
+    // What changed since V, over what was read: set aside, then merged.
     MapSink sink;
-    absl::Status st = co_await Scan(
-        subjects_key_, base_ + ":subject:", [&](const std::string& id, const Fields& fields) {
-          sink.SetSubject(id, FromFields(id, fields));
-        });
-    if (!st.ok()) co_return st;
-    st = co_await Scan(keys_key_, base_ + ":key:", [&](const std::string& hex, const Fields& f) {
-      if (std::optional<uint64_t> id = ParseKeyIdHex(hex)) {
-        sink.SetKey(*id, FromFields(*id, f));
-      } else {
-        owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-    if (!st.ok()) co_return st;
     for (;;) {
       absl::StatusOr<std::optional<uint64_t>> next = co_await CatchUp(at, epoch, sink);
       if (!next.ok()) co_return next.status();
@@ -767,14 +815,20 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       if (!caught_up_short_) break;
     }
 
-    std::vector<Subject> subjects;
-    subjects.reserve(sink.subjects.size());
-    for (auto& [id, s] : sink.subjects) subjects.push_back(std::move(s));
-    std::vector<Key> keys;
-    keys.reserve(sink.keys.size());
-    for (auto& [id, k] : sink.keys) keys.push_back(std::move(k));
-    const size_t n_subjects = subjects.size(), n_keys = keys.size();
+    if (!sink.subjects.empty()) {
+      std::erase_if(subjects, [&](const Subject& s) { return sink.subjects.contains(s.id); });
+      for (auto& [id, s] : sink.subjects) {
+        if (s) subjects.push_back(*std::move(s));
+      }
+    }
+    if (!sink.keys.empty()) {
+      std::erase_if(keys, [&](const Key& k) { return sink.keys.contains(k.id); });
+      for (auto& [id, k] : sink.keys) {
+        if (k) keys.push_back(*std::move(k));
+      }
+    }
     sink = MapSink{};
+    const size_t n_subjects = subjects.size(), n_keys = keys.size();
     index_->Replace(std::move(subjects), std::move(keys));
     owner_->version_.store(at, std::memory_order_relaxed);
     epoch_ = epoch;
@@ -855,7 +909,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   registry::Index* index_ = nullptr;
   std::shared_ptr<std::promise<void>> first_load_;
   std::shared_ptr<std::promise<void>> stopped_promise_;
-  std::deque<Waiter> waiters_;  // by version
+  std::deque<Waiter> waiters_;  // in the order Redis answered them
   std::string epoch_;           // of the registry the Index reflects ("" before any write)
   std::string run_id_;          // of the Redis server it was loaded from
   int64_t client_id_ = -1;
@@ -885,7 +939,7 @@ absl::Status RedisRegistry::Start(registry::Index* index) {
   std::future<void> done = loaded->get_future();
   asio::post(follower_->io(), [f = follower_, index, loaded] { f->Begin(index, loaded); });
   if (done.wait_for(options_.start_timeout) == std::future_status::ready) return absl::OkStatus();
-  Stop();
+  // The follower keeps trying; the caller decides whether to serve meanwhile.
   return absl::UnavailableError(
       absl::StrCat("redis registry: not loaded from ", options_.connection.host, ":",
                    options_.connection.port, " within ", options_.start_timeout.count(), " ms"));

@@ -3,7 +3,7 @@
 // follows the others' writes through a versioned log. Layout and protocol: docs/redis.md, "The
 // registry".
 //
-//   - Start() loads everything (SSCAN + pipelined HGETALL batches), then a follower polls
+//   - Start() loads everything (ZRANGE BYLEX pages of ids, then pipelined MGET batches), then a follower polls
 //     `<base>:version` every poll_interval; when it moved, registry_read.lua returns the log
 //     entries after the follower's version with the current state of every record they touched
 //     (one atomic read), which the follower applies in order. When the log cannot bridge the gap
@@ -55,22 +55,22 @@ struct RedisRegistryOptions {
   size_t batch_size = 1000;       // records per pipelined batch of the full load
   size_t catch_up_entries = 500;  // log entries per registry_read.lua call
   size_t log_max = 10000;         // XADD MAXLEN ~: how far back a follower can catch up
-  // Start() fails (Unavailable) if the first full load has not completed by then.
+  // Start() returns Unavailable if the first full load has not completed by then (and the load
+  // goes on in the background).
   std::chrono::milliseconds start_timeout{30000};
 };
 
 // "<prefix>:{registry}": the part every registry key starts with.
 [[nodiscard]] std::string RegistryBase(std::string_view prefix);
 
-// The records' hash fields (docs/redis.md). Times are Unix microseconds in decimal; absent
-// optional times are "". Exposed for tests and the load benchmark, which write records directly.
-using Fields = std::vector<std::pair<std::string, std::string>>;
-[[nodiscard]] Fields SubjectFields(const registry::Subject& subject);
-[[nodiscard]] Fields KeyFields(const registry::Key& key);
+// The records as stored: one JSON object per record (docs/redis.md). Times are Unix microseconds.
+// Exposed for tests and the load benchmark, which write records directly.
+[[nodiscard]] std::string SubjectRecord(const registry::Subject& subject);
+[[nodiscard]] std::string KeyRecord(const registry::Key& key);
 // The inverses; nullopt for a record that does not parse (it is then skipped and counted).
 [[nodiscard]] std::optional<registry::Subject> ParseSubject(std::string_view id,
-                                                            const Fields& fields);
-[[nodiscard]] std::optional<registry::Key> ParseKey(uint64_t id, const Fields& fields);
+                                                            std::string_view record);
+[[nodiscard]] std::optional<registry::Key> ParseKey(uint64_t id, std::string_view record);
 // 16 lowercase hex digits (the key part of <base>:key:<id>).
 [[nodiscard]] std::string KeyIdHex(uint64_t id);
 
@@ -82,8 +82,9 @@ class RedisRegistry final : public registry::Backend {
   RedisRegistry(const RedisRegistry&) = delete;
   RedisRegistry& operator=(const RedisRegistry&) = delete;
 
-  // Blocks until the first full load is in `index` (Unavailable after start_timeout, and then
-  // nothing is followed). `index` must outlive this object.
+  // Blocks until the first full load is in `index`, or returns Unavailable after start_timeout
+  // while the follower goes on trying (the Index fills once Redis answers). `index` must outlive
+  // this object.
   absl::Status Start(registry::Index* index) override;
   void Apply(registry::Change change, registry::ChangeCallback done) override;
   // Stops following and waits for the writes already sent to be answered (each is bounded by

@@ -1,0 +1,635 @@
+#include "sluice/http/registry_api.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
+#include "sluice/common/strings.h"
+#include "sluice/http/await.h"
+#include "sluice/http/render.h"
+#include "sluice/http/sha256.h"
+#include "sluice/limiter/decision.h"
+#include "sluice/limiter/window.h"
+#include "sluice/registry/keys.h"
+#include "sluice/registry/validate.h"
+
+namespace sluice::http {
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kSubjects = "/v1/subjects";
+constexpr std::string_view kSubjectsSlash = "/v1/subjects/";
+constexpr std::string_view kKeysSlash = "/v1/keys/";
+constexpr std::string_view kKeysSuffix = "/keys";
+constexpr size_t kDefaultPageSize = 100;
+constexpr size_t kMaxPageSize = 1000;
+constexpr absl::Duration kReplayWindow = absl::Minutes(10);
+constexpr size_t kReplayEntries = 10'000;
+
+std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
+  size_t q = target.find('?');
+  if (q == std::string_view::npos) return {target, {}};
+  return {target.substr(0, q), target.substr(q + 1)};
+}
+
+std::optional<std::string> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string value;
+    if (eq == std::string_view::npos) return value;
+    if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
+    return value;
+  }
+  return std::nullopt;
+}
+
+// A problem+json answer; `field` (when not empty) names the input at fault.
+Response FieldProblem(unsigned status, std::string_view title, std::string_view detail,
+                      std::string_view field, unsigned version) {
+  Json body{{"type", "about:blank"}, {"title", title}, {"status", status}, {"detail", detail}};
+  if (!field.empty()) body["field"] = field;
+  Response res = JsonResponse(status, body.dump(), version, true);
+  res.set(bhttp::field::content_type, "application/problem+json");
+  return res;
+}
+
+// A validation error "<field>: <what>" as a problem naming the field. Malformed JSON is 400; a
+// well-formed body with a bad value is 422.
+Response InvalidInput(const absl::Status& s, unsigned version) {
+  const std::string message(ToStd(s.message()));
+  const size_t colon = message.find(':');
+  const std::string field = colon == std::string::npos ? "" : message.substr(0, colon);
+  if (field == "body") return FieldProblem(400, "Bad Request", message, field, version);
+  return FieldProblem(422, "Unprocessable Content", message, field, version);
+}
+
+Response NotFoundProblem(std::string_view detail, unsigned version) {
+  return FieldProblem(404, "Not Found", detail, "", version);
+}
+
+Response Conflict(std::string_view detail, std::string_view field, unsigned version) {
+  return FieldProblem(409, "Conflict", detail, field, version);
+}
+
+Response Unavailable(const absl::Status& s, unsigned version) {
+  return FieldProblem(503, "Service Unavailable",
+                      absl::StrCat("the registry could not be written: ", s.message()), "",
+                      version);
+}
+
+Response NoContent(unsigned version) {
+  Response res(bhttp::status::no_content, version);
+  res.keep_alive(true);
+  return res;
+}
+
+Response MethodNotAllowedHere(std::string_view allow, unsigned version) {
+  Response res =
+      FieldProblem(405, "Method Not Allowed", absl::StrCat("use ", ToAbsl(allow)), "", version);
+  res.set(bhttp::field::allow, std::string(allow));
+  return res;
+}
+
+// One audit log line per change: who (the token's name, the client's address), what, on which
+// record. Never a key, a digest or a secret.
+void Audit(std::string_view action, const AdminToken& token, const Peer& peer,
+           std::string_view subject, std::string_view key_id, std::string_view outcome) {
+  Log log(LogLevel::kInfo, "registry change");
+  log.Str("action", action).Str("token", token.name).Str("client", peer.address.to_string());
+  if (!subject.empty()) log.Str("subject", subject);
+  if (!key_id.empty()) log.Str("key_id", key_id);
+  log.Str("outcome", outcome);
+}
+
+auto StartApply(registry::Backend* backend, registry::Change change) {
+  return [backend, change = std::move(change)](registry::ChangeCallback done) mutable {
+    backend->Apply(std::move(change), std::move(done));
+  };
+}
+
+// A config subject as the registry API shows it (read-only).
+Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry) {
+  return Json{{"id", id},
+              {"plan", entry.plan},
+              {"email", entry.email.empty() ? Json(nullptr) : Json(entry.email)},
+              {"webhook", entry.webhook.empty() ? Json(nullptr) : Json(entry.webhook)},
+              {"webhook_secret_set", false},
+              {"metadata", Json::object()},
+              {"disabled", false},
+              {"overrides", Json::object()},
+              {"created_at", nullptr},
+              {"updated_at", nullptr},
+              {"source", "config"}};
+}
+
+Json RegistrySubjectJson(const registry::Subject& s) {
+  Json j = registry::SubjectJson(s);
+  j["source"] = "registry";
+  return j;
+}
+
+// A stable id for the config key with this digest: "key_" and 16 hex digits of a hash of it
+// (not of the key: the digest is not shown).
+std::string ConfigKeyId(const std::string& digest) {
+  const std::string h = Sha256(absl::StrCat("sluice config key\n", digest));
+  uint64_t id = 0;
+  for (size_t i = 0; i < 8 && i < h.size(); ++i) id = id << 8 | static_cast<uint8_t>(h[i]);
+  return registry::KeyIdText(id);
+}
+
+// The subject id of a /v1/subjects/{id}[/keys] path, percent-decoded; false if malformed.
+bool DecodeId(std::string_view encoded, std::string* id) {
+  return !encoded.empty() && PercentDecode(encoded, id);
+}
+
+}  // namespace
+
+const Plan* EffectivePlan(const PlanSet& plans, const registry::Subject& subject, absl::Time now,
+                          std::optional<Plan>* storage) {
+  const Plan* base = plans.Find(subject.plan);
+  if (base == nullptr || subject.overrides.empty()) return base;
+  std::vector<int64_t> quotas;
+  bool any = false;
+  for (const registry::Override& o : subject.overrides) {
+    if (o.until.has_value() && *o.until <= now) continue;
+    const int i = base->FindLimit(o.limit);
+    if (i < 0) continue;  // a reload dropped the limit: the override no longer applies
+    if (!any) {
+      quotas.reserve(base->limits.size());
+      for (const Limit& l : base->limits) quotas.push_back(l.quota);
+      any = true;
+    }
+    quotas[static_cast<size_t>(i)] = o.quota;
+  }
+  if (!any) return base;
+  storage->emplace(base->WithQuotas(quotas));
+  return &**storage;
+}
+
+std::optional<absl::Time> NextOverrideEnd(const registry::Subject& subject, absl::Time now) {
+  std::optional<absl::Time> next;
+  for (const registry::Override& o : subject.overrides) {
+    if (o.until.has_value() && *o.until > now && (!next || *o.until < *next)) next = o.until;
+  }
+  return next;
+}
+
+bool RegistryApi::Owns(std::string_view path) {
+  return path == kSubjects || path.starts_with(kSubjectsSlash) || path.starts_with(kKeysSlash);
+}
+
+asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request& req,
+                                              const AdminToken& token, const Peer& peer) {
+  const unsigned version = req.version();
+  const std::string_view path = SplitTarget(Sv(req.target())).first;
+  const bhttp::verb method = req.method();
+  const bool read = method == bhttp::verb::get;
+  // Read-only tokens (Prometheus, dashboards) never change anything.
+  auto forbidden = [&] {
+    return FieldProblem(403, "Forbidden",
+                        absl::StrCat("the token \"", token.name,
+                                     "\" is read-only; this needs a token with access: write"),
+                        "", version);
+  };
+
+  if (path == kSubjects) {
+    if (!read) co_return MethodNotAllowedHere("GET", version);
+    co_return ListSubjects(fe, req);
+  }
+  if (path.starts_with(kKeysSlash)) {
+    const std::string_view key_id = path.substr(kKeysSlash.size());
+    if (method != bhttp::verb::delete_) co_return MethodNotAllowedHere("DELETE", version);
+    if (!token.write) co_return forbidden();
+    Response res = co_await RevokeKey(fe, req, key_id, token, peer);
+    co_return res;
+  }
+  std::string_view rest = path.substr(kSubjectsSlash.size());
+  const bool keys = rest.ends_with(kKeysSuffix);
+  if (keys) rest.remove_suffix(kKeysSuffix.size());
+  std::string id;
+  if (!DecodeId(rest, &id) || rest.find('/') != std::string_view::npos) {
+    co_return FieldProblem(404, "Not Found",
+                           "no such endpoint (a subject id with / must be sent as %2F)", "",
+                           version);
+  }
+  if (!config::IsValidSubject(id)) {
+    co_return FieldProblem(
+        422, "Unprocessable Content",
+        "id: must be 1-200 bytes of letters, digits and ._:@/+=- (percent-encoded in the path)",
+        "id", version);
+  }
+  if (keys) {
+    if (read) co_return ListKeys(fe, req, id);
+    if (method != bhttp::verb::post) co_return MethodNotAllowedHere("GET, POST", version);
+    if (!token.write) co_return forbidden();
+    Response res = co_await CreateKey(fe, req, id, token, peer);
+    co_return res;
+  }
+  if (read) {
+    Response res = co_await GetSubject(fe, req, id);
+    co_return res;
+  }
+  if (method == bhttp::verb::put) {
+    if (!token.write) co_return forbidden();
+    Response res = co_await PutSubject(fe, req, id, token, peer);
+    co_return res;
+  }
+  if (method == bhttp::verb::delete_) {
+    if (!token.write) co_return forbidden();
+    Response res = co_await DeleteSubject(fe, req, id, token, peer);
+    co_return res;
+  }
+  co_return MethodNotAllowedHere("GET, PUT, DELETE", version);
+}
+
+asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Request& req,
+                                                  const std::string& id, const AdminToken& token,
+                                                  const Peer& peer) {
+  const unsigned version = req.version();
+  if (fe.keys.FindSubject(id) != nullptr) {
+    co_return Conflict(
+        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
+        version);
+  }
+  const absl::Time now = fe.limiter->clock().Now();
+  absl::StatusOr<registry::Subject> subject =
+      registry::ParseSubjectBody(id, req.body(), fe.limiter->plans(), now);
+  if (!subject.ok()) co_return InvalidInput(subject.status(), version);
+  std::shared_ptr<const registry::Subject> existing = index_->FindSubject(id);
+  subject->created_at = existing != nullptr ? existing->created_at : now;
+  subject->updated_at = now;
+  registry::Change change{.kind = registry::Change::Kind::kPutSubject, .subject = *subject};
+  absl::StatusOr<registry::ChangeResult> result =
+      co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
+          StartApply(backend_, std::move(change)));
+  if (!result.ok()) {
+    Audit("subject.put", token, peer, id, "", "failed");
+    co_return Unavailable(result.status(), version);
+  }
+  Audit(result->created ? "subject.create" : "subject.replace", token, peer, id, "", "ok");
+  std::shared_ptr<const registry::Subject> stored = index_->FindSubject(id);
+  Response res =
+      JsonResponse(result->created ? 201 : 200,
+                   RegistrySubjectJson(stored ? *stored : *subject).dump(), version, true);
+  if (result->created) {
+    std::string location = std::string(kSubjectsSlash);
+    location.append(req.target().data() + kSubjectsSlash.size(),
+                    SplitTarget(Sv(req.target())).first.size() - kSubjectsSlash.size());
+    res.set(bhttp::field::location, location);
+  }
+  co_return res;
+}
+
+asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Request& req,
+                                                  const std::string& id) {
+  const unsigned version = req.version();
+  const Limiter& limiter = *fe.limiter;
+  const absl::Time now = limiter.clock().Now();
+  Json body;
+  const Plan* plan = nullptr;
+  std::optional<Plan> storage;
+  if (std::shared_ptr<const registry::Subject> s = index_->FindSubject(id)) {
+    body = RegistrySubjectJson(*s);
+    plan = EffectivePlan(limiter.plans(), *s, now, &storage);
+  } else if (const KeyEntry* entry = fe.keys.FindSubject(id)) {
+    body = ConfigSubjectJson(id, *entry);
+    plan = limiter.plans().Find(entry->plan);
+  } else {
+    co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+  }
+  if (plan == nullptr) {
+    body["usage"] = nullptr;
+    co_return JsonResponse(200, body.dump(), version, true);
+  }
+  absl::StatusOr<std::vector<LimitUsage>> usage =
+      co_await AwaitCallback<absl::StatusOr<std::vector<LimitUsage>>>(
+          [&](UsageCallback done) { limiter.Usage(id, *plan, std::move(done)); });
+  if (!usage.ok()) {
+    co_return FieldProblem(
+        503, "Service Unavailable",
+        absl::StrCat("usage: the store did not answer: ", usage.status().message()), "", version);
+  }
+  Json limits = Json::array();
+  for (size_t i = 0; i < plan->limits.size() && i < usage->size(); ++i) {
+    const Limit& l = plan->limits[i];
+    const WindowBounds w = WindowAt(l.window, plan->tz, now);
+    const int64_t used = (*usage)[i].used;
+    limits.push_back({{"name", l.name},
+                      {"window", l.window.text},
+                      {"quota", l.quota},
+                      {"used", used},
+                      {"remaining", std::max<int64_t>(l.quota - used, 0)},
+                      {"reset_after", SecondsUntil(w.end, now)},
+                      {"alerts_fired", (*usage)[i].fired}});
+  }
+  body["usage"] = Json{{"plan", plan->name}, {"limits", std::move(limits)}};
+  co_return JsonResponse(200, body.dump(), version, true);
+}
+
+asio::awaitable<Response> RegistryApi::DeleteSubject(const Frontend& fe, const Request& req,
+                                                     const std::string& id, const AdminToken& token,
+                                                     const Peer& peer) {
+  const unsigned version = req.version();
+  if (fe.keys.FindSubject(id) != nullptr) {
+    co_return Conflict(
+        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
+        version);
+  }
+  registry::Change change{.kind = registry::Change::Kind::kDeleteSubject, .subject_id = id};
+  absl::StatusOr<registry::ChangeResult> result =
+      co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
+          StartApply(backend_, std::move(change)));
+  if (absl::IsNotFound(result.status())) {
+    co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+  }
+  if (!result.ok()) {
+    Audit("subject.delete", token, peer, id, "", "failed");
+    co_return Unavailable(result.status(), version);
+  }
+  Audit("subject.delete", token, peer, id, "", "ok");
+  co_return NoContent(version);
+}
+
+Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req) {
+  const unsigned version = req.version();
+  const std::string_view query = SplitTarget(Sv(req.target())).second;
+  size_t limit = kDefaultPageSize;
+  if (std::optional<std::string> text = QueryParam(query, "limit")) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(*text, &n) || n < 1 || n > kMaxPageSize ||
+        !std::all_of(text->begin(), text->end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return FieldProblem(400, "Bad Request",
+                          absl::StrCat("limit: must be an integer from 1 to ", kMaxPageSize),
+                          "limit", version);
+    }
+    limit = static_cast<size_t>(n);
+  }
+  std::optional<std::string> plan = QueryParam(query, "plan");
+  if (!plan.has_value() && query.find("plan=") != std::string_view::npos) {
+    return FieldProblem(400, "Bad Request", "plan: bad percent-encoding", "plan", version);
+  }
+  if (plan.has_value() && !plan->empty() && fe.limiter->plans().Find(*plan) == nullptr) {
+    return FieldProblem(400, "Bad Request", absl::StrCat("plan: unknown plan \"", *plan, "\""),
+                        "plan", version);
+  }
+  std::optional<std::string> cursor = QueryParam(query, "cursor");
+  if (!cursor.has_value() && query.find("cursor=") != std::string_view::npos) {
+    return FieldProblem(400, "Bad Request", "cursor: bad percent-encoding", "cursor", version);
+  }
+  const std::string after = cursor.value_or("");
+  const std::string plan_filter = plan.value_or("");
+
+  // The registry's subjects and the config file's, merged in id order (they are disjoint: a
+  // config subject cannot be created in the registry).
+  registry::Index::Page page = index_->List(plan_filter, after, limit + 1);
+  const std::vector<std::string>& config_subjects = fe.keys.subjects();
+  auto cfg = std::upper_bound(config_subjects.begin(), config_subjects.end(), after);
+  size_t r = 0;
+  Json subjects = Json::array();
+  std::string last;
+  bool more = false;
+  while (true) {
+    // The next config subject that passes the filter.
+    while (cfg != config_subjects.end() && !plan_filter.empty() &&
+           fe.keys.FindSubject(*cfg)->plan != plan_filter) {
+      ++cfg;
+    }
+    const bool have_cfg = cfg != config_subjects.end();
+    const bool have_reg = r < page.subjects.size();
+    if (!have_cfg && !have_reg) break;
+    if (subjects.size() == limit) {
+      more = true;
+      break;
+    }
+    if (have_reg && (!have_cfg || page.subjects[r]->id < *cfg)) {
+      subjects.push_back(RegistrySubjectJson(*page.subjects[r]));
+      last = page.subjects[r]->id;
+      ++r;
+    } else {
+      subjects.push_back(ConfigSubjectJson(*cfg, *fe.keys.FindSubject(*cfg)));
+      last = *cfg;
+      ++cfg;
+    }
+  }
+  // The page asked the index for one more than it shows, so "more" is exact unless the index had
+  // more still.
+  if (!more && !page.next_cursor.empty() && r < page.subjects.size()) more = true;
+  Json body{{"subjects", std::move(subjects)}, {"next_cursor", more ? Json(last) : Json(nullptr)}};
+  return JsonResponse(200, body.dump(), version, true);
+}
+
+asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Request& req,
+                                                 const std::string& id, const AdminToken& token,
+                                                 const Peer& peer) {
+  const unsigned version = req.version();
+  if (fe.keys.FindSubject(id) != nullptr) {
+    co_return Conflict(
+        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
+        version);
+  }
+  // The idempotency key: at most one, bounded, printable.
+  std::string idempotency_key;
+  {
+    auto range = req.equal_range("Idempotency-Key");
+    if (std::distance(range.first, range.second) > 1) {
+      co_return FieldProblem(400, "Bad Request", "Idempotency-Key: more than one",
+                             "Idempotency-Key", version);
+    }
+    if (range.first != range.second) {
+      idempotency_key = std::string(Sv(range.first->value()));
+      const bool printable = std::all_of(idempotency_key.begin(), idempotency_key.end(),
+                                         [](char c) { return c > 0x20 && c < 0x7f; });
+      if (idempotency_key.empty() || idempotency_key.size() > registry::kMaxIdempotencyKeyBytes ||
+          !printable) {
+        co_return FieldProblem(
+            400, "Bad Request",
+            absl::StrCat("Idempotency-Key: must be 1-", registry::kMaxIdempotencyKeyBytes,
+                         " printable ASCII characters without spaces"),
+            "Idempotency-Key", version);
+      }
+    }
+  }
+  const absl::Time now = fe.limiter->clock().Now();
+  absl::StatusOr<registry::KeyRequest> request = registry::ParseKeyBody(req.body(), now);
+  if (!request.ok()) co_return InvalidInput(request.status(), version);
+  if (index_->FindSubject(id) == nullptr) {
+    co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\" (create it first)"),
+                              version);
+  }
+
+  registry::Key key{
+      .subject = id, .name = request->name, .expires_at = request->expires_at, .created_at = now};
+  std::string plaintext;
+  if (request->imported_digest.has_value()) {
+    key.digest = *request->imported_digest;
+  } else {
+    absl::StatusOr<registry::GeneratedKey> generated = registry::GenerateKey();
+    if (!generated.ok()) {
+      co_return FieldProblem(500, "Internal Server Error", "cannot generate a key", "", version);
+    }
+    plaintext = std::move(generated->plaintext);
+    key.digest = generated->digest;
+    key.prefix = std::move(generated->prefix);
+  }
+  const std::string digest(reinterpret_cast<const char*>(key.digest.data()), key.digest.size());
+  if (fe.keys.FindDigest(digest) != nullptr) {
+    co_return Conflict("key_sha256: this key is already defined by the configuration file",
+                       "key_sha256", version);
+  }
+  absl::StatusOr<uint64_t> key_id = registry::NewKeyId();
+  if (!key_id.ok()) {
+    co_return FieldProblem(500, "Internal Server Error", "cannot generate a key id", "", version);
+  }
+  key.id = *key_id;
+  registry::Change change{.kind = registry::Change::Kind::kAddKey, .key = key};
+  if (!idempotency_key.empty()) {
+    change.idempotency_key = idempotency_key;
+    // The same request, retried: the subject and the body. (A generated key differs between
+    // tries, so it is not part of it.)
+    change.fingerprint = Sha256(absl::StrCat(id, "\n", req.body()));
+  }
+  absl::StatusOr<registry::ChangeResult> result =
+      co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
+          StartApply(backend_, std::move(change)));
+  const std::string id_text = registry::KeyIdText(result.ok() ? result->key_id : key.id);
+  if (!result.ok()) {
+    const absl::Status& s = result.status();
+    Audit("key.create", token, peer, id, "", "refused");
+    if (absl::IsNotFound(s)) {
+      co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+    }
+    if (absl::IsAlreadyExists(s)) {
+      co_return Conflict("key_sha256: a key with this digest is already registered", "key_sha256",
+                         version);
+    }
+    if (absl::IsResourceExhausted(s)) {
+      co_return FieldProblem(422, "Unprocessable Content",
+                             absl::StrCat("id: the subject already has ",
+                                          registry::kMaxKeysPerSubject, " keys (revoke one first)"),
+                             "id", version);
+    }
+    if (absl::IsFailedPrecondition(s)) {
+      co_return FieldProblem(422, "Unprocessable Content",
+                             "Idempotency-Key: already used for a different request",
+                             "Idempotency-Key", version);
+    }
+    co_return Unavailable(s, version);
+  }
+  Json body;
+  if (result->replayed) {
+    std::optional<registry::Key> earlier = index_->FindKey(result->key_id);
+    if (!earlier.has_value()) {
+      co_return NotFoundProblem(
+          "Idempotency-Key: the key this request created earlier has been revoked", version);
+    }
+    body = registry::KeyJson(*earlier);
+    std::string remembered = RecallPlaintext(idempotency_key, now);
+    if (!remembered.empty()) body["key"] = std::move(remembered);
+    Audit("key.create", token, peer, id, id_text, "replayed");
+  } else {
+    std::optional<registry::Key> stored = index_->FindKey(key.id);
+    body = registry::KeyJson(stored.value_or(key));
+    if (!plaintext.empty()) {
+      body["key"] = plaintext;
+      if (!idempotency_key.empty()) RememberPlaintext(idempotency_key, plaintext, now);
+    }
+    Audit(request->imported_digest ? "key.import" : "key.create", token, peer, id, id_text, "ok");
+  }
+  Response res = JsonResponse(201, body.dump(), version, true);
+  if (result->replayed) res.set("Idempotent-Replayed", "true");
+  res.set(bhttp::field::cache_control, "no-store");
+  co_return res;
+}
+
+Response RegistryApi::ListKeys(const Frontend& fe, const Request& req, const std::string& id) {
+  const unsigned version = req.version();
+  Json keys = Json::array();
+  if (index_->FindSubject(id) != nullptr) {
+    for (const registry::Key& k : index_->KeysOf(id)) keys.push_back(registry::KeyJson(k));
+  } else if (fe.keys.FindSubject(id) != nullptr) {
+    for (const std::string& digest : fe.keys.DigestsOf(id)) {
+      keys.push_back(Json{{"id", ConfigKeyId(digest)},
+                          {"subject", id},
+                          {"prefix", ""},
+                          {"name", nullptr},
+                          {"expires_at", nullptr},
+                          {"created_at", nullptr},
+                          {"imported", true},
+                          {"source", "config"}});
+    }
+  } else {
+    return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+  }
+  return JsonResponse(200, Json{{"keys", std::move(keys)}}.dump(), version, true);
+}
+
+asio::awaitable<Response> RegistryApi::RevokeKey(const Frontend& fe, const Request& req,
+                                                 std::string_view key_id, const AdminToken& token,
+                                                 const Peer& peer) {
+  const unsigned version = req.version();
+  std::optional<uint64_t> id = registry::ParseKeyId(key_id);
+  if (!id.has_value()) {
+    co_return NotFoundProblem("key_id: no such key (want key_ and 16 hex digits)", version);
+  }
+  if (!index_->FindKey(*id).has_value()) {
+    for (const std::string& subject : fe.keys.subjects()) {
+      for (const std::string& digest : fe.keys.DigestsOf(subject)) {
+        if (ConfigKeyId(digest) == key_id) {
+          co_return Conflict(
+              "key_id: this key is defined by the configuration file (keys:) and is read-only "
+              "here",
+              "key_id", version);
+        }
+      }
+    }
+  }
+  registry::Change change{.kind = registry::Change::Kind::kRevokeKey, .key_id = *id};
+  absl::StatusOr<registry::ChangeResult> result =
+      co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
+          StartApply(backend_, std::move(change)));
+  if (absl::IsNotFound(result.status())) {
+    co_return NotFoundProblem(absl::StrCat("key_id: no key \"", ToAbsl(key_id), "\""), version);
+  }
+  if (!result.ok()) {
+    Audit("key.revoke", token, peer, "", key_id, "failed");
+    co_return Unavailable(result.status(), version);
+  }
+  Audit("key.revoke", token, peer, "", key_id, "ok");
+  co_return NoContent(version);
+}
+
+void RegistryApi::RememberPlaintext(const std::string& idempotency_key, std::string plaintext,
+                                    absl::Time now) {
+  std::lock_guard lock(replay_mu_);
+  if (replays_.size() >= kReplayEntries) {
+    absl::erase_if(replays_, [now](const auto& kv) { return kv.second.until <= now; });
+    if (replays_.size() >= kReplayEntries) return;  // bounded: the replay then omits the key
+  }
+  replays_[idempotency_key] =
+      Replay{.plaintext = std::move(plaintext), .until = now + kReplayWindow};
+}
+
+std::string RegistryApi::RecallPlaintext(const std::string& idempotency_key, absl::Time now) {
+  std::lock_guard lock(replay_mu_);
+  auto it = replays_.find(idempotency_key);
+  if (it == replays_.end() || it->second.until <= now) return "";
+  return it->second.plaintext;
+}
+
+}  // namespace sluice::http

@@ -1,0 +1,94 @@
+// The registry routes of the admin plane (docs/registry.md): subjects and their API keys at
+// runtime, and how the data plane finds a presented key's subject and effective plan.
+//
+//   PUT    /v1/subjects/{id}        create (201) or replace (200) a subject
+//   GET    /v1/subjects/{id}        the subject with its usage
+//   DELETE /v1/subjects/{id}        delete it and revoke its keys (204)
+//   GET    /v1/subjects             ?plan=&cursor=&limit= — pages of subjects
+//   POST   /v1/subjects/{id}/keys   issue (or import) a key; the plaintext is in this answer only
+//   GET    /v1/subjects/{id}/keys   its keys, without plaintext
+//   DELETE /v1/keys/{key_id}        revoke a key (204)
+//
+// Subjects that the configuration file's `keys:` define are shown (`"source": "config"`) but
+// cannot be changed here (409).
+#ifndef SLUICE_HTTP_REGISTRY_API_H_
+#define SLUICE_HTTP_REGISTRY_API_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <mutex>
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "sluice/http/routes.h"
+#include "sluice/http/server.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/registry/backend.h"
+#include "sluice/registry/index.h"
+
+namespace sluice::http {
+
+// The plan a registry subject is decided under at `now`: its plan with every override that is in
+// force applied. Returns the plan from `plans` itself when no override is in force, else a plan
+// built into `storage`; nullptr when `plans` has no plan of that name.
+[[nodiscard]] const Plan* EffectivePlan(const PlanSet& plans, const registry::Subject& subject,
+                                        absl::Time now, std::optional<Plan>* storage);
+
+// The first instant after `now` at which an override of `subject` ends, if any.
+[[nodiscard]] std::optional<absl::Time> NextOverrideEnd(const registry::Subject& subject,
+                                                        absl::Time now);
+
+class RegistryApi {
+ public:
+  // `index` and `backend` must outlive this object.
+  RegistryApi(registry::Index* index, registry::Backend* backend)
+      : index_(index), backend_(backend) {}
+
+  // True if `path` is one of the routes above.
+  [[nodiscard]] static bool Owns(std::string_view path);
+
+  // Answers a request for one of the routes; `token` has already been checked.
+  boost::asio::awaitable<Response> Handle(const Frontend& fe, const Request& req,
+                                          const AdminToken& token, const Peer& peer);
+
+ private:
+  boost::asio::awaitable<Response> PutSubject(const Frontend& fe, const Request& req,
+                                              const std::string& id, const AdminToken& token,
+                                              const Peer& peer);
+  boost::asio::awaitable<Response> GetSubject(const Frontend& fe, const Request& req,
+                                              const std::string& id);
+  boost::asio::awaitable<Response> DeleteSubject(const Frontend& fe, const Request& req,
+                                                 const std::string& id, const AdminToken& token,
+                                                 const Peer& peer);
+  Response ListSubjects(const Frontend& fe, const Request& req);
+  boost::asio::awaitable<Response> CreateKey(const Frontend& fe, const Request& req,
+                                             const std::string& id, const AdminToken& token,
+                                             const Peer& peer);
+  Response ListKeys(const Frontend& fe, const Request& req, const std::string& id);
+  boost::asio::awaitable<Response> RevokeKey(const Frontend& fe, const Request& req,
+                                             std::string_view key_id, const AdminToken& token,
+                                             const Peer& peer);
+
+  // The plaintext of keys created here recently, by idempotency key, so that a retried creation
+  // can be answered in full. Kept in memory only, for kReplayWindow, at most kReplayEntries.
+  struct Replay {
+    std::string plaintext;
+    absl::Time until;
+  };
+  void RememberPlaintext(const std::string& idempotency_key, std::string plaintext, absl::Time now);
+  [[nodiscard]] std::string RecallPlaintext(const std::string& idempotency_key, absl::Time now);
+
+  registry::Index* index_;
+  registry::Backend* backend_;
+  std::mutex replay_mu_;
+  absl::flat_hash_map<std::string, Replay> replays_;  // guarded by replay_mu_
+};
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_REGISTRY_API_H_

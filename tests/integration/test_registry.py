@@ -1,0 +1,328 @@
+"""The registry API on the embedded store, black-box: subjects and keys at runtime, durability,
+read-only tokens, the audit log, bad input, and every answer checked against docs/openapi.yaml."""
+import datetime
+import json
+import os
+import signal
+import time
+import unittest
+
+import harness
+import openapi_check
+
+READER_TOKEN = "reader-token-0123456789"
+
+PLANS = """
+plans:
+  free:
+    limits:
+      - { name: per_minute, quota: 100, window: 1m }
+      - { name: daily, quota: 10, window: day, alert_at: [80, 100] }
+  pro:
+    limits:
+      - { name: per_minute, quota: 1000, window: 1m }
+      - { name: daily, quota: 1000, window: day, alert_at: [80, 100] }
+keys:
+  - { key: static-key-1, subject: static-user, plan: free }
+"""
+
+TOKENS = f"""  admin_tokens:
+    - {{ name: dashboards, token: "{READER_TOKEN}", access: read }}
+"""
+
+
+def iso(t):
+    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def wait_until(predicate, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+class RegistryTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+        self.db = os.path.join(self.dir.name, "registry.db")
+        self.svc = self.start()
+        harness.clear_of_window_end(60, 5)
+
+    def start(self, body=None):
+        store = f"store:\n  memory:\n    registry_path: {self.db}\n"
+        svc = harness.Service(store + (body or PLANS), self.dir.name, extra_server=TOKENS)
+        svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        return svc
+
+    # One admin request; the answer is checked against the OpenAPI document.
+    def admin(self, method, path, template, body=None, token=None, headers=None):
+        h = {"Authorization": f"Bearer {token or self.svc.admin_token}"}
+        h.update(headers or {})
+        data = None if body is None else (body if isinstance(body, (bytes, str))
+                                          else json.dumps(body))
+        if data is not None:
+            h["Content-Type"] = "application/json"
+        status, headers_out, raw = self.svc.request(method, path, data, h, admin=True)
+        openapi_check.validate_response(method, template, status, headers_out, raw)
+        return status, headers_out, json.loads(raw) if raw else None
+
+    def put_subject(self, sid, body, **kw):
+        return self.admin("PUT", f"/v1/subjects/{sid}", "/v1/subjects/{id}", body, **kw)
+
+    def new_key(self, sid, body=None, **kw):
+        return self.admin("POST", f"/v1/subjects/{sid}/keys", "/v1/subjects/{id}/keys",
+                          body if body is not None else {}, **kw)
+
+    def authorize(self, key):
+        status, headers, raw = self.svc.request("GET", "/v1/authorize",
+                                                headers={"X-API-Key": key})
+        openapi_check.validate_response("GET", "/v1/authorize", status, headers, raw)
+        return status, headers
+
+    def assert_problem(self, answer, status, field):
+        self.assertEqual(answer[0], status, answer)
+        self.assertEqual(answer[1]["content-type"], "application/problem+json")
+        self.assertEqual(answer[2].get("field"), field, answer[2])
+
+
+class SubjectsAndKeys(RegistryTestCase):
+    def test_create_issue_use_and_revoke_a_key(self):
+        status, headers, subject = self.put_subject("acme", {"plan": "free",
+                                                             "email": "ops@acme.test"})
+        self.assertEqual(status, 201)
+        self.assertEqual(headers["location"], "/v1/subjects/acme")
+        self.assertEqual(subject["plan"], "free")
+        self.assertEqual(subject["source"], "registry")
+        status, headers, key = self.new_key("acme", {"name": "ci"})
+        self.assertEqual(status, 201)
+        self.assertTrue(key["key"].startswith("sk_"))
+        self.assertTrue(key["key"].startswith(key["prefix"]))
+        self.assertRegex(key["id"], r"^key_[0-9a-f]{16}$")
+        self.assertEqual(headers.get("cache-control"), "no-store")
+
+        status, headers = self.authorize(key["key"])
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["sluice-subject"], "acme")
+        self.assertEqual(headers["sluice-plan"], "free")
+
+        # Listing never shows the plaintext.
+        status, _, keys = self.admin("GET", "/v1/subjects/acme/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(status, 200)
+        self.assertEqual([k["id"] for k in keys["keys"]], [key["id"]])
+        self.assertNotIn("key", keys["keys"][0])
+
+        status, _, _ = self.admin("DELETE", f"/v1/keys/{key['id']}", "/v1/keys/{key_id}")
+        self.assertEqual(status, 204)
+        self.assertEqual(self.authorize(key["key"])[0], 401)
+        # Revoking it again: it is gone.
+        self.assert_problem(self.admin("DELETE", f"/v1/keys/{key['id']}", "/v1/keys/{key_id}"),
+                            404, None)
+
+    def test_replacing_a_subject_answers_200_and_keeps_its_keys(self):
+        self.put_subject("acme", {"plan": "free"})
+        key = self.new_key("acme")[2]["key"]
+        status, _, subject = self.put_subject("acme", {"plan": "pro"})
+        self.assertEqual(status, 200)
+        self.assertEqual(subject["plan"], "pro")
+        self.assertEqual(self.authorize(key)[1]["sluice-plan"], "pro")
+
+    def test_deleting_a_subject_revokes_its_keys(self):
+        self.put_subject("acme", {"plan": "free"})
+        key = self.new_key("acme")[2]["key"]
+        self.assertEqual(self.admin("DELETE", "/v1/subjects/acme", "/v1/subjects/{id}")[0], 204)
+        self.assertEqual(self.authorize(key)[0], 401)
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, None)
+
+    def test_a_disabled_subject_is_forbidden(self):
+        self.put_subject("acme", {"plan": "free", "disabled": True})
+        key = self.new_key("acme")[2]["key"]
+        self.assertEqual(self.authorize(key)[0], 403)
+
+    def test_an_expired_key_is_refused_by_itself(self):
+        self.put_subject("acme", {"plan": "free"})
+        until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
+        key = self.new_key("acme", {"expires_at": iso(until)})[2]
+        self.assertEqual(self.authorize(key["key"])[0], 200)
+        wait_until(lambda: self.authorize(key["key"])[0] == 401, what="expiry")
+
+    def test_import_a_digest_and_refuse_a_duplicate(self):
+        import hashlib
+        digest = hashlib.sha256(b"legacy-key-42").hexdigest()
+        self.put_subject("acme", {"plan": "free"})
+        status, _, key = self.new_key("acme", {"key_sha256": digest})
+        self.assertEqual(status, 201)
+        self.assertNotIn("key", key)
+        self.assertTrue(key["imported"])
+        self.assertEqual(self.authorize("legacy-key-42")[0], 200)
+        self.put_subject("other", {"plan": "free"})
+        self.assert_problem(self.new_key("other", {"key_sha256": digest}), 409, "key_sha256")
+        # A static key's digest cannot be imported either.
+        static = hashlib.sha256(b"static-key-1").hexdigest()
+        self.assert_problem(self.new_key("other", {"key_sha256": static}), 409, "key_sha256")
+
+    def test_check_with_a_subject_alone_uses_its_registry_plan(self):
+        self.put_subject("acme", {"plan": "pro"})
+        status, _, body = self.svc.check({"subject": "acme"})
+        self.assertEqual(status, 200)
+        self.assertEqual(body["plan"], "pro")
+        status, _, body = self.svc.check({"subject": "nobody"})
+        self.assertEqual(status, 400)
+        self.assertIn("plan", body["detail"])
+
+    def test_list_pages_with_a_cursor_and_a_plan_filter(self):
+        for i in range(5):
+            self.put_subject(f"s{i}", {"plan": "free" if i % 2 == 0 else "pro"})
+        seen, cursor = [], None
+        while True:
+            q = "/v1/subjects?limit=2" + (f"&cursor={cursor}" if cursor else "")
+            status, _, page = self.admin("GET", q, "/v1/subjects")
+            self.assertEqual(status, 200)
+            self.assertLessEqual(len(page["subjects"]), 2)
+            seen += [s["id"] for s in page["subjects"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        # The config file's subject is listed too, read-only.
+        self.assertEqual(seen, ["s0", "s1", "s2", "s3", "s4", "static-user"])
+        _, _, page = self.admin("GET", "/v1/subjects?plan=pro", "/v1/subjects")
+        self.assertEqual([s["id"] for s in page["subjects"]], ["s1", "s3"])
+        self.assert_problem(self.admin("GET", "/v1/subjects?limit=0", "/v1/subjects"), 400,
+                            "limit")
+
+    def test_config_subjects_are_read_only(self):
+        status, _, subject = self.admin("GET", "/v1/subjects/static-user", "/v1/subjects/{id}")
+        self.assertEqual(status, 200)
+        self.assertEqual(subject["source"], "config")
+        self.assert_problem(self.put_subject("static-user", {"plan": "pro"}), 409, "id")
+        self.assert_problem(self.admin("DELETE", "/v1/subjects/static-user", "/v1/subjects/{id}"),
+                            409, "id")
+        self.assert_problem(self.new_key("static-user"), 409, "id")
+
+
+class UsageFollowsTheSubject(RegistryTestCase):
+    def usage(self, sid):
+        status, _, subject = self.admin("GET", f"/v1/subjects/{sid}", "/v1/subjects/{id}")
+        self.assertEqual(status, 200)
+        return {l["name"]: l for l in subject["usage"]["limits"]}
+
+    def test_a_plan_change_keeps_usage(self):
+        self.put_subject("acme", {"plan": "free"})
+        for _ in range(3):
+            self.assertEqual(self.svc.check({"subject": "acme"})[0], 200)
+        self.put_subject("acme", {"plan": "pro"})
+        daily = self.usage("acme")["daily"]
+        self.assertEqual(daily["used"], 3)
+        self.assertEqual(daily["quota"], 1000)
+        self.put_subject("acme", {"plan": "free"})
+        self.assertEqual(self.usage("acme")["daily"]["remaining"], 7)
+
+    def test_an_override_applies_and_ends_by_itself(self):
+        until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
+        status, _, subject = self.put_subject(
+            "acme", {"plan": "free", "overrides": {"daily": {"quota": 12, "until": iso(until)}}})
+        self.assertEqual(status, 201)
+        self.assertEqual(subject["overrides"]["daily"]["quota"], 12)
+        self.assertEqual(self.usage("acme")["daily"]["quota"], 12)
+        for _ in range(11):
+            self.assertTrue(self.svc.check({"subject": "acme"})[2]["allowed"])
+        # Past the plan's 10 but within the override; once it ends the plan's quota is back.
+        wait_until(lambda: self.usage("acme")["daily"]["quota"] == 10, what="override end")
+        self.assertFalse(self.svc.check({"subject": "acme"})[2]["allowed"])
+
+
+class BadInput(RegistryTestCase):
+    def test_each_bad_field_is_named(self):
+        self.assert_problem(self.put_subject("acme", {"plan": "gold"}), 422, "plan")
+        self.assert_problem(self.put_subject("acme", {}), 422, "plan")
+        self.assert_problem(self.put_subject("bad%20id", {"plan": "free"}), 422, "id")
+        self.assert_problem(self.put_subject("acme", {"plan": "free", "metadata": {
+            "x": "y" * 5000}}), 422, "metadata")
+        self.assert_problem(self.put_subject("acme", {"plan": "free", "frobnicate": 1}), 422,
+                            "frobnicate")
+        self.assert_problem(self.put_subject("acme", b'{"plan": "free"'), 400, "body")
+        self.assert_problem(
+            self.put_subject("acme", {"plan": "free", "overrides": {"nope": {"quota": 5}}}), 422,
+            "overrides.nope")
+        # Nothing was created by any of them.
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, None)
+
+    def test_a_key_for_a_missing_subject_creates_nothing(self):
+        self.assert_problem(self.new_key("ghost"), 404, None)
+        self.put_subject("ghost", {"plan": "free"})
+        _, _, keys = self.admin("GET", "/v1/subjects/ghost/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(keys["keys"], [])
+
+    def test_tokens(self):
+        h = {"Authorization": "Bearer wrong-token"}
+        status, _, _ = self.svc.request("GET", "/v1/subjects", headers=h, admin=True)
+        self.assertEqual(status, 401)
+        # A read-only token reads but never writes.
+        self.assertEqual(self.admin("GET", "/v1/subjects", "/v1/subjects",
+                                    token=READER_TOKEN)[0], 200)
+        self.assertEqual(self.put_subject("acme", {"plan": "free"}, token=READER_TOKEN)[0], 403)
+        status, _, _ = self.svc.request("GET", "/metrics", admin=True,
+                                        headers={"Authorization": f"Bearer {READER_TOKEN}"})
+        self.assertEqual(status, 200)
+        self.assertEqual(self.admin("DELETE", "/v1/usage/u?plan=free", "/v1/usage/{subject}",
+                                    token=READER_TOKEN)[0], 403)
+        self.assertEqual(self.admin("DELETE", "/v1/usage/u?plan=free", "/v1/usage/{subject}")[0],
+                         200)
+
+    def test_idempotency_key(self):
+        self.put_subject("acme", {"plan": "free"})
+        h = {"Idempotency-Key": "create-ci-key-1"}
+        first = self.new_key("acme", {"name": "ci"}, headers=h)
+        again = self.new_key("acme", {"name": "ci"}, headers=h)
+        self.assertEqual(first[0], 201)
+        self.assertEqual(again[0], 201)
+        self.assertEqual(again[1].get("idempotent-replayed"), "true")
+        self.assertEqual(again[2]["id"], first[2]["id"])
+        self.assertEqual(again[2].get("key"), first[2]["key"])
+        _, _, keys = self.admin("GET", "/v1/subjects/acme/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(len(keys["keys"]), 1)
+        self.assert_problem(self.new_key("acme", {"name": "other"}, headers=h), 422,
+                            "Idempotency-Key")
+
+
+class DurabilityAndAudit(RegistryTestCase):
+    def test_kill_9_right_after_201_loses_nothing(self):
+        self.put_subject("acme", {"plan": "free"})
+        key = self.new_key("acme")[2]["key"]
+        self.svc.server.proc.send_signal(signal.SIGKILL)
+        self.svc.server.proc.wait()
+        self.svc = self.start()
+        self.assertEqual(self.authorize(key)[0], 200)
+
+    def test_every_change_writes_one_audit_line_without_secrets(self):
+        self.put_subject("acme", {"plan": "free", "webhook": "https://h.test/x",
+                                  "webhook_secret": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0"})
+        key = self.new_key("acme", {"name": "ci"})[2]
+        self.admin("DELETE", f"/v1/keys/{key['id']}", "/v1/keys/{key_id}")
+        line = self.svc.server.wait_for_line('"action":"key.revoke"')
+        record = json.loads(line)
+        self.assertEqual(record["token"], "admin")
+        self.assertEqual(record["client"], "127.0.0.1")
+        self.assertEqual(record["key_id"], key["id"])
+        self.svc.server.wait_for_line('"action":"subject.create"')
+        self.svc.server.wait_for_line('"action":"key.create"')
+        log = "".join(self.svc.server.lines)
+        self.assertNotIn(key["key"], log)
+        self.assertNotIn("c2VjcmV0c2VjcmV0", log)
+
+    def test_a_reload_that_drops_a_plan_in_use_is_refused(self):
+        self.put_subject("acme", {"plan": "pro"})
+        self.svc.rewrite(PLANS.replace("  pro:\n", "  gone:\n"))
+        self.svc.server.proc.send_signal(signal.SIGHUP)
+        line = self.svc.server.wait_for_line("reload refused")
+        self.assertIn("acme", line)
+        self.assertEqual(self.svc.check({"subject": "acme"})[2]["plan"], "pro")
+
+
+if __name__ == "__main__":
+    unittest.main()
