@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -101,8 +100,10 @@ struct SubjectRec {
   int64_t created_us = 0;
   int64_t updated_us = 0;
   std::unique_ptr<const SubjectExtra> extra;  // null: none of its fields set
-  // The Subject as FindByDigest hands it out, once made; reset when the subject changes.
-  mutable std::atomic<std::shared_ptr<const Subject>> cache;
+  // The Subject as FindByDigest hands it out, once made; reset when the subject changes. Guarded
+  // by the cache stripe of the record's slot (CacheStripe) for readers; a writer that holds every
+  // shard lock and `mu` excludes all readers and needs no stripe.
+  mutable std::shared_ptr<const Subject> cache;
   uint32_t first_key = kNone;  // a key ref; the subject's keys are chained through KeyRec::next
   uint16_t plan = 0;           // in GlobalData::plan_names
   bool disabled = false;
@@ -157,6 +158,15 @@ struct ShardData {
   KeyArena keys;
   absl::flat_hash_set<uint32_t, DigestHash, DigestEq> by_digest{0, DigestHash{&keys},
                                                                 DigestEq{&keys}};
+};
+
+// Readers share the shard and global locks, so the cache of a subject, which a reader fills, has
+// a lock of its own: one of 64 mutexes by slot. (Not std::atomic<std::shared_ptr>: libstdc++ 12's
+// load() releases its internal lock with a relaxed store, a data race ThreadSanitizer reports.)
+constexpr size_t kCacheStripes = 64;
+struct CacheStripes {
+  mutable std::array<std::mutex, kCacheStripes> mu;
+  std::mutex& Of(uint32_t slot) const { return mu[slot % kCacheStripes]; }
 };
 
 struct GlobalData;
@@ -248,7 +258,7 @@ void FillSubject(SubjectRec& rec, uint16_t plan, Subject& s) {
   rec.plan = plan;
   rec.disabled = s.disabled;
   rec.extra = ExtraOf(s);
-  rec.cache.store(nullptr);
+  rec.cache.reset();
 }
 
 void FillKey(KeyRec& rec, uint32_t subject, Key& k) {
@@ -281,9 +291,14 @@ std::shared_ptr<const Subject> Materialize(const GlobalData& g, const SubjectRec
 
 // The cached Subject if there is one, else a fresh one (not cached: admin reads of idle subjects
 // should not make them cost more).
-std::shared_ptr<const Subject> SubjectOf(const GlobalData& g, const SubjectRec& rec) {
-  std::shared_ptr<const Subject> cached = rec.cache.load(std::memory_order_acquire);
-  return cached ? cached : Materialize(g, rec);
+std::shared_ptr<const Subject> SubjectOf(const GlobalData& g, const CacheStripes& stripes,
+                                         uint32_t slot) {
+  const SubjectRec& rec = g.subjects[slot];
+  {
+    std::lock_guard lock(stripes.Of(slot));
+    if (rec.cache) return rec.cache;
+  }
+  return Materialize(g, rec);
 }
 
 Key KeyOf(const GlobalData& g, const KeyRec& rec) {
@@ -308,7 +323,7 @@ void ResetKey(KeyRec& rec) {
 void ResetSubject(SubjectRec& rec) {
   std::string().swap(rec.id);
   rec.extra.reset();
-  rec.cache.store(nullptr);
+  rec.cache.reset();
   rec.first_key = kNone;
 }
 
@@ -321,6 +336,7 @@ struct Index::State {
   };
 
   std::mutex writer;  // writers are documented as serial; this makes it so
+  CacheStripes stripes;
   mutable std::shared_mutex mu;
   std::unique_ptr<GlobalData> g;
   std::array<Shard, kShards> shards;
@@ -370,13 +386,18 @@ Index::KeyLookup Index::FindByDigest(const Digest& digest, absl::Time now) const
   const KeyRec& key = data.keys[*it];
   if (Micros(now) >= key.expires_us) return {.state = KeyState::kExpired};
   const SubjectRec& rec = state_->g->subjects[key.subject];
-  std::shared_ptr<const Subject> subject = rec.cache.load(std::memory_order_acquire);
+  std::mutex& stripe = state_->stripes.Of(key.subject);
+  std::shared_ptr<const Subject> subject;
+  {
+    std::lock_guard cache_lock(stripe);
+    subject = rec.cache;
+  }
   if (!subject) {
-    // Two readers may both make one; the first to publish wins and the other uses it.
+    // Made outside the stripe; of two readers making one, the first to store it wins.
     std::shared_ptr<const Subject> fresh = Materialize(*state_->g, rec);
-    subject = rec.cache.compare_exchange_strong(subject, fresh, std::memory_order_acq_rel)
-                  ? std::move(fresh)
-                  : std::move(subject);
+    std::lock_guard cache_lock(stripe);
+    if (!rec.cache) rec.cache = std::move(fresh);
+    subject = rec.cache;
   }
   return {.state = KeyState::kValid, .subject = std::move(subject)};
 }
@@ -385,7 +406,7 @@ std::shared_ptr<const Subject> Index::FindSubject(std::string_view id) const {
   std::shared_lock lock(state_->mu);
   const GlobalData& g = *state_->g;
   const uint32_t slot = g.FindSubjectSlot(id);
-  return slot == kNone ? nullptr : SubjectOf(g, g.subjects[slot]);
+  return slot == kNone ? nullptr : SubjectOf(g, state_->stripes, slot);
 }
 
 std::optional<Key> Index::FindKey(uint64_t id) const {
@@ -432,7 +453,7 @@ Index::Page Index::List(std::string_view plan, std::string_view after, size_t li
       page.next_cursor = page.subjects.back()->id;  // there is at least one more
       break;
     }
-    page.subjects.push_back(SubjectOf(g, rec));
+    page.subjects.push_back(SubjectOf(g, state_->stripes, *it));
   }
   return page;
 }
@@ -547,25 +568,56 @@ void Index::Replace(std::vector<Subject> subjects, std::vector<Key> keys) {
     g->shards[i] = std::make_unique<ShardData>();
     g->shard_ptrs[i] = g->shards[i].get();
   }
-  std::stable_sort(subjects.begin(), subjects.end(),
-                   [](const Subject& a, const Subject& b) { return a.id < b.id; });
+  // Subjects go in in id order, so that the ordered set is built by appending and slot numbers
+  // follow the ids. A source that already gives them in order (the SQLite backend does) skips
+  // the sort; otherwise positions are sorted (cheaper than moving Subjects), ties by position so
+  // that the last of equal ids counts.
+  const auto id_less = [](const Subject& a, const Subject& b) { return a.id < b.id; };
+  std::vector<uint32_t> order;
+  if (!std::is_sorted(subjects.begin(), subjects.end(), id_less)) {
+    order.resize(subjects.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&subjects](uint32_t a, uint32_t b) {
+      const int c = subjects[a].id.compare(subjects[b].id);
+      return c < 0 || (c == 0 && a < b);
+    });
+  }
+  const auto nth = [&](size_t i) -> Subject& { return subjects[order.empty() ? i : order[i]]; };
   g->subjects.Reserve(subjects.size());
-  absl::flat_hash_map<absl::string_view, uint32_t> slot_of;
-  slot_of.reserve(subjects.size());
   for (size_t i = 0; i < subjects.size(); ++i) {
-    // Of equal ids the last one counts.
-    if (i + 1 < subjects.size() && subjects[i + 1].id == subjects[i].id) continue;
-    Subject& s = subjects[i];
-    const uint32_t slot = g->subjects.Allocate();
+    if (i + 1 < subjects.size() && nth(i + 1).id == nth(i).id) continue;  // the last one counts
+    Subject& s = nth(i);
+    const uint32_t slot = g->subjects.Allocate();  // 0, 1, 2...: a fresh arena has no free slots
     SubjectRec& rec = g->subjects[slot];
     const uint16_t plan = g->InternPlan(s.plan);
     ++g->plan_counts[plan];
     rec.id = std::move(s.id);
     FillSubject(rec, plan, s);
     g->by_id.insert(g->by_id.end(), slot);
-    slot_of.emplace(absl::string_view(rec.id), slot);
+    ++g->subject_count;
   }
-  g->subject_count = slot_of.size();
+  const uint32_t subject_slots = static_cast<uint32_t>(g->subject_count);
+
+  // The subject slot of each key: by a merge when the keys come grouped in subject order (as the
+  // SQLite backend gives them), else through a map of ids.
+  const bool keys_in_order = std::is_sorted(
+      keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.subject < b.subject; });
+  absl::flat_hash_map<absl::string_view, uint32_t> slot_of;
+  if (!keys_in_order) {
+    slot_of.reserve(subject_slots);
+    for (uint32_t slot = 0; slot < subject_slots; ++slot) {
+      slot_of.emplace(absl::string_view(g->subjects[slot].id), slot);
+    }
+  }
+  uint32_t cursor = 0;  // the merge: the first slot whose id is not less than the key's subject
+  const auto subject_of = [&](const Key& k) -> uint32_t {
+    if (!keys_in_order) {
+      auto it = slot_of.find(ToAbsl(k.subject));
+      return it == slot_of.end() ? kNone : it->second;
+    }
+    while (cursor < subject_slots && g->subjects[cursor].id < k.subject) ++cursor;
+    return cursor < subject_slots && g->subjects[cursor].id == k.subject ? cursor : kNone;
+  };
 
   std::array<size_t, kShards> per_shard{};
   for (const Key& k : keys) ++per_shard[ShardOf(k.digest)];
@@ -575,21 +627,31 @@ void Index::Replace(std::vector<Subject> subjects, std::vector<Key> keys) {
   }
   g->by_key_id.reserve(keys.size());
   for (Key& k : keys) {
-    auto subject = slot_of.find(ToAbsl(k.subject));
+    const uint32_t subject = subject_of(k);
     // Keys of absent subjects and repeated digests or ids are dropped (a consistent source has
     // none).
-    if (subject == slot_of.end() || g->by_key_id.contains(k.id)) continue;
+    if (subject == kNone) continue;
     const uint32_t shard_no = ShardOf(k.digest);
     ShardData& shard = *g->shards[shard_no];
-    if (shard.by_digest.contains(k.digest)) continue;
     const uint32_t slot = shard.keys.Allocate();
     KeyRec& rec = shard.keys[slot];
-    FillKey(rec, subject->second, k);
-    SubjectRec& owner = g->subjects[subject->second];
+    FillKey(rec, subject, k);
+    const uint32_t ref = MakeRef(shard_no, slot);
+    // Filled first, then inserted: the sets hash and compare through the record.
+    if (!shard.by_digest.insert(slot).second) {
+      ResetKey(rec);
+      shard.keys.Free(slot);
+      continue;
+    }
+    if (!g->by_key_id.insert(ref).second) {
+      shard.by_digest.erase(slot);
+      ResetKey(rec);
+      shard.keys.Free(slot);
+      continue;
+    }
+    SubjectRec& owner = g->subjects[subject];
     rec.next = owner.first_key;
-    owner.first_key = MakeRef(shard_no, slot);
-    shard.by_digest.insert(slot);
-    g->by_key_id.insert(owner.first_key);
+    owner.first_key = ref;
     ++g->key_count;
   }
 

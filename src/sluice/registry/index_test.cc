@@ -281,6 +281,46 @@ TEST_F(IndexTest, ReplaceSwapsEverything) {
   EXPECT_EQ(State("sk_b"), Index::KeyState::kUnknown);
 }
 
+TEST_F(IndexTest, ReplaceKeepsTheLastOfEqualSubjectIds) {
+  index_.Replace(
+      {MakeSubject("b"), MakeSubject("a", "first"), MakeSubject("c"), MakeSubject("a", "last")},
+      {});
+  EXPECT_EQ(index_.FindSubject("a")->plan, "last");
+  EXPECT_EQ(index_.subject_count(), 3u);
+  EXPECT_EQ(Ids(index_.List("", "", 10)), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(index_.CountOnPlan("first", 0, nullptr), 0u);
+}
+
+// Keys in subject order are joined by a merge, others through a map: both find every subject.
+TEST_F(IndexTest, ReplaceFindsSubjectsForKeysInAnyOrder) {
+  for (const bool in_order : {true, false}) {
+    std::vector<Key> keys = {MakeKey(1, "a", "sk_1"), MakeKey(2, "a", "sk_2"),
+                             MakeKey(3, "aa", "sk_3"), MakeKey(4, "c", "sk_4"),
+                             MakeKey(5, "d", "sk_5")};
+    if (!in_order) std::swap(keys[0], keys[3]);
+    index_.Replace({MakeSubject("a"), MakeSubject("b"), MakeSubject("c"), MakeSubject("d")}, keys);
+    EXPECT_EQ(index_.KeysOf("a").size(), 2u) << in_order;
+    EXPECT_EQ(State("sk_3"), Index::KeyState::kUnknown) << in_order;  // no subject "aa"
+    EXPECT_EQ(index_.FindByDigest(DigestOf("sk_4"), kT0).subject->id, "c") << in_order;
+    EXPECT_EQ(index_.FindByDigest(DigestOf("sk_5"), kT0).subject->id, "d") << in_order;
+    EXPECT_EQ(index_.key_count(), 4u) << in_order;
+  }
+}
+
+TEST_F(IndexTest, ReplaceDropsKeysRepeatingAnIdOrADigest) {
+  index_.Replace({MakeSubject("a")}, {MakeKey(1, "a", "sk_1"), MakeKey(1, "a", "sk_2"),
+                                      MakeKey(3, "a", "sk_1"), MakeKey(4, "a", "sk_4")});
+  EXPECT_EQ(index_.key_count(), 2u);
+  EXPECT_EQ(State("sk_2"), Index::KeyState::kUnknown);
+  EXPECT_FALSE(index_.FindKey(3).has_value());
+  EXPECT_TRUE(index_.HasDigest(DigestOf("sk_1")));
+  EXPECT_TRUE(index_.FindKey(4).has_value());
+  index_.RevokeKey(1);
+  index_.RevokeKey(4);
+  EXPECT_EQ(index_.key_count(), 0u);
+  EXPECT_FALSE(index_.HasDigest(DigestOf("sk_1")));
+}
+
 TEST_F(IndexTest, ManyKeysAcrossShardsAndSlotReuse) {
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 3000; ++i) Put(absl::StrCat("s", i));

@@ -37,6 +37,8 @@ namespace {
 constexpr absl::Duration kIdempotencyTtl = absl::Hours(24);
 constexpr absl::Duration kPurgeEvery = absl::Minutes(1);
 
+// Both tables are kept in key order (WITHOUT ROWID): the load reads subjects by id and keys by
+// subject without sorting, which is the order Index::Replace takes fastest.
 constexpr const char* kSchema = R"sql(
 CREATE TABLE subjects (
   id TEXT PRIMARY KEY NOT NULL,
@@ -49,17 +51,17 @@ CREATE TABLE subjects (
   overrides TEXT NOT NULL,   -- [{"limit": "daily", "quota": 5, "until": <us> or null}]
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 CREATE TABLE keys (
-  id INTEGER PRIMARY KEY NOT NULL,  -- the uint64 id as a signed 64-bit integer
-  digest BLOB NOT NULL UNIQUE,      -- 32 bytes
+  id INTEGER NOT NULL UNIQUE,   -- the uint64 id as a signed 64-bit integer
+  digest BLOB NOT NULL UNIQUE,  -- 32 bytes
   subject TEXT NOT NULL REFERENCES subjects (id) ON DELETE CASCADE,
   prefix TEXT NOT NULL,
   name TEXT NOT NULL,
-  expires_at INTEGER,               -- null: never
-  created_at INTEGER NOT NULL
-);
-CREATE INDEX keys_by_subject ON keys (subject);
+  expires_at INTEGER,           -- null: never
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (subject, id)
+) WITHOUT ROWID;
 CREATE TABLE idempotency (
   key TEXT PRIMARY KEY NOT NULL,
   fingerprint TEXT NOT NULL,
@@ -466,13 +468,13 @@ struct SqliteBackend::State {
     std::vector<Key> keys;
     Stmt read_subjects;
     Stmt read_keys;
-    if (read_subjects.Prepare(db,
-                              "SELECT id, plan, email, webhook, webhook_secret, metadata, "
-                              "disabled, overrides, created_at, updated_at FROM subjects") !=
-            SQLITE_OK ||
+    if (read_subjects.Prepare(
+            db,
+            "SELECT id, plan, email, webhook, webhook_secret, metadata, "
+            "disabled, overrides, created_at, updated_at FROM subjects ORDER BY id") != SQLITE_OK ||
         read_keys.Prepare(db,
                           "SELECT id, digest, subject, prefix, name, expires_at, created_at "
-                          "FROM keys") != SQLITE_OK) {
+                          "FROM keys ORDER BY subject, id") != SQLITE_OK) {
       return DbError("cannot prepare the load");
     }
     if (absl::Status s = Exec("BEGIN"); !s.ok()) return s;  // one consistent read
