@@ -71,7 +71,7 @@ TEST_F(EmailSinkTest, MessageHasTheHeadersAndBodyReceiversNeed) {
             "From: alerts@example.com\r\n"
             "To: dev@example.com, ops@example.com\r\n"
             "Subject: [sluice] user-42 reached 80% of daily (free)\r\n"
-            "Message-ID: <qa_126dc031e3ad138722aad2c34558f63a@sluice>\r\n"
+            "Message-ID: <qa_d4e39afdf669701a8133aafb7ce44067@sluice>\r\n"
             "MIME-Version: 1.0\r\n"
             "Content-Type: text/plain; charset=utf-8\r\n"
             "Content-Transfer-Encoding: 7bit\r\n"
@@ -83,7 +83,7 @@ TEST_F(EmailSinkTest, MessageHasTheHeadersAndBodyReceiversNeed) {
             "Window:     2026-11-30T00:00:00Z to 2026-12-01T00:00:00Z\r\n"
             "Resets at:  2026-12-01T00:00:00Z\r\n"
             "Reached at: 2026-11-30T13:45:12.123Z\r\n"
-            "Alert id:   qa_126dc031e3ad138722aad2c34558f63a\r\n");
+            "Alert id:   qa_d4e39afdf669701a8133aafb7ce44067\r\n");
 }
 
 TEST_F(EmailSinkTest, SendsOneMessageToTheSubjectAndTheConfiguredRecipients) {
@@ -99,7 +99,7 @@ TEST_F(EmailSinkTest, SendsOneMessageToTheSubjectAndTheConfiguredRecipients) {
                            "From: alerts@example.com",
                            "To: dev@example.com, ops@example.com",
                            "Subject: [sluice] user-42 reached 80% of daily (free)",
-                           "Message-ID: <qa_126dc031e3ad138722aad2c34558f63a@sluice>",
+                           "Message-ID: <qa_d4e39afdf669701a8133aafb7ce44067@sluice>",
                            "MIME-Version: 1.0",
                            "Content-Type: text/plain; charset=utf-8",
                        }));
@@ -125,7 +125,7 @@ TEST_F(EmailSinkTest, MessageIdIsTheSameOnEveryAttemptAndDateIsNot) {
   ASSERT_EQ(sink.Deliver(Event(), {}, 2).kind, Kind::kDelivered);
   const std::vector<SmtpSession> sessions = receiver.WaitForSessions(2);
   ASSERT_EQ(sessions.size(), 2u);
-  const std::string id = "Message-ID: <qa_126dc031e3ad138722aad2c34558f63a@sluice>";
+  const std::string id = "Message-ID: <qa_d4e39afdf669701a8133aafb7ce44067@sluice>";
   EXPECT_THAT(HeaderLines(sessions[0].data), ::testing::Contains(id));
   EXPECT_THAT(HeaderLines(sessions[1].data), ::testing::Contains(id));
   EXPECT_THAT(HeaderLines(sessions[1].data),

@@ -16,7 +16,7 @@ AlertEvent Event() { return testing_util::SampleAlertEvent(); }
 
 TEST(EventJsonTest, IsTheDesignDocumentsJsonByteForByte) {
   EXPECT_EQ(EventJson(Event()),
-            R"({"type":"quota.threshold_reached","id":"qa_126dc031e3ad138722aad2c34558f63a",)"
+            R"({"type":"quota.threshold_reached","id":"qa_d4e39afdf669701a8133aafb7ce44067",)"
             R"("subject":"user-42","plan":"free","limit":"daily","threshold":80,"used":4000,)"
             R"("quota":5000,"window_start":"2026-11-30T00:00:00Z",)"
             R"("window_end":"2026-12-01T00:00:00Z","occurred_at":"2026-11-30T13:45:12.123Z"})");

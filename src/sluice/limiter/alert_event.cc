@@ -35,7 +35,10 @@ uint64_t HashEvent(const AlertEvent& e, uint64_t seed) {
   h = HashString(e.plan, h);
   h = HashString(e.limit, h);
   h = HashInt64(absl::ToUnixSeconds(e.window_start), h);
-  return HashInt64(e.threshold, h);
+  h = HashInt64(e.threshold, h);
+  // A threshold fires once per quota in force (an override or upgrade re-arms it), so the quota is
+  // part of the alert's identity: a receiver that de-duplicates by id must not drop the second.
+  return HashInt64(e.quota, h);
 }
 
 }  // namespace

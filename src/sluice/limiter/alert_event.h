@@ -21,8 +21,9 @@ struct AlertEvent {
   absl::Time window_end;
   absl::Time occurred_at;
 
-  // Stable for (subject, plan, limit, window_start, threshold): the same alert always gets the same
-  // id, in any process and on any store, so receivers can de-duplicate. "qa_" + 32 hex digits.
+  // Stable for (subject, plan, limit, window_start, threshold, quota): the same alert always gets
+  // the same id, in any process and on any store, so receivers can de-duplicate; the same threshold
+  // fired again under another quota in force is another alert. "qa_" + 32 hex digits.
   [[nodiscard]] std::string Id() const;
 
   friend bool operator==(const AlertEvent&, const AlertEvent&) = default;

@@ -21,17 +21,24 @@ TEST(AlertEventIdTest, IsQaFollowedBy32LowercaseHexDigits) {
 }
 
 // A regression guard: ids are written down by receivers to de-duplicate, so this value must never
-// change, in any build or on any machine.
+// change, in any build or on any machine. (It changed once, when the quota in force became part
+// of an alert's identity.)
 TEST(AlertEventIdTest, NeverChanges) {
-  EXPECT_EQ(Event().Id(), "qa_126dc031e3ad138722aad2c34558f63a");
+  EXPECT_EQ(Event().Id(), "qa_d4e39afdf669701a8133aafb7ce44067");
 }
 
 TEST(AlertEventIdTest, SameAlertBuiltTwiceGetsTheSameId) { EXPECT_EQ(Event().Id(), Event().Id()); }
 
+TEST(AlertEventIdTest, DiffersWhenQuotaDiffers) {
+  // An upgrade or override re-arms a threshold: the second firing is another alert.
+  AlertEvent other = Event();
+  other.quota = 6000;
+  EXPECT_NE(other.Id(), Event().Id());
+}
+
 TEST(AlertEventIdTest, IgnoresCountsWindowEndAndFiringTime) {
   AlertEvent later = Event();
   later.used = 4003;
-  later.quota = 6000;
   later.window_end += absl::Hours(1);
   later.occurred_at += absl::Minutes(5);
   EXPECT_EQ(later.Id(), Event().Id());
