@@ -144,6 +144,29 @@ class SubjectsAndKeys(RegistryTestCase):
         key = self.new_key("acme")[2]["key"]
         self.assertEqual(self.authorize(key)[0], 403)
 
+    def test_a_disabled_subject_is_refused_under_any_plan_named(self):
+        self.put_subject("acme", {"plan": "free", "disabled": True})
+        for body in ({"subject": "acme"}, {"subject": "acme", "plan": "free"},
+                     {"subject": "acme", "plan": "pro"}):
+            self.assertEqual(self.svc.check(body)[0], 403, body)
+
+    def test_a_read_token_sees_webhook_urls_cut_to_their_host(self):
+        self.put_subject("acme", {"plan": "free", "webhook": "https://hooks.test/T000/B000/secret"})
+        _, _, subject = self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}",
+                                   token=READER_TOKEN)
+        self.assertEqual(subject["webhook"], "https://hooks.test/…")
+        _, _, page = self.admin("GET", "/v1/subjects", "/v1/subjects", token=READER_TOKEN)
+        self.assertNotIn("B000", json.dumps(page))
+        _, _, subject = self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}")
+        self.assertEqual(subject["webhook"], "https://hooks.test/T000/B000/secret")
+
+    def test_a_cursor_may_look_like_a_parameter(self):
+        self.put_subject("plan=x", {"plan": "free"})
+        self.put_subject("plan=y", {"plan": "free"})
+        status, _, page = self.admin("GET", "/v1/subjects?limit=1&cursor=plan=x", "/v1/subjects")
+        self.assertEqual(status, 200)
+        self.assertEqual(page["subjects"][0]["id"], "plan=y")
+
     def test_an_expired_key_is_refused_by_itself(self):
         self.put_subject("acme", {"plan": "free"})
         until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
@@ -314,6 +337,14 @@ class DurabilityAndAudit(RegistryTestCase):
         log = "".join(self.svc.server.lines)
         self.assertNotIn(key["key"], log)
         self.assertNotIn("c2VjcmV0c2VjcmV0", log)
+
+    def test_a_reload_giving_a_registry_subject_a_static_key_is_refused(self):
+        self.put_subject("acme", {"plan": "free"})
+        self.svc.rewrite(PLANS + "  - { key: conflict-key, subject: acme, plan: pro }\n")
+        self.svc.server.proc.send_signal(signal.SIGHUP)
+        line = self.svc.server.wait_for_line("reload refused")
+        self.assertIn("keys[1].subject", line)
+        self.assertEqual(self.authorize("conflict-key")[0], 401)
 
     def test_a_reload_that_drops_a_plan_in_use_is_refused(self):
         self.put_subject("acme", {"plan": "pro"})

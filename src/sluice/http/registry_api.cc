@@ -1,9 +1,13 @@
 #include "sluice/http/registry_api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <nlohmann/json.hpp>
@@ -35,6 +39,8 @@ constexpr size_t kDefaultPageSize = 100;
 constexpr size_t kMaxPageSize = 1000;
 constexpr absl::Duration kReplayWindow = absl::Minutes(10);
 constexpr size_t kReplayEntries = 10'000;
+// How long a replay waits for the first try's key to reach this instance (50 ms steps).
+constexpr int kReplayWaitSteps = 40;
 
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -57,6 +63,26 @@ std::optional<std::string> QueryParam(std::string_view query, std::string_view n
     return value;
   }
   return std::nullopt;
+}
+
+// True if the query string has a parameter named exactly `name` (with or without a value).
+bool HasParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.substr(0, pair.find('=')) == name) return true;
+  }
+  return false;
+}
+
+// A webhook URL as a read-only token sees it: scheme and host, the rest (which may itself be a
+// credential, as Slack's are) cut.
+std::string RedactedUrl(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return "…";
+  const size_t path = url.find_first_of("/?#", scheme + 3);
+  return path == std::string::npos ? url : url.substr(0, path) + "/…";
 }
 
 // A problem+json answer; `field` (when not empty) names the input at fault.
@@ -124,11 +150,12 @@ auto StartApply(registry::Backend* backend, registry::Change change) {
 }
 
 // A config subject as the registry API shows it (read-only).
-Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry) {
+Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry, bool full = true) {
+  const std::string webhook = full ? entry.webhook : RedactedUrl(entry.webhook);
   return Json{{"id", id},
               {"plan", entry.plan},
               {"email", entry.email.empty() ? Json(nullptr) : Json(entry.email)},
-              {"webhook", entry.webhook.empty() ? Json(nullptr) : Json(entry.webhook)},
+              {"webhook", entry.webhook.empty() ? Json(nullptr) : Json(webhook)},
               {"webhook_secret_set", false},
               {"metadata", Json::object()},
               {"disabled", false},
@@ -138,9 +165,11 @@ Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry) {
               {"source", "config"}};
 }
 
-Json RegistrySubjectJson(const registry::Subject& s) {
+// `full`: for a read-write token; a read-only one sees webhook URLs redacted.
+Json RegistrySubjectJson(const registry::Subject& s, bool full = true) {
   Json j = registry::SubjectJson(s);
   j["source"] = "registry";
+  if (!full && !s.webhook.empty()) j["webhook"] = RedactedUrl(s.webhook);
   return j;
 }
 
@@ -202,6 +231,8 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   const bool read = method == bhttp::verb::get;
   // Read-only tokens (Prometheus, dashboards) never change anything.
   auto forbidden = [&] {
+    Audit(absl::StrCat(ToAbsl(Sv(bhttp::to_string(method))), " ", ToAbsl(path)), token, peer, "",
+          "", "forbidden");
     return FieldProblem(403, "Forbidden",
                         absl::StrCat("the token \"", token.name,
                                      "\" is read-only; this needs a token with access: write"),
@@ -210,7 +241,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
 
   if (path == kSubjects) {
     if (!read) co_return MethodNotAllowedHere("GET", version);
-    co_return ListSubjects(fe, req);
+    co_return ListSubjects(fe, req, token.write);
   }
   if (path.starts_with(kKeysSlash)) {
     const std::string_view key_id = path.substr(kKeysSlash.size());
@@ -242,7 +273,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
     co_return res;
   }
   if (read) {
-    Response res = co_await GetSubject(fe, req, id);
+    Response res = co_await GetSubject(fe, req, id, token.write);
     co_return res;
   }
   if (method == bhttp::verb::put) {
@@ -262,14 +293,21 @@ asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Requ
                                                   const std::string& id, const AdminToken& token,
                                                   const Peer& peer) {
   const unsigned version = req.version();
-  if (fe.keys.FindSubject(id) != nullptr) {
+  // Held until the write is done: a reload cannot remove the plan or add a key of this subject to
+  // the file in between (see BlockSubjectWrites). What is checked is what is in force now, not
+  // when the request came.
+  std::shared_lock plans_lock(plans_mu_);
+  std::shared_ptr<const Frontend> current = frontend_ != nullptr ? frontend_->Get() : nullptr;
+  const Frontend& now_fe = current != nullptr ? *current : fe;
+  if (now_fe.keys.FindSubject(id) != nullptr) {
     co_return Conflict(
         "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
         version);
   }
-  const absl::Time now = fe.limiter->clock().Now();
+  const Limiter& limiter = *now_fe.limiter;
+  const absl::Time now = limiter.clock().Now();
   absl::StatusOr<registry::Subject> subject =
-      registry::ParseSubjectBody(id, req.body(), fe.limiter->plans(), now);
+      registry::ParseSubjectBody(id, req.body(), limiter.plans(), now);
   if (!subject.ok()) co_return InvalidInput(subject.status(), version);
   std::shared_ptr<const registry::Subject> existing = index_->FindSubject(id);
   subject->created_at = existing != nullptr ? existing->created_at : now;
@@ -278,8 +316,10 @@ asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Requ
   absl::StatusOr<registry::ChangeResult> result =
       co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
           StartApply(backend_, std::move(change)));
+  plans_lock.unlock();
   if (!result.ok()) {
-    Audit("subject.put", token, peer, id, "", "failed");
+    Audit(existing != nullptr ? "subject.replace" : "subject.create", token, peer, id, "",
+          "failed");
     co_return Unavailable(result.status(), version);
   }
   Audit(result->created ? "subject.create" : "subject.replace", token, peer, id, "", "ok");
@@ -297,7 +337,7 @@ asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Requ
 }
 
 asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Request& req,
-                                                  const std::string& id) {
+                                                  const std::string& id, bool full) {
   const unsigned version = req.version();
   const Limiter& limiter = *fe.limiter;
   const absl::Time now = limiter.clock().Now();
@@ -305,10 +345,10 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
   const Plan* plan = nullptr;
   std::optional<Plan> storage;
   if (std::shared_ptr<const registry::Subject> s = index_->FindSubject(id)) {
-    body = RegistrySubjectJson(*s);
+    body = RegistrySubjectJson(*s, full);
     plan = EffectivePlan(limiter.plans(), *s, now, &storage);
   } else if (const KeyEntry* entry = fe.keys.FindSubject(id)) {
-    body = ConfigSubjectJson(id, *entry);
+    body = ConfigSubjectJson(id, *entry, full);
     plan = limiter.plans().Find(entry->plan);
   } else {
     co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
@@ -366,7 +406,7 @@ asio::awaitable<Response> RegistryApi::DeleteSubject(const Frontend& fe, const R
   co_return NoContent(version);
 }
 
-Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req) {
+Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req, bool full) {
   const unsigned version = req.version();
   const std::string_view query = SplitTarget(Sv(req.target())).second;
   size_t limit = kDefaultPageSize;
@@ -381,7 +421,7 @@ Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req) {
     limit = static_cast<size_t>(n);
   }
   std::optional<std::string> plan = QueryParam(query, "plan");
-  if (!plan.has_value() && query.find("plan=") != std::string_view::npos) {
+  if (!plan.has_value() && HasParam(query, "plan")) {
     return FieldProblem(400, "Bad Request", "plan: bad percent-encoding", "plan", version);
   }
   if (plan.has_value() && !plan->empty() && fe.limiter->plans().Find(*plan) == nullptr) {
@@ -389,7 +429,7 @@ Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req) {
                         "plan", version);
   }
   std::optional<std::string> cursor = QueryParam(query, "cursor");
-  if (!cursor.has_value() && query.find("cursor=") != std::string_view::npos) {
+  if (!cursor.has_value() && HasParam(query, "cursor")) {
     return FieldProblem(400, "Bad Request", "cursor: bad percent-encoding", "cursor", version);
   }
   const std::string after = cursor.value_or("");
@@ -418,11 +458,11 @@ Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req) {
       break;
     }
     if (have_reg && (!have_cfg || page.subjects[r]->id < *cfg)) {
-      subjects.push_back(RegistrySubjectJson(*page.subjects[r]));
+      subjects.push_back(RegistrySubjectJson(*page.subjects[r], full));
       last = page.subjects[r]->id;
       ++r;
     } else {
-      subjects.push_back(ConfigSubjectJson(*cfg, *fe.keys.FindSubject(*cfg)));
+      subjects.push_back(ConfigSubjectJson(*cfg, *fe.keys.FindSubject(*cfg), full));
       last = *cfg;
       ++cfg;
     }
@@ -468,11 +508,8 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
   const absl::Time now = fe.limiter->clock().Now();
   absl::StatusOr<registry::KeyRequest> request = registry::ParseKeyBody(req.body(), now);
   if (!request.ok()) co_return InvalidInput(request.status(), version);
-  if (index_->FindSubject(id) == nullptr) {
-    co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\" (create it first)"),
-                              version);
-  }
-
+  // Whether the subject exists is the backend's to say, atomically with the write: with Redis,
+  // another instance may have created it a moment ago.
   registry::Key key{
       .subject = id, .name = request->name, .expires_at = request->expires_at, .created_at = now};
   std::string plaintext;
@@ -497,6 +534,9 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
     co_return FieldProblem(500, "Internal Server Error", "cannot generate a key id", "", version);
   }
   key.id = *key_id;
+  if (!idempotency_key.empty() && !plaintext.empty()) {
+    RememberPlaintext(idempotency_key, key.id, plaintext, now, /*made=*/false);
+  }
   registry::Change change{.kind = registry::Change::Kind::kAddKey, .key = key};
   if (!idempotency_key.empty()) {
     change.idempotency_key = idempotency_key;
@@ -510,9 +550,12 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
   const std::string id_text = registry::KeyIdText(result.ok() ? result->key_id : key.id);
   if (!result.ok()) {
     const absl::Status& s = result.status();
-    Audit("key.create", token, peer, id, "", "refused");
+    if (!idempotency_key.empty()) ForgetPlaintext(idempotency_key, key.id);
+    Audit(request->imported_digest ? "key.import" : "key.create", token, peer, id, "",
+          absl::IsUnavailable(s) ? "failed" : "refused");
     if (absl::IsNotFound(s)) {
-      co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+      co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\" (create it first)"),
+                                version);
     }
     if (absl::IsAlreadyExists(s)) {
       co_return Conflict("key_sha256: a key with this digest is already registered", "key_sha256",
@@ -533,13 +576,22 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
   }
   Json body;
   if (result->replayed) {
+    if (!plaintext.empty()) ForgetPlaintext(idempotency_key, key.id);  // this try made nothing
+    // The first try may have been made on another instance a moment ago: its key reaches this
+    // instance's index within the propagation delay.
     std::optional<registry::Key> earlier = index_->FindKey(result->key_id);
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (int i = 0; i < kReplayWaitSteps && !earlier.has_value(); ++i) {
+      timer.expires_after(std::chrono::milliseconds(50));
+      co_await timer.async_wait(asio::use_awaitable);
+      earlier = index_->FindKey(result->key_id);
+    }
     if (!earlier.has_value()) {
       co_return NotFoundProblem(
           "Idempotency-Key: the key this request created earlier has been revoked", version);
     }
     body = registry::KeyJson(*earlier);
-    std::string remembered = RecallPlaintext(idempotency_key, now);
+    std::string remembered = RecallPlaintext(idempotency_key, result->key_id, now);
     if (!remembered.empty()) body["key"] = std::move(remembered);
     Audit("key.create", token, peer, id, id_text, "replayed");
   } else {
@@ -547,7 +599,9 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
     body = registry::KeyJson(stored.value_or(key));
     if (!plaintext.empty()) {
       body["key"] = plaintext;
-      if (!idempotency_key.empty()) RememberPlaintext(idempotency_key, plaintext, now);
+      if (!idempotency_key.empty()) {
+        RememberPlaintext(idempotency_key, key.id, plaintext, now, /*made=*/true);
+      }
     }
     Audit(request->imported_digest ? "key.import" : "key.create", token, peer, id, id_text, "ok");
   }
@@ -599,6 +653,8 @@ asio::awaitable<Response> RegistryApi::RevokeKey(const Frontend& fe, const Reque
       }
     }
   }
+  std::optional<registry::Key> known = index_->FindKey(*id);
+  const std::string subject = known.has_value() ? known->subject : "";
   registry::Change change{.kind = registry::Change::Kind::kRevokeKey, .key_id = *id};
   absl::StatusOr<registry::ChangeResult> result =
       co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
@@ -607,28 +663,39 @@ asio::awaitable<Response> RegistryApi::RevokeKey(const Frontend& fe, const Reque
     co_return NotFoundProblem(absl::StrCat("key_id: no key \"", ToAbsl(key_id), "\""), version);
   }
   if (!result.ok()) {
-    Audit("key.revoke", token, peer, "", key_id, "failed");
+    Audit("key.revoke", token, peer, subject, key_id, "failed");
     co_return Unavailable(result.status(), version);
   }
-  Audit("key.revoke", token, peer, "", key_id, "ok");
+  Audit("key.revoke", token, peer, subject, key_id, "ok");
   co_return NoContent(version);
 }
 
-void RegistryApi::RememberPlaintext(const std::string& idempotency_key, std::string plaintext,
-                                    absl::Time now) {
+void RegistryApi::RememberPlaintext(const std::string& idempotency_key, uint64_t key_id,
+                                    std::string plaintext, absl::Time now, bool made) {
   std::lock_guard lock(replay_mu_);
   if (replays_.size() >= kReplayEntries) {
     absl::erase_if(replays_, [now](const auto& kv) { return kv.second.until <= now; });
     if (replays_.size() >= kReplayEntries) return;  // bounded: the replay then omits the key
   }
-  replays_[idempotency_key] =
-      Replay{.plaintext = std::move(plaintext), .until = now + kReplayWindow};
+  // Before the write, a try does not displace an earlier one's entry (that one may be the key that
+  // was made); the try whose key was made writes it again once it knows (`made`). A replay shows
+  // only the key that was made.
+  Replay entry{.key_id = key_id, .plaintext = std::move(plaintext), .until = now + kReplayWindow};
+  auto [it, inserted] = replays_.try_emplace(idempotency_key, entry);
+  if (!inserted && (made || it->second.until <= now)) it->second = std::move(entry);
 }
 
-std::string RegistryApi::RecallPlaintext(const std::string& idempotency_key, absl::Time now) {
+void RegistryApi::ForgetPlaintext(const std::string& idempotency_key, uint64_t key_id) {
   std::lock_guard lock(replay_mu_);
   auto it = replays_.find(idempotency_key);
-  if (it == replays_.end() || it->second.until <= now) return "";
+  if (it != replays_.end() && it->second.key_id == key_id) replays_.erase(it);
+}
+
+std::string RegistryApi::RecallPlaintext(const std::string& idempotency_key, uint64_t key_id,
+                                         absl::Time now) {
+  std::lock_guard lock(replay_mu_);
+  auto it = replays_.find(idempotency_key);
+  if (it == replays_.end() || it->second.until <= now || it->second.key_id != key_id) return "";
   return it->second.plaintext;
 }
 

@@ -23,6 +23,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <mutex>
+#include <shared_mutex>
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "sluice/http/routes.h"
@@ -45,9 +46,16 @@ namespace sluice::http {
 
 class RegistryApi {
  public:
-  // `index` and `backend` must outlive this object.
-  RegistryApi(registry::Index* index, registry::Backend* backend)
-      : index_(index), backend_(backend) {}
+  // `index`, `backend` and `frontend` must outlive this object.
+  RegistryApi(registry::Index* index, registry::Backend* backend, const FrontendHolder* frontend)
+      : index_(index), backend_(backend), frontend_(frontend) {}
+
+  // Held by a reload while it checks that no subject is on a plan it removes and swaps the
+  // Frontend in: a subject written meanwhile is validated against the plans in force once the
+  // lock is released, so no write can put a subject on a plan that is going away.
+  [[nodiscard]] std::unique_lock<std::shared_mutex> BlockSubjectWrites() {
+    return std::unique_lock(plans_mu_);
+  }
 
   // True if `path` is one of the routes above.
   [[nodiscard]] static bool Owns(std::string_view path);
@@ -61,11 +69,11 @@ class RegistryApi {
                                               const std::string& id, const AdminToken& token,
                                               const Peer& peer);
   boost::asio::awaitable<Response> GetSubject(const Frontend& fe, const Request& req,
-                                              const std::string& id);
+                                              const std::string& id, bool full);
   boost::asio::awaitable<Response> DeleteSubject(const Frontend& fe, const Request& req,
                                                  const std::string& id, const AdminToken& token,
                                                  const Peer& peer);
-  Response ListSubjects(const Frontend& fe, const Request& req);
+  Response ListSubjects(const Frontend& fe, const Request& req, bool full);
   boost::asio::awaitable<Response> CreateKey(const Frontend& fe, const Request& req,
                                              const std::string& id, const AdminToken& token,
                                              const Peer& peer);
@@ -76,15 +84,23 @@ class RegistryApi {
 
   // The plaintext of keys created here recently, by idempotency key, so that a retried creation
   // can be answered in full. Kept in memory only, for kReplayWindow, at most kReplayEntries.
+  // Remembered before the key is written (a retry racing the first attempt finds it), under the
+  // key's id (a replay shows it only for the key the backend says was made).
   struct Replay {
+    uint64_t key_id = 0;
     std::string plaintext;
     absl::Time until;
   };
-  void RememberPlaintext(const std::string& idempotency_key, std::string plaintext, absl::Time now);
-  [[nodiscard]] std::string RecallPlaintext(const std::string& idempotency_key, absl::Time now);
+  void RememberPlaintext(const std::string& idempotency_key, uint64_t key_id, std::string plaintext,
+                         absl::Time now, bool made);
+  void ForgetPlaintext(const std::string& idempotency_key, uint64_t key_id);
+  [[nodiscard]] std::string RecallPlaintext(const std::string& idempotency_key, uint64_t key_id,
+                                            absl::Time now);
 
   registry::Index* index_;
   registry::Backend* backend_;
+  const FrontendHolder* frontend_;
+  std::shared_mutex plans_mu_;  // see BlockSubjectWrites
   std::mutex replay_mu_;
   absl::flat_hash_map<std::string, Replay> replays_;  // guarded by replay_mu_
 };

@@ -331,9 +331,13 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
   } else {
     target.subject = std::move(body->subject);
     target.plan = std::move(body->plan);
-    // A registry subject named with its own plan keeps its overrides.
+    // A registry subject named with its own plan keeps its overrides; a disabled one is refused
+    // whatever plan the body names.
     std::shared_ptr<const registry::Subject> record =
         registry_ != nullptr ? registry_->FindSubject(target.subject) : nullptr;
+    if (record != nullptr && record->disabled) {
+      co_return Forbidden(absl::StrCat("subject \"", record->id, "\" is disabled"), req.version());
+    }
     if (record != nullptr && record->plan == target.plan) {
       if (!FromRecord(fe, std::move(record), now, &target, &error, req.version())) {
         co_return error;
@@ -440,10 +444,17 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
 asio::awaitable<Response> AdminPlane::Handle(Request& req, Peer& peer) {
   Response res = co_await Route(req, peer);
   const std::string_view path = SplitTarget(Sv(req.target())).first;
-  const std::string_view route = path.starts_with("/v1/usage/") ? "/v1/usage"
-                                 : path == "/metrics" || path == "/healthz" || path == "/readyz"
-                                     ? path
-                                     : "other";
+  std::string_view route = "other";
+  if (path.starts_with("/v1/usage/")) {
+    route = "/v1/usage";
+  } else if (path == "/metrics" || path == "/healthz" || path == "/readyz" ||
+             path == "/v1/alerts/dead") {
+    route = path;
+  } else if (path == "/v1/subjects" || path.starts_with("/v1/subjects/")) {
+    route = path.ends_with("/keys") ? "/v1/subjects/keys" : "/v1/subjects";
+  } else if (path.starts_with("/v1/keys/")) {
+    route = "/v1/keys";
+  }
   metrics_->CountRequest(route, res.result_int());
   co_return res;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -115,6 +116,14 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
 // Refuses a configuration that lacks a plan some registry subject is on (the subject would be
 // refused at every request), naming the first subjects.
 absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index) {
+  // A subject is either the file's or the registry's: one defined by both would be on two plans.
+  for (size_t i = 0; i < cfg.keys.size(); ++i) {
+    if (index.FindSubject(cfg.keys[i].subject) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          cfg.path, ": keys[", i, "].subject: \"", cfg.keys[i].subject,
+          "\" is a registry subject (delete it there, or give the key to the registry)"));
+    }
+  }
   size_t known = 0;
   for (const config::PlanConfig& plan : cfg.plans)
     known += index.CountOnPlan(plan.name, 0, nullptr);
@@ -353,7 +362,6 @@ int Serve(const std::string& config_path) {
     registry_backend->Stop();
     return config::kExitConfigError;
   }
-  http::RegistryApi registry_api(&registry_index, registry_backend.get());
 
   const LimiterContext limiter_context{
       .store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store,
@@ -469,6 +477,7 @@ int Serve(const std::string& config_path) {
       .Set(1);
 
   http::FrontendHolder frontend(std::move(*initial));
+  http::RegistryApi registry_api(&registry_index, registry_backend.get(), &frontend);
   http::DataPlane data_plane(&frontend, &http_metrics, &registry_index);
   alerts::DeadLetterList dead_letters;
   // Set by SIGTERM/SIGINT: readiness fails from then on while the data plane drains.
@@ -614,6 +623,9 @@ int Serve(const std::string& config_path) {
         if (ec) return;
         if (sig == SIGHUP) {
           config::Config next;
+          // No subject is written while the new plans are checked against the registry and
+          // swapped in (a write in flight finishes first).
+          std::unique_lock<std::shared_mutex> no_subject_writes = registry_api.BlockSubjectWrites();
           absl::StatusOr<std::shared_ptr<const http::Frontend>> fe =
               LoadFrontend(config_path, limiter_context, &next);
           if (!fe.ok()) {
@@ -623,6 +635,7 @@ int Serve(const std::string& config_path) {
             WarnAboutRestartOnlyChanges(cfg, next);
             shutdown_delay = next.server.shutdown_delay;
             frontend.Set(std::move(*fe));
+            no_subject_writes.unlock();
             // Waits for the sink calls in flight (each bounded by its timeout); what they did
             // not finish stays in the outbox for the new dispatcher.
             alert_delivery.reset();
