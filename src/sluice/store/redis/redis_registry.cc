@@ -146,93 +146,318 @@ std::string SubjectRecord(const Subject& s) {
 }
 
 std::string KeyRecord(const Key& k) {
-  nlohmann::ordered_json j = {{"subject", k.subject},
-                              {"digest", registry::DigestHex(k.digest)},
-                              {"prefix", k.prefix},
-                              {"name", k.name},
-                              {"expires_at", nullptr},
-                              {"created_at", absl::ToUnixMicros(k.created_at)}};
+  nlohmann::ordered_json j = {
+      {"subject", k.subject},  {"digest", registry::DigestHex(k.digest)},
+      {"prefix", k.prefix},    {"name", k.name},
+      {"expires_at", nullptr}, {"created_at", absl::ToUnixMicros(k.created_at)}};
   if (k.expires_at) j["expires_at"] = absl::ToUnixMicros(*k.expires_at);
   return j.dump();
 }
 
 namespace {
 
-// The string member `name` of `j` ("" if absent); false if it is there but not a string.
-bool OptionalString(const nlohmann::json& j, const char* name, std::string* out) {
-  auto it = j.find(name);
-  if (it == j.end()) return true;
-  if (!it->is_string()) return false;
-  *out = it->get<std::string>();
+// A reader of the flat JSON objects SubjectRecord and KeyRecord write: members whose values are
+// strings, integers, booleans, null, or an array or object (handed over as its raw text, its
+// brackets balanced outside strings but not checked further). Anything else, or malformed text,
+// fails; unknown members are ignored. It builds no document: the full load parses
+// one record per subject and per key, and a DOM parser was most of its cost.
+class FlatObject {
+ public:
+  struct Value {
+    enum class Kind { kString, kInteger, kBool, kNull, kArray, kObject } kind = Kind::kNull;
+    std::string str;
+    int64_t integer = 0;
+    bool boolean = false;
+    std::string_view raw;  // kArray, kObject: the text, brackets included
+  };
+
+  // Calls visit(name, value) for each member in order; false if the text is malformed or
+  // visit returned false.
+  template <typename Visit>
+  static bool Parse(std::string_view text, Visit visit) {
+    FlatObject p(text);
+    p.SkipSpace();
+    if (!p.Eat('{')) return false;
+    p.SkipSpace();
+    if (p.Eat('}')) return p.AtEnd();
+    std::string name;
+    Value value;
+    for (;;) {
+      p.SkipSpace();
+      if (!p.String(&name)) return false;
+      p.SkipSpace();
+      if (!p.Eat(':')) return false;
+      p.SkipSpace();
+      if (!p.ReadValue(&value) || !visit(std::string_view(name), value)) return false;
+      p.SkipSpace();
+      if (p.Eat(',')) continue;
+      if (p.Eat('}')) return p.AtEnd();
+      return false;
+    }
+  }
+
+ private:
+  explicit FlatObject(std::string_view text) : t_(text) {}
+
+  bool AtEnd() {
+    SkipSpace();
+    return i_ == t_.size();
+  }
+  void SkipSpace() {
+    while (i_ < t_.size() &&
+           (t_[i_] == ' ' || t_[i_] == '\t' || t_[i_] == '\n' || t_[i_] == '\r')) {
+      ++i_;
+    }
+  }
+  bool Eat(char c) {
+    if (i_ < t_.size() && t_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool Word(std::string_view w) {
+    if (t_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+
+  bool Hex4(uint32_t* out) {
+    if (i_ + 4 > t_.size()) return false;
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = t_[i_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        v |= c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        v |= c - 'A' + 10;
+      } else {
+        return false;
+      }
+    }
+    *out = v;
+    return true;
+  }
+
+  static void AppendUtf8(uint32_t cp, std::string* out) {
+    if (cp < 0x80) {
+      out->push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  bool String(std::string* out) {
+    if (!Eat('"')) return false;
+    out->clear();
+    for (;;) {
+      // One pass to the next quote or backslash (find_first_of calls memchr per character).
+      size_t run = i_;
+      while (run < t_.size() && t_[run] != '"' && t_[run] != '\\') {
+        if (static_cast<unsigned char>(t_[run]) < 0x20) return false;  // raw control character
+        ++run;
+      }
+      if (run == t_.size()) return false;
+      out->append(t_.data() + i_, run - i_);
+      i_ = run + 1;
+      if (t_[run] == '"') return true;
+      if (i_ >= t_.size()) return false;
+      const char e = t_[i_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out->push_back(e);
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
+        case 'u': {
+          uint32_t cp = 0;
+          if (!Hex4(&cp)) return false;
+          if (cp >= 0xD800 && cp < 0xDC00) {  // a high surrogate: its low half must follow
+            uint32_t low = 0;
+            if (!Word("\\u") || !Hex4(&low) || low < 0xDC00 || low >= 0xE000) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            return false;
+          }
+          AppendUtf8(cp, out);
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+  }
+
+  bool ReadValue(Value* v) {
+    if (i_ >= t_.size()) return false;
+    const char c = t_[i_];
+    if (c == '"') {
+      v->kind = Value::Kind::kString;
+      return String(&v->str);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      const size_t start = i_;
+      if (c == '-') ++i_;
+      while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9') ++i_;
+      if (i_ < t_.size() && (t_[i_] == '.' || t_[i_] == 'e' || t_[i_] == 'E')) return false;
+      v->kind = Value::Kind::kInteger;
+      return absl::SimpleAtoi(ToAbsl(t_.substr(start, i_ - start)), &v->integer);
+    }
+    if (c == '[' || c == '{') {
+      // The raw text up to the matching bracket (strings may hold brackets).
+      const size_t start = i_;
+      int depth = 0;
+      std::string ignored;
+      while (i_ < t_.size()) {
+        const char d = t_[i_];
+        if (d == '"') {
+          if (!String(&ignored)) return false;
+          continue;
+        }
+        ++i_;
+        if (d == '[' || d == '{') ++depth;
+        if ((d == ']' || d == '}') && --depth == 0) {
+          v->kind = c == '[' ? Value::Kind::kArray : Value::Kind::kObject;
+          v->raw = t_.substr(start, i_ - start);
+          return true;
+        }
+      }
+      return false;
+    }
+    if (Word("true") || Word("false")) {
+      v->kind = Value::Kind::kBool;
+      v->boolean = c == 't';
+      return true;
+    }
+    if (Word("null")) {
+      v->kind = Value::Kind::kNull;
+      return true;
+    }
+    return false;
+  }
+
+  std::string_view t_;
+  size_t i_ = 0;
+};
+
+using Value = FlatObject::Value;
+
+bool TakeString(Value& v, std::string* out) {
+  if (v.kind != Value::Kind::kString) return false;
+  *out = std::move(v.str);
   return true;
 }
 
-std::optional<absl::Time> Micros(const nlohmann::json& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return absl::FromUnixMicros(it->get<int64_t>());
+bool TakeTime(const Value& v, std::optional<absl::Time>* out) {
+  if (v.kind != Value::Kind::kInteger) return false;
+  *out = absl::FromUnixMicros(v.integer);
+  return true;
+}
+
+// [{"limit": …, "quota": …, "until"?: …}, …]; rare, so the DOM parser is fine here.
+bool ParseOverrides(std::string_view raw, std::vector<registry::Override>* out) {
+  if (raw == "[]") return true;
+  const nlohmann::json j = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return false;
+  for (const nlohmann::json& o : j) {
+    if (!o.is_object()) return false;
+    auto limit = o.find("limit"), quota = o.find("quota"), until = o.find("until");
+    if (limit == o.end() || !limit->is_string() || quota == o.end() ||
+        !quota->is_number_integer()) {
+      return false;
+    }
+    registry::Override r{.limit = limit->get<std::string>(), .quota = quota->get<int64_t>()};
+    if (until != o.end()) {
+      if (!until->is_number_integer()) return false;
+      r.until = absl::FromUnixMicros(until->get<int64_t>());
+    }
+    out->push_back(std::move(r));
+  }
+  return true;
 }
 
 }  // namespace
 
 std::optional<Subject> ParseSubject(std::string_view id, std::string_view record) {
-  const nlohmann::json j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (id.empty() || !j.is_object()) return std::nullopt;
+  if (id.empty()) return std::nullopt;
   Subject s;
   s.id = std::string(id);
-  std::optional<absl::Time> created = Micros(j, "created_at"), updated = Micros(j, "updated_at");
-  if (!OptionalString(j, "plan", &s.plan) || s.plan.empty() ||
-      !OptionalString(j, "email", &s.email) || !OptionalString(j, "webhook", &s.webhook) ||
-      !OptionalString(j, "webhook_secret", &s.webhook_secret) ||
-      !OptionalString(j, "metadata", &s.metadata) || !created || !updated) {
-    return std::nullopt;
-  }
+  s.metadata.clear();
+  std::optional<absl::Time> created, updated;
+  const bool ok = FlatObject::Parse(record, [&](std::string_view name, Value& v) {
+    if (name == "plan") return TakeString(v, &s.plan);
+    if (name == "email") return TakeString(v, &s.email);
+    if (name == "webhook") return TakeString(v, &s.webhook);
+    if (name == "webhook_secret") return TakeString(v, &s.webhook_secret);
+    if (name == "metadata") return TakeString(v, &s.metadata);
+    if (name == "created_at") return TakeTime(v, &created);
+    if (name == "updated_at") return TakeTime(v, &updated);
+    if (name == "disabled") {
+      s.disabled = v.boolean;
+      return v.kind == Value::Kind::kBool;
+    }
+    if (name == "overrides") {
+      return v.kind == Value::Kind::kArray && ParseOverrides(v.raw, &s.overrides);
+    }
+    return true;
+  });
+  if (!ok || s.plan.empty() || !created || !updated) return std::nullopt;
   if (s.metadata.empty()) s.metadata = "{}";
   s.created_at = *created;
   s.updated_at = *updated;
-  if (auto it = j.find("disabled"); it != j.end()) {
-    if (!it->is_boolean()) return std::nullopt;
-    s.disabled = it->get<bool>();
-  }
-  if (auto it = j.find("overrides"); it != j.end()) {
-    if (!it->is_array()) return std::nullopt;
-    for (const nlohmann::json& o : *it) {
-      if (!o.is_object()) return std::nullopt;
-      auto limit = o.find("limit"), quota = o.find("quota");
-      if (limit == o.end() || !limit->is_string() || quota == o.end() ||
-          !quota->is_number_integer()) {
-        return std::nullopt;
-      }
-      registry::Override out{.limit = limit->get<std::string>(), .quota = quota->get<int64_t>()};
-      if (o.contains("until")) {
-        out.until = Micros(o, "until");
-        if (!out.until) return std::nullopt;
-      }
-      s.overrides.push_back(std::move(out));
-    }
-  }
   return s;
 }
 
 std::optional<Key> ParseKey(uint64_t id, std::string_view record) {
-  const nlohmann::json j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
-  if (id == 0 || !j.is_object()) return std::nullopt;
+  if (id == 0) return std::nullopt;
   Key k{.id = id};
-  std::string digest;
-  std::optional<absl::Time> created = Micros(j, "created_at");
-  if (!OptionalString(j, "subject", &k.subject) || k.subject.empty() ||
-      !OptionalString(j, "digest", &digest) || !OptionalString(j, "prefix", &k.prefix) ||
-      !OptionalString(j, "name", &k.name) || !created) {
-    return std::nullopt;
-  }
-  absl::StatusOr<registry::Digest> d = registry::ParseDigestHex(digest);
-  if (!d.ok()) return std::nullopt;
-  k.digest = *d;
+  std::optional<absl::Time> created;
+  bool digest_ok = false;
+  const bool ok = FlatObject::Parse(record, [&](std::string_view name, Value& v) {
+    if (name == "subject") return TakeString(v, &k.subject);
+    if (name == "prefix") return TakeString(v, &k.prefix);
+    if (name == "name") return TakeString(v, &k.name);
+    if (name == "created_at") return TakeTime(v, &created);
+    if (name == "digest") {
+      if (v.kind != Value::Kind::kString) return false;
+      absl::StatusOr<registry::Digest> d = registry::ParseDigestHex(v.str);
+      if (d.ok()) k.digest = *d;
+      digest_ok = d.ok();
+      return digest_ok;
+    }
+    if (name == "expires_at") return v.kind == Value::Kind::kNull || TakeTime(v, &k.expires_at);
+    return true;
+  });
+  if (!ok || k.subject.empty() || !digest_ok || !created) return std::nullopt;
   k.created_at = *created;
-  if (auto it = j.find("expires_at"); it != j.end() && !it->is_null()) {
-    k.expires_at = Micros(j, "expires_at");
-    if (!k.expires_at) return std::nullopt;
-  }
   return k;
 }
 
@@ -453,9 +678,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       // An error, or an idempotent replay: nothing changed.
       Finish(std::move(done), std::move(result));
     } else {
-      waiters_.push_back(Waiter{.change = std::move(change),
-                                .result = *result,
-                                .done = std::move(done)});
+      waiters_.push_back(
+          Waiter{.change = std::move(change), .result = *result, .done = std::move(done)});
       if (stopping_) {
         ResolveLocally();
       } else {
@@ -507,7 +731,6 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       waiters_.pop_front();
     }
   }
-
 
   // The follower cannot reach the oldest waiter's version now (Redis went away right after the
   // write, or we are stopping): apply the change itself, which is exactly what Redis holds for
@@ -677,7 +900,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       std::vector<absl::StatusOr<Reply>> r = co_await Batch(std::move(command));
       if (stopping_) co_return absl::CancelledError("redis registry: stopping");
       if (absl::Status st = Check(r[0]); !st.ok()) co_return st;
-      if (!r[0]->is_array()) co_return absl::InternalError("redis registry: unexpected ZRANGE reply");
+      if (!r[0]->is_array())
+        co_return absl::InternalError("redis registry: unexpected ZRANGE reply");
       for (Reply& m : r[0]->elements) out.push_back(std::move(m.str));
       if (r[0]->elements.size() < kIdPage) break;
       from = absl::StrCat("(", out.back());
@@ -713,24 +937,25 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         Argv argv = {"MGET"};
         argv.reserve(1 + last - first);
         for (size_t i = first; i < last; ++i) argv.push_back(*state->prefix + (*state->ids)[i]);
-        state->self->connection_.Send(std::move(argv), [state, first,
-                                                        last](absl::StatusOr<Reply> r) {
-          State& s = *state;
-          if (absl::Status st = Check(r); !st.ok() && s.status.ok()) s.status = st;
-          if (s.status.ok() && (!r->is_array() || r->elements.size() != last - first)) {
-            s.status = absl::InternalError("redis registry: unexpected MGET reply");
-          }
-          if (s.self->stopping_ && s.status.ok()) {
-            s.status = absl::CancelledError("redis registry: stopping");
-          }
-          if (s.status.ok() && s.next < s.ids->size()) Send(state);
-          if (s.status.ok()) {
-            for (size_t i = first; i < last; ++i) (*s.on_record)((*s.ids)[i], r->elements[i - first]);
-          }
-          if (--s.in_flight == 0 && (s.next >= s.ids->size() || !s.status.ok())) {
-            std::move(s.done)(s.status);
-          }
-        });
+        state->self->connection_.Send(
+            std::move(argv), [state, first, last](absl::StatusOr<Reply> r) {
+              State& s = *state;
+              if (absl::Status st = Check(r); !st.ok() && s.status.ok()) s.status = st;
+              if (s.status.ok() && (!r->is_array() || r->elements.size() != last - first)) {
+                s.status = absl::InternalError("redis registry: unexpected MGET reply");
+              }
+              if (s.self->stopping_ && s.status.ok()) {
+                s.status = absl::CancelledError("redis registry: stopping");
+              }
+              if (s.status.ok() && s.next < s.ids->size()) Send(state);
+              if (s.status.ok()) {
+                for (size_t i = first; i < last; ++i)
+                  (*s.on_record)((*s.ids)[i], r->elements[i - first]);
+              }
+              if (--s.in_flight == 0 && (s.next >= s.ids->size() || !s.status.ok())) {
+                std::move(s.done)(s.status);
+              }
+            });
       }
     };
     auto initiation = [this, &ids, &prefix, &on_record](auto handler) {
@@ -778,11 +1003,11 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       absl::StatusOr<std::vector<std::string>> ids = co_await Members(subjects_key_);
       if (!ids.ok()) co_return ids.status();
       subjects.reserve(ids->size());
-      absl::Status st = co_await Fetch(*ids, base_ + ":subject:",
-                                       [&](const std::string& id, const Reply& record) {
-                                         std::optional<Subject> s = FromRecord(id, record);
-                                         if (s) subjects.push_back(*std::move(s));
-                                       });
+      absl::Status st = co_await Fetch(
+          *ids, base_ + ":subject:", [&](const std::string& id, const Reply& record) {
+            std::optional<Subject> s = FromRecord(id, record);
+            if (s) subjects.push_back(*std::move(s));
+          });
       if (!st.ok()) co_return st;
     }
     {

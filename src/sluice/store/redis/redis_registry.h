@@ -3,15 +3,16 @@
 // follows the others' writes through a versioned log. Layout and protocol: docs/redis.md, "The
 // registry".
 //
-//   - Start() loads everything (ZRANGE BYLEX pages of ids, then pipelined MGET batches), then a follower polls
-//     `<base>:version` every poll_interval; when it moved, registry_read.lua returns the log
-//     entries after the follower's version with the current state of every record they touched
-//     (one atomic read), which the follower applies in order. When the log cannot bridge the gap
-//     (trimmed, the registry wiped, Redis restarted or failed over to another server) it loads
-//     everything again and swaps it in with Index::Replace. A change made on any instance is in
-//     every Index within poll_interval plus a round trip.
+//   - Start() loads everything (ZRANGE BYLEX pages of ids, then pipelined MGET batches), then a
+//     follower polls `<base>:version` every poll_interval; when it moved, registry_read.lua
+//     returns the log entries after the follower's version with the current state of every
+//     record they touched (one atomic read), which the follower applies in order. When the log
+//     cannot bridge the gap (trimmed, the registry wiped, Redis restarted or failed over to
+//     another server) it loads everything again and swaps it in with Index::Replace. A change
+//     made on any instance is in every Index within poll_interval plus a round trip.
 //   - Apply() runs registry_write.lua (preconditions, write, version, log: all or nothing), then
-//     applies the change to this instance's Index before reporting it (read-your-writes).
+//     has the follower catch up before reporting it, so this instance's Index holds it
+//     (read-your-writes) and only ever moves along the log.
 //
 // Threading: one private thread runs an io_context with one Connection; the follower, every
 // script and every Index write run there, so the Index has exactly one writer and a change applied

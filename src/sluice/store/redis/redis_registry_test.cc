@@ -3,6 +3,8 @@
 #include "sluice/store/redis/redis_registry.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
@@ -322,8 +324,8 @@ TEST_F(RedisRegistryTest, AFlushFollowedByAsManyWritesIsNoticed) {
   Raw({"MULTI"});
   Raw({"FLUSHALL"});
   Raw({"EVAL", std::string(kRegistryWriteScript), "3", "t:{registry}:version", "t:{registry}:epoch",
-       "t:{registry}:log", "t:{registry}", "fresh-epoch", "100", "put_subject", "new", "plan",
-       "free", "disabled", "0", "created_at", "0", "updated_at", "0"});
+       "t:{registry}:log", "t:{registry}", "fresh-epoch", "100", "put_subject", "new",
+       SubjectRecord(MakeSubject("new"))});
   Raw({"EXEC"});
   EXPECT_TRUE(Eventually([&] {
     return b->index.FindSubject("new") != nullptr && b->index.FindSubject("old") == nullptr;
@@ -361,11 +363,8 @@ TEST_F(RedisRegistryTest, ALogTrimmedPastAFollowerMakesItReload) {
                                          "put_subject"};
   auto put = [&](std::string id) {
     std::vector<std::string> argv = eval;
-    for (std::string s : {std::move(id), std::string("plan"), std::string("free"),
-                          std::string("disabled"), std::string("0"), std::string("created_at"),
-                          std::string("0"), std::string("updated_at"), std::string("0")}) {
-      argv.push_back(std::move(s));
-    }
+    argv.push_back(id);
+    argv.push_back(SubjectRecord(MakeSubject(id)));
     return argv;
   };
   Raw({"MULTI"});
@@ -398,11 +397,13 @@ TEST_F(RedisRegistryTest, ScriptsFlushedFromRedisAreLoadedAgain) {
 }
 
 TEST_F(RedisRegistryTest, AnUnparsableRecordIsSkippedAndCounted) {
-  Raw({"HSET", "t:{registry}:subject:bad", "plan", "free", "disabled", "0", "created_at", "x",
-       "updated_at", "0"});
-  Raw({"SADD", "t:{registry}:subjects", "bad"});
+  Raw({"SET", "t:{registry}:subject:bad", R"({"plan":"free","created_at":"x","updated_at":0})"});
+  Raw({"ZADD", "t:{registry}:subjects", "0", "bad"});
+  Raw({"SET", "t:{registry}:subject:good", SubjectRecord(MakeSubject("good"))});
+  Raw({"ZADD", "t:{registry}:subjects", "0", "good"});
   auto a = Started();
-  EXPECT_EQ(a->index.subject_count(), 0u);
+  EXPECT_EQ(a->index.subject_count(), 1u);
+  EXPECT_NE(a->index.FindSubject("good"), nullptr);
   EXPECT_EQ(a->registry->malformed(), 1u);
 }
 
@@ -452,6 +453,46 @@ TEST_F(RedisRegistryTest, ChangesAreAppliedInTheOrderTheyWereMade) {
   EXPECT_FALSE(a->index.FindKey(1).has_value());
 }
 
+TEST(RegistryRecordTest, RecordsRoundTripAnyText) {
+  Subject s = MakeSubject("a:b@c/d+e=f");
+  s.email = "q\"uote\\back\x01ctl\u00e9\U0001F600";
+  s.metadata = R"({"k":"v \"x\" [1,2]","n":[{"a":"]"}]})";
+  s.webhook_secret = "\t\n\r\b\f/";
+  s.overrides = {{.limit = "x\"]", .quota = 3, .until = kT0}};
+  std::optional<Subject> back = ParseSubject(s.id, SubjectRecord(s));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->email, s.email);
+  EXPECT_EQ(back->metadata, s.metadata);
+  EXPECT_EQ(back->webhook_secret, s.webhook_secret);
+  ASSERT_EQ(back->overrides.size(), 1u);
+  EXPECT_EQ(back->overrides[0].limit, "x\"]");
+  EXPECT_EQ(back->overrides[0].until, kT0);
+  // Escapes another writer may use (surrogate pairs, \/), and unknown members, are accepted.
+  back = ParseSubject("x", R"({"plan":"p\/q","email":"\ud83d\ude00\u00e9","extra":{"a":1},)"
+                           R"("created_at":1,"updated_at":-2})");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->plan, "p/q");
+  EXPECT_EQ(back->email, "\U0001F600\u00e9");
+  EXPECT_EQ(back->updated_at, absl::FromUnixMicros(-2));
+}
+
+TEST(RegistryRecordTest, MalformedRecordsDoNotParse) {
+  for (std::string_view bad :
+       {R"()", R"({)", R"([])", R"({"plan":"p","created_at":1})",  // updated_at missing
+        R"({"plan":"p","created_at":1,"updated_at":1.5})",
+        R"({"plan":"p","created_at":1,"updated_at":1} x)",
+        R"({"plan":"p\x","created_at":1,"updated_at":1})",
+        R"({"plan":"p\ud83d","created_at":1,"updated_at":1})",
+        R"({"plan":"p","disabled":"yes","created_at":1,"updated_at":1})",
+        R"({"plan":"p","overrides":[{"limit":1}],"created_at":1,"updated_at":1})",
+        R"({"plan":"","created_at":1,"updated_at":1})", "{\"plan\":\"a\nb\"}"}) {
+    EXPECT_FALSE(ParseSubject("x", bad).has_value()) << bad;
+  }
+  EXPECT_FALSE(ParseKey(1, R"({"subject":"s","digest":"zz","created_at":1})").has_value());
+  EXPECT_FALSE(ParseKey(0, KeyRecord(MakeKey(1, "s"))).has_value());
+  EXPECT_TRUE(ParseKey(1, KeyRecord(MakeKey(1, "s"))).has_value());
+}
+
 // The write script alone: an unknown kind is an error reply and writes nothing.
 TEST_F(RedisRegistryTest, TheWriteScriptRefusesAnUnknownKind) {
   Reply r = Raw({"EVAL", std::string(kRegistryWriteScript), "3", "t:{registry}:version",
@@ -469,6 +510,70 @@ TEST_F(RedisRegistryTest, TheWriteScriptContinuesAfterTheLogsLastEntry) {
   Raw({"SET", "t:{registry}:version", "0"});
   ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s3"))).ok());
   EXPECT_EQ(Raw({"GET", "t:{registry}:version"}).str, "3");
+}
+
+// The full load's speed, run by hand on an optimised build (docs/redis.md, "The registry"):
+//   SLUICE_REGISTRY_SUBJECTS=1000000 SLUICE_REGISTRY_KEYS_PER_SUBJECT=1
+//   build/release/src/sluice/store/redis/sluice_redis_registry_test
+//       --gtest_also_run_disabled_tests --gtest_filter='*FullLoadBenchmark*'
+// (the variables in the environment, the test binary on one line).
+// Records are written by a Lua loop (fast to set up), in the layout registry_write.lua writes.
+TEST_F(RedisRegistryTest, DISABLED_FullLoadBenchmark) {
+  auto env = [](const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoll(v) : fallback;
+  };
+  const int64_t subjects = env("SLUICE_REGISTRY_SUBJECTS", 1000000);
+  const int64_t per_subject = env("SLUICE_REGISTRY_KEYS_PER_SUBJECT", 1);
+  const std::string populate = R"(
+    local base, first, last, per = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+    for i = first, last do
+      local id = 'user:' .. i
+      redis.call('SET', base .. ':subject:' .. id,
+                 '{"plan":"free","email":"' .. id .. '@example.com","webhook":"",' ..
+                 '"webhook_secret":"","metadata":"{}","disabled":false,"overrides":[],' ..
+                 '"created_at":1700000000000000,"updated_at":1700000000000000}')
+      redis.call('ZADD', base .. ':subjects', 0, id)
+      for j = 1, per do
+        local kid = string.format('%016x', i * per + j)
+        local digest = redis.sha1hex(kid) .. string.sub(redis.sha1hex(kid .. '.'), 1, 24)
+        redis.call('SET', base .. ':key:' .. kid,
+                   '{"subject":"' .. id .. '","digest":"' .. digest .. '","prefix":"sk_abcde",' ..
+                   '"name":"","expires_at":null,"created_at":1700000000000000}')
+        redis.call('SET', base .. ':digest:' .. digest, kid)
+        redis.call('SADD', base .. ':keys:' .. id, kid)
+        redis.call('ZADD', base .. ':keys', 0, kid)
+      end
+    end
+    return 1)";
+  const auto populate_start = Clock::now();
+  for (int64_t first = 0; first < subjects; first += 2000) {
+    Raw({"EVAL", populate, "0", "t:{registry}", absl::StrCat(first),
+         absl::StrCat(std::min(subjects, first + 2000) - 1), absl::StrCat(per_subject)});
+  }
+  Raw({"SET", "t:{registry}:version", "1"});
+  Raw({"SET", "t:{registry}:epoch", "bench"});
+  const double populate_s = std::chrono::duration<double>(Clock::now() - populate_start).count();
+
+  Raw({"CONFIG", "RESETSTAT"});
+  RedisRegistryOptions o = Options();
+  o.start_timeout = 600000ms;
+  const auto start = Clock::now();
+  auto a = Started(o);
+  const double load_s = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(a->index.subject_count(), static_cast<size_t>(subjects));
+  EXPECT_EQ(a->index.key_count(), static_cast<size_t>(subjects * per_subject));
+  std::printf("populated %lld subjects x %lld keys in %.2f s; full load %.2f s (%.0f records/s)\n",
+              static_cast<long long>(subjects), static_cast<long long>(per_subject), populate_s,
+              load_s, static_cast<double>(subjects * (1 + per_subject)) / load_s);
+  // How much of it Redis spent executing commands.
+  const std::string stats = Raw({"INFO", "commandstats"}).str;
+  for (const char* command : {"cmdstat_mget:", "cmdstat_zrange:"}) {
+    const size_t at = stats.find(command);
+    if (at != std::string::npos) {
+      std::printf("%s\n", stats.substr(at, stats.find('\r', at) - at).c_str());
+    }
+  }
 }
 
 }  // namespace

@@ -9,17 +9,17 @@
 -- ARGV[3]  the follower's epoch ("" if it has none yet)
 -- ARGV[4]  at most this many entries
 --
--- Reply (integers and strings only; arrays nest 3 deep at most):
+-- Reply (integers and strings only; arrays nest 2 deep):
 --   {1, version, epoch}  the follower cannot catch up from the log: the epoch is not its own (the
 --                        registry was wiped and rewritten), the version went backwards, or the
 --                        log no longer reaches back to ARGV[2] (trimmed, or deleted). It must load
 --                        everything again.
 --   {0, version, epoch, entry…}  entries ARGV[2]+1 … in order, none if up to date; fewer than the
 --                        version implies when ARGV[4] cut them short (ask again from the last).
---   entry = {entry_version, kind, subject_id, subject_fields, key_id_1, key_fields_1, …}
---     subject_id is "" unless kind is put_subject or delete_subject; subject_fields is the
---     subject hash now (HGETALL: [] = absent). Then each key the change touched with its hash
---     now ([] = absent).
+--   entry = {entry_version, kind, subject_id, subject_record, key_id_1, key_record_1, …}
+--     subject_id is "" unless kind is put_subject or delete_subject; subject_record is the
+--     subject's record now ("" = absent). Then each key the change touched with its record now
+--     ("" = absent).
 
 local base = ARGV[1]
 local after = tonumber(ARGV[2]) or 0
@@ -43,14 +43,14 @@ for _, e in ipairs(entries) do
   expected = v + 1
   local f = {}
   for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-  local entry = {v, f.kind or '', '', {}}
+  local entry = {v, f.kind or '', '', ''}
   if f.kind == 'put_subject' or f.kind == 'delete_subject' then
     entry[3] = f.subject or ''
-    entry[4] = redis.call('HGETALL', base .. ':subject:' .. entry[3])
+    entry[4] = redis.call('GET', base .. ':subject:' .. entry[3]) or ''
   end
   for kid in string.gmatch(f.keys or '', '[^,]+') do
     entry[#entry + 1] = kid
-    entry[#entry + 1] = redis.call('HGETALL', base .. ':key:' .. kid)
+    entry[#entry + 1] = redis.call('GET', base .. ':key:' .. kid) or ''
   end
   out[#out + 1] = entry
 end

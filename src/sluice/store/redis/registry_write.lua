@@ -16,12 +16,12 @@
 -- ARGV[2]  epoch candidate (random hex, used only if KEYS[2] is absent)
 -- ARGV[3]  log bound (XADD MAXLEN ~)
 -- ARGV[4]  kind: put_subject | delete_subject | add_key | revoke_key
--- put_subject     ARGV[5] subject id, ARGV[6..] field, value pairs of the subject hash
+-- put_subject     ARGV[5] subject id, ARGV[6] the subject record (JSON)
 -- delete_subject  ARGV[5] subject id
 -- add_key         ARGV[5] key id (16 hex digits), ARGV[6] subject id, ARGV[7] digest (64 hex),
 --                 ARGV[8] max keys per subject, ARGV[9] idempotency key ("" none),
 --                 ARGV[10] fingerprint, ARGV[11] idempotency TTL (s),
---                 ARGV[12..] field, value pairs of the key hash
+--                 ARGV[12] the key record (JSON; its "subject" and "digest" are ARGV[6], ARGV[7])
 -- revoke_key      ARGV[5] key id
 --
 -- Reply (integers and strings only): {code, version, flag, key_id}
@@ -52,19 +52,21 @@ local function commit(subject, keys)
   return tonumber(v)
 end
 
-local function hset_pairs(key, first)
-  local args = {}
-  for i = first, #ARGV do args[#args + 1] = ARGV[i] end
-  redis.call('HSET', key, unpack(args))
+-- The digest of a stored key record ("" if it has none).
+local function digest_of(record)
+  local ok, decoded = pcall(cjson.decode, record)
+  if ok and type(decoded) == 'table' and type(decoded.digest) == 'string' then
+    return decoded.digest
+  end
+  return ''
 end
 
 if kind == 'put_subject' then
   local id = ARGV[5]
   local rec = k('subject:' .. id)
   local created = redis.call('EXISTS', rec) == 0 and 1 or 0
-  redis.call('DEL', rec)
-  hset_pairs(rec, 6)
-  redis.call('SADD', k('subjects'), id)
+  redis.call('SET', rec, ARGV[6])
+  redis.call('ZADD', k('subjects'), 0, id)
   return {0, commit(id, ''), created, ''}
 
 elseif kind == 'delete_subject' then
@@ -74,14 +76,14 @@ elseif kind == 'delete_subject' then
   local set = k('keys:' .. id)
   local ids = redis.call('SMEMBERS', set)
   table.sort(ids)
-  for _, kid in ipairs(ids) do
-    local digest = redis.call('HGET', k('key:' .. kid), 'digest')
-    if digest then redis.call('DEL', k('digest:' .. digest)) end
-    redis.call('DEL', k('key:' .. kid))
-    redis.call('SREM', k('keys'), kid)
+  local digests = {}  -- read every record before the first write
+  for i, kid in ipairs(ids) do digests[i] = digest_of(redis.call('GET', k('key:' .. kid)) or '') end
+  for i, kid in ipairs(ids) do
+    redis.call('DEL', k('key:' .. kid), k('digest:' .. digests[i]))
+    redis.call('ZREM', k('keys'), kid)
   end
   redis.call('DEL', rec, set)
-  redis.call('SREM', k('subjects'), id)
+  redis.call('ZREM', k('subjects'), id)
   return {0, commit(id, table.concat(ids, ',')), 0, ''}
 
 elseif kind == 'add_key' then
@@ -100,10 +102,10 @@ elseif kind == 'add_key' then
   if redis.call('EXISTS', k('key:' .. kid)) == 1 then return {2, 0, 0, ''} end
   local set = k('keys:' .. subject)
   if redis.call('SCARD', set) >= tonumber(ARGV[8]) then return {3, 0, 0, ''} end
-  hset_pairs(k('key:' .. kid), 12)
+  redis.call('SET', k('key:' .. kid), ARGV[12])
   redis.call('SET', k('digest:' .. digest), kid)
   redis.call('SADD', set, kid)
-  redis.call('SADD', k('keys'), kid)
+  redis.call('ZADD', k('keys'), 0, kid)
   if idem ~= '' then
     redis.call('HSET', idem_key, 'fingerprint', ARGV[10], 'key', kid)
     redis.call('EXPIRE', idem_key, ARGV[11])
@@ -113,13 +115,15 @@ elseif kind == 'add_key' then
 elseif kind == 'revoke_key' then
   local kid = ARGV[5]
   local rec = k('key:' .. kid)
-  local fields = redis.call('HMGET', rec, 'subject', 'digest')
-  if not fields[1] then return {1, 0, 0, ''} end
-  if fields[2] then redis.call('DEL', k('digest:' .. fields[2])) end
-  redis.call('DEL', rec)
-  redis.call('SREM', k('keys:' .. fields[1]), kid)
-  redis.call('SREM', k('keys'), kid)
-  return {0, commit(fields[1], kid), 0, ''}
+  local record = redis.call('GET', rec)
+  if not record then return {1, 0, 0, ''} end
+  local ok, decoded = pcall(cjson.decode, record)
+  local subject = (ok and type(decoded) == 'table' and type(decoded.subject) == 'string')
+                  and decoded.subject or ''
+  redis.call('DEL', k('digest:' .. digest_of(record)), rec)
+  redis.call('SREM', k('keys:' .. subject), kid)
+  redis.call('ZREM', k('keys'), kid)
+  return {0, commit(subject, kid), 0, ''}
 end
 
 return redis.error_reply('registry_write.lua: unknown kind ' .. tostring(kind))
