@@ -318,6 +318,8 @@ int Serve(const std::string& config_path) {
   // durably (an SQLite file with the memory store, Redis with the Redis store).
   registry::Index registry_index;
   std::unique_ptr<registry::Backend> registry_backend;
+  const registry::SqliteBackend* sqlite_registry = nullptr;  // the same backend, when it is SQLite
+  const redis::RedisRegistry* redis_registry = nullptr;      // or Redis
   if (use_redis) {
     // Its own connection and thread; admin writes may wait longer than decisions, and never trip
     // the decisions' circuit breaker.
@@ -326,7 +328,9 @@ int Serve(const std::string& config_path) {
     options.connection = redis_options;
     options.connection.command_timeout = std::chrono::milliseconds(2000);
     options.connection.breaker_failures = 0;
-    registry_backend = std::make_unique<redis::RedisRegistry>(std::move(options));
+    auto backend = std::make_unique<redis::RedisRegistry>(std::move(options));
+    redis_registry = backend.get();
+    registry_backend = std::move(backend);
   } else {
     const std::string& path = peek->store.memory.registry_path;
     absl::StatusOr<std::unique_ptr<registry::SqliteBackend>> opened =
@@ -340,6 +344,7 @@ int Serve(const std::string& config_path) {
           "store.memory.registry_path is not set: subjects and keys created through the admin API "
           "are kept in memory and lost at exit");
     }
+    sqlite_registry = opened->get();
     registry_backend = *std::move(opened);
   }
   const auto registry_start = absl::Now();
@@ -472,6 +477,27 @@ int Serve(const std::string& config_path) {
       "sluice_overlimit_cache_full_total",
       "Denials not remembered because the over-limit cache was full.",
       [&overlimit_stats] { return static_cast<double>(overlimit_stats.full.load()); });
+  registry.AddCallbackGauge(
+      "sluice_registry_subjects", "Subjects in the registry (this instance's copy).",
+      [&registry_index] { return static_cast<double>(registry_index.subject_count()); });
+  registry.AddCallbackGauge(
+      "sluice_registry_keys", "API keys in the registry (this instance's copy).",
+      [&registry_index] { return static_cast<double>(registry_index.key_count()); });
+  registry.AddCallbackCounter(
+      "sluice_registry_write_failures_total",
+      "Registry changes that could not be written (answered 503; nothing was changed).",
+      [sqlite_registry] {
+        if (sqlite_registry == nullptr) return 0.0;
+        const registry::SqliteBackend::Stats st = sqlite_registry->stats();
+        return static_cast<double>(st.failed + st.queue_full);
+      });
+  registry.AddCallbackCounter(
+      "sluice_registry_full_loads_total",
+      "Times the Redis registry was loaded whole (at start, and when its change log could not "
+      "bridge a gap: a restart, a flush, a trim).",
+      [redis_registry] {
+        return redis_registry == nullptr ? 0.0 : static_cast<double>(redis_registry->full_loads());
+      });
   registry.AddGaugeFamily("sluice_build_info", "Build information.", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
