@@ -4,9 +4,14 @@
 --
 -- Environment (read by every wrk thread):
 --   SLUICE_BENCH_KEYS      number of keys/subjects (default 10000)
---   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>) or "check" (subject user-<i>)
+--   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>), "check" (subject user-<i>), or
+--                          the admin plane's registry writes: "put_subject" (PUT
+--                          /v1/subjects/w<run>-<i> {"plan": <plan>}, a new subject each time) or
+--                          "add_key" (POST /v1/subjects/user-<i mod keys>/keys {}, a new key each time)
 --   SLUICE_BENCH_PLAN      plan name for "check" (default bench)
 --   SLUICE_BENCH_RATE      offered requests/s per wrk thread; 0 or unset: as fast as possible
+--   SLUICE_BENCH_TOKEN     admin token for the write modes (Authorization: Bearer)
+--   SLUICE_BENCH_RUN       a tag making put_subject's ids differ from run to run (default 0)
 --
 -- Pacing: each thread keeps one schedule (slot k is due at t0 + k / rate). After a response wrk
 -- asks delay() before the connection's next request; the connection takes the next slot and waits
@@ -33,7 +38,19 @@ local counter = 0
 late = 0
 max_lag_ms = 0
 
-if mode == "check" then
+if mode == "put_subject" or mode == "add_key" then
+  local run = os.getenv("SLUICE_BENCH_RUN") or "0"
+  wrk.headers["Authorization"] = "Bearer " .. (os.getenv("SLUICE_BENCH_TOKEN") or "")
+  wrk.headers["Content-Type"] = "application/json"
+  request = function()
+    counter = counter + 1
+    if mode == "put_subject" then
+      return wrk.format("PUT", "/v1/subjects/w" .. run .. "-" .. counter, nil,
+                        '{"plan":"' .. plan .. '"}')
+    end
+    return wrk.format("POST", "/v1/subjects/user-" .. (counter % n) .. "/keys", nil, "{}")
+  end
+elseif mode == "check" then
   wrk.method = "POST"
   wrk.path = "/v1/check"
   wrk.headers["Content-Type"] = "application/json"
