@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -88,15 +89,36 @@ absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
   if (NestingDepth(body) > kMaxBodyDepth) {
     return Error("body", absl::StrCat("nested deeper than ", kMaxBodyDepth, " levels"));
   }
+  // nlohmann keeps the last of repeated members without a word; a body that says two things
+  // about one field is refused instead (the member names of each object, as parsed).
+  std::vector<std::vector<std::string>> names;
+  std::optional<std::string> repeated;
+  const json::parser_callback_t note = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      names.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !names.empty()) {
+      names.pop_back();
+    } else if (event == json::parse_event_t::key && !names.empty()) {
+      const std::string& name = parsed.get_ref<const std::string&>();
+      std::vector<std::string>& seen = names.back();
+      if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+        if (!repeated) repeated = name;
+      } else {
+        seen.push_back(name);
+      }
+    }
+    return true;
+  };
   json value;
   try {
-    value = json::parse(body.begin(), body.end());
+    value = json::parse(body.begin(), body.end(), note);
   } catch (const json::parse_error& e) {
     return Error("body", absl::StrCat("malformed JSON at byte ", e.byte));
   } catch (const json::exception& e) {
     return Error("body", "malformed JSON");
   }
   if (!value.is_object()) return Error("body", "must be a JSON object");
+  if (repeated) return Error("body", absl::StrCat("member ", Shown(*repeated), " given twice"));
   return value;
 }
 

@@ -90,6 +90,11 @@ TEST_F(SubjectBodyTest, ErrorsStartWithTheFieldPath) {
   EXPECT_EQ(Error(R"({"plan":"free","frobnicate":1})"), "frobnicate: unknown field");
   EXPECT_EQ(Error(R"({"plan":"free",)"), "body: malformed JSON at byte 16");
   EXPECT_EQ(Error(R"([1])"), "body: must be a JSON object");
+  // A repeated member, at any depth, is refused (nlohmann would keep the last without a word).
+  EXPECT_EQ(Error(R"({"plan":"free","plan":"pro"})"), "body: member plan given twice");
+  EXPECT_EQ(Error(R"({"plan":"free","overrides":{"daily":{"quota":5},"daily":{"quota":7}}})"),
+            "body: member daily given twice");
+  EXPECT_EQ(Error(R"({"plan":"free","metadata":{"a":{"x":1},"b":{"x":2}}})"), "(accepted)");
   EXPECT_THAT(Error(R"({"plan":"free"})", "bad id"), StartsWith("id: "));
   EXPECT_THAT(Error(R"({"plan":"free","email":"nope"})"), StartsWith("email: "));
   EXPECT_THAT(Error(R"({"plan":"free","email":"a b@c"})"), StartsWith("email: "));
