@@ -219,19 +219,23 @@ class MemoryStoreAlertsTest(Fixture):
         self.assertEqual(len(set(starts)), 2, starts)
         self.assertEqual(len({event_of(r)["id"] for r in hooks}), 2)
 
-    def test_a_reload_that_changes_the_quota_does_not_resend_a_sent_threshold(self):
+    def test_a_reload_that_raises_the_quota_re_arms_a_threshold_once(self):
+        # A threshold fires once per quota in force: a raised quota is an upgrade for everyone, so
+        # 50% fires again at 50% of the new quota (flipping back is the conformance suite's).
         svc = self.service(alerts_yaml(self.http, alert_at="[50]", quota=10))
         spend(svc, "alice", 5, workers=1)  # 50% of 10
         self.wait_acked([svc], 1)
         self.reload(svc, alerts_yaml(self.http, alert_at="[50]", quota=20))
         body = svc.check({"subject": "alice", "plan": "free", "cost": 0})[2]
         self.assertEqual((body["limits"][0]["quota"], body["limits"][0]["used"]), (20, 5))
-        spend(svc, "alice", 10, workers=1)  # 15 of 20: past 50% again, in the same window
-        self.assertEqual(svc.check({"subject": "alice", "plan": "free", "cost": 0})[2][
-            "limits"][0]["used"], 15)
-        # The reloaded dispatcher had nothing left to do: the outbox holds no new event.
+        spend(svc, "alice", 4, workers=1)  # 9 of 20: below 50% of the new quota
         self.assertEqual(metric(svc, "sluice_alert_events_recorded_total"), 1)
-        self.assertEqual(len(self.http.on("/hook")), 1)
+        spend(svc, "alice", 1, workers=1)  # 10 of 20: 50% of the new quota
+        self.wait_acked([svc], 2)
+        events = [event_of(r) for r in self.http.on("/hook")]
+        self.assertEqual([(e["threshold"], e["quota"], e["used"]) for e in events],
+                         [(50, 10, 5), (50, 20, 10)])
+        self.assertNotEqual(events[0]["id"], events[1]["id"])
 
     def test_a_reload_that_adds_a_percentage_sends_only_the_new_one(self):
         svc = self.service(alerts_yaml(self.http, alert_at="[80, 100]", quota=10))
