@@ -66,6 +66,7 @@ class Sluice:
         self.port, self.admin = bl.free_port(), bl.free_port()
         lines = ["server:", f'  listen: "127.0.0.1:{self.port}"',
                  f'  admin_listen: "127.0.0.1:{self.admin}"', "  threads: 1",
+                 "  shutdown_delay: 0s",  # stop at once: a start-up round is not a drain test
                  f'  admin_token: "{TOKEN}"', "store:"]
         if redis_port:
             lines += ["  type: redis", f'  redis: {{ url: "redis://127.0.0.1:{redis_port}/0", '
@@ -268,7 +269,7 @@ def run_gbench(args):
             continue
         ns[b["run_name"]] = 1e9 / b["items_per_second"] if b.get("items_per_second") else \
             b["real_time"] if b.get("time_unit") == "ns" else None
-    return {"command": " ".join(cmd[:1] + cmd[1:2] + cmd[5:]), "ns": ns}
+    return {"command": " ".join(cmd[:2] + cmd[4:]), "ns": ns}
 
 
 def startup(args, ch, paths, name, make):
@@ -283,7 +284,10 @@ def startup(args, ch, paths, name, make):
             loaded, _ = s.wait_line("registry loaded")
             redis_loaded = None
             if "redis" in name:
+                # The Redis registry serves before its full load ends (start_timeout 2 s): its
+                # memory is measured once the load is in.
                 redis_loaded, _ = s.wait_line("redis registry loaded")
+                rss = s.rss_bytes()
             s.stop()
             row = {"start_s": secs, "rss_bytes": rss, "registry_ms": loaded.get("ms"),
                    "keys": loaded.get("keys"),
@@ -503,10 +507,11 @@ def summarize(R):
                 median(x["redis_load_ms"] for x in st["1M"]), "empty registry",
                 median(x["redis_load_ms"] for x in st["empty"]), "ms_int")
         r_big, r_empty = median(x["rss_bytes"] for x in st["1M"]), median(x["rss_bytes"] for x in st["empty"])
-        row(sec, "VmRSS after start", r_big, "empty registry", r_empty, "MiB")
+        row(sec, "VmRSS after start" if key == "startup_memory" else "VmRSS after the full load",
+            r_big, "empty registry", r_empty, "MiB")
         per_key = (r_big - r_empty) / BIG
-        row(sec, "ΔVmRSS per key", per_key, "target", 200, "B", target="≤ 200 B",
-            verdict=ok(per_key <= 200))
+        row(sec, "ΔVmRSS per key (one subject per key)", per_key, "target", 200, "B",
+            target="≤ 200 B", verdict=ok(per_key <= 200))
 
     for store, wk, dk in (("embedded (SQLite, synchronous=FULL)", "writes_memory", "decisions_writes_memory"),
                           ("Redis", "writes_redis", "decisions_writes_redis")):
