@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <sstream>
@@ -218,19 +219,43 @@ bool IsKnownTimeZone(absl::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Reading YAML nodes.
 
+// One value of the document. The loader builds these itself from yaml-cpp's parse events (see
+// DocumentBuilder) rather than asking yaml-cpp for its YAML::Node tree: yaml-cpp then scans the
+// file once, not once for the bounds and again for the tree, and a value is one plain struct
+// instead of a node behind shared pointers. Values live in their document's arena; an alias is
+// the value it names, shared, not a copy.
+struct Value {
+  enum class Kind { kUndefined, kNull, kScalar, kSequence, kMap };
+
+  Kind kind = Kind::kUndefined;
+  std::string scalar;                                        // kScalar
+  std::vector<const Value*> items;                           // kSequence
+  std::vector<std::pair<const Value*, const Value*>> pairs;  // kMap: in file order, repeats kept
+
+  [[nodiscard]] bool IsDefined() const { return kind != Kind::kUndefined; }
+  [[nodiscard]] bool IsNull() const { return kind == Kind::kNull; }
+  [[nodiscard]] bool IsScalar() const { return kind == Kind::kScalar; }
+  [[nodiscard]] bool IsSequence() const { return kind == Kind::kSequence; }
+  [[nodiscard]] bool IsMap() const { return kind == Kind::kMap; }
+  [[nodiscard]] const std::string& Scalar() const { return scalar; }
+};
+
+// What a field the document leaves out reads as.
+const Value kUndefinedValue;
+
 absl::Status Error(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(path.empty() ? std::string(what)
                                                  : absl::StrCat(path, ": ", what));
 }
 
 // Never the scalar's text: it may be a secret written in the wrong place.
-absl::string_view KindOf(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
+absl::string_view KindOf(const Value& node) {
+  switch (node.kind) {
+    case Value::Kind::kMap:
       return "a map";
-    case YAML::NodeType::Sequence:
+    case Value::Kind::kSequence:
       return "a list";
-    case YAML::NodeType::Scalar:
+    case Value::Kind::kScalar:
       return "a scalar";
     default:
       return "nothing";
@@ -239,21 +264,21 @@ absl::string_view KindOf(const YAML::Node& node) {
 
 // One value of the document and the key path that names it in errors.
 struct Field {
-  YAML::Node node;
+  const Value* node = &kUndefinedValue;  // never null
   std::string path;
 
   // Left out, or written without a value (`name:` or `name: ~`): both mean "use the default".
-  [[nodiscard]] bool absent() const { return !node.IsDefined() || node.IsNull(); }
+  [[nodiscard]] bool absent() const { return !node->IsDefined() || node->IsNull(); }
 };
 
 // The fields of one YAML map, in file order.
 struct Fields {
   std::string path;
-  std::vector<std::pair<std::string, YAML::Node>> items;
+  std::vector<std::pair<absl::string_view, const Value*>> items;  // names point into the document
 
   // The field `name` (absent() if the map does not have it).
   [[nodiscard]] Field Get(absl::string_view name) const {
-    Field field{YAML::Node(), path.empty() ? std::string(name) : absl::StrCat(path, ".", name)};
+    Field field{&kUndefinedValue, path.empty() ? std::string(name) : absl::StrCat(path, ".", name)};
     for (const auto& [item_name, node] : items) {
       if (item_name == name) field.node = node;
     }
@@ -267,23 +292,27 @@ absl::Status ReadFields(const Field& field, std::initializer_list<absl::string_v
                         Fields& fields) {
   fields.path = field.path;
   if (field.absent()) return absl::OkStatus();
-  if (!field.node.IsMap()) {
-    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(field.node)));
+  if (!field.node->IsMap()) {
+    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(*field.node)));
   }
-  for (const auto& pair : field.node) {
-    if (!pair.first.IsScalar()) return Error(field.path, "field names must be plain strings");
-    const std::string& name = pair.first.Scalar();
+  // The path of a field is built only for an error: a file with 150,000 keys reads 450,000 fields.
+  const auto path_of = [&field](absl::string_view name) {
     const std::string escaped = absl::CHexEscape(name);
-    const std::string path = field.path.empty() ? escaped : absl::StrCat(field.path, ".", escaped);
+    return field.path.empty() ? escaped : absl::StrCat(field.path, ".", escaped);
+  };
+  fields.items.reserve(field.node->pairs.size());
+  for (const auto& [key, value] : field.node->pairs) {
+    if (!key->IsScalar()) return Error(field.path, "field names must be plain strings");
+    const std::string& name = key->Scalar();
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       return Error(
-          path,
+          path_of(name),
           absl::StrCat("unknown field (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
     }
     for (const auto& item : fields.items) {
-      if (item.first == name) return Error(path, "duplicate field");
+      if (item.first == name) return Error(path_of(name), "duplicate field");
     }
-    fields.items.emplace_back(name, pair.second);
+    fields.items.emplace_back(name, value);
   }
   return absl::OkStatus();
 }
@@ -294,19 +323,19 @@ absl::Status Require(const Field& field) {
 
 absl::Status ReadString(const Field& field, std::string& out) {
   if (field.absent()) return absl::OkStatus();
-  if (!field.node.IsScalar()) {
-    return Error(field.path, absl::StrCat("expected a string, got ", KindOf(field.node)));
+  if (!field.node->IsScalar()) {
+    return Error(field.path, absl::StrCat("expected a string, got ", KindOf(*field.node)));
   }
-  out = field.node.Scalar();
+  out = field.node->Scalar();
   return absl::OkStatus();
 }
 
 absl::Status ReadInt64(const Field& field, int64_t min, int64_t max, int64_t& out) {
   if (field.absent()) return absl::OkStatus();
-  if (!field.node.IsScalar()) {
-    return Error(field.path, absl::StrCat("expected an integer, got ", KindOf(field.node)));
+  if (!field.node->IsScalar()) {
+    return Error(field.path, absl::StrCat("expected an integer, got ", KindOf(*field.node)));
   }
-  const std::string& text = field.node.Scalar();
+  const std::string& text = field.node->Scalar();
   absl::string_view digits = text;
   absl::ConsumePrefix(&digits, "-");
   if (digits.empty() || !AllOf(digits, IsDigit)) {
@@ -329,10 +358,10 @@ absl::Status ReadInt(const Field& field, int min, int max, int& out) {
 
 absl::Status ReadDuration(const Field& field, absl::Duration& out) {
   if (field.absent()) return absl::OkStatus();
-  if (!field.node.IsScalar()) {
-    return Error(field.path, absl::StrCat("expected a duration, got ", KindOf(field.node)));
+  if (!field.node->IsScalar()) {
+    return Error(field.path, absl::StrCat("expected a duration, got ", KindOf(*field.node)));
   }
-  absl::StatusOr<absl::Duration> duration = ParseDuration(field.node.Scalar());
+  absl::StatusOr<absl::Duration> duration = ParseDuration(field.node->Scalar());
   if (!duration.ok()) return Error(field.path, duration.status().message());
   out = *duration;
   return absl::OkStatus();
@@ -380,11 +409,11 @@ absl::Status ReadEnum(const Field& field, absl::string_view what,
 template <typename Fn>
 absl::Status ForEachItem(const Field& field, Fn&& each) {
   if (field.absent()) return absl::OkStatus();
-  if (!field.node.IsSequence()) {
-    return Error(field.path, absl::StrCat("expected a list, got ", KindOf(field.node)));
+  if (!field.node->IsSequence()) {
+    return Error(field.path, absl::StrCat("expected a list, got ", KindOf(*field.node)));
   }
   size_t index = 0;
-  for (const YAML::Node& node : field.node) {
+  for (const Value* node : field.node->items) {
     SLUICE_RETURN_IF_ERROR(each(Field{node, absl::StrCat(field.path, "[", index, "]")}, index));
     ++index;
   }
@@ -485,9 +514,10 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
       ReadInt(f.Get("admin_max_connections"), 1, 1'000'000, server.admin_max_connections));
   const Field delay = f.Get("shutdown_delay");
   // Zero is a valid delay here (stop at once), unlike the other durations.
-  if (!delay.absent() && delay.node.IsScalar() &&
-      (delay.node.Scalar() == "0" || delay.node.Scalar() == "0ms" || delay.node.Scalar() == "0s" ||
-       delay.node.Scalar() == "0m" || delay.node.Scalar() == "0h")) {
+  if (!delay.absent() && delay.node->IsScalar() &&
+      (delay.node->Scalar() == "0" || delay.node->Scalar() == "0ms" ||
+       delay.node->Scalar() == "0s" || delay.node->Scalar() == "0m" ||
+       delay.node->Scalar() == "0h")) {
     server.shutdown_delay = absl::ZeroDuration();
   } else {
     SLUICE_RETURN_IF_ERROR(ReadDuration(delay, server.shutdown_delay));
@@ -621,16 +651,16 @@ absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
 }
 
 absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
-  if (!field.absent() && !field.node.IsMap()) {
+  if (!field.absent() && !field.node->IsMap()) {
     return Error(field.path,
-                 absl::StrCat("expected a map of plan names, got ", KindOf(field.node)));
+                 absl::StrCat("expected a map of plan names, got ", KindOf(*field.node)));
   }
   if (!field.absent()) {
     std::unordered_set<std::string> names;
-    for (const auto& pair : field.node) {
-      if (!pair.first.IsScalar()) return Error(field.path, "plan names must be plain strings");
+    for (const auto& [key, value] : field.node->pairs) {
+      if (!key->IsScalar()) return Error(field.path, "plan names must be plain strings");
       PlanConfig plan;
-      plan.name = pair.first.Scalar();
+      plan.name = key->Scalar();
       const std::string path = absl::StrCat(field.path, ".", absl::CHexEscape(plan.name));
       if (!IsValidName(plan.name, kMaxNameLength)) {
         return Error(path,
@@ -639,7 +669,7 @@ absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
       if (!names.insert(plan.name).second) {
         return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
       }
-      SLUICE_RETURN_IF_ERROR(ParsePlan(Field{pair.second, path}, plan));
+      SLUICE_RETURN_IF_ERROR(ParsePlan(Field{value, path}, plan));
       plans.push_back(std::move(plan));
     }
   }
@@ -648,11 +678,16 @@ absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
 }
 
 absl::Status ParseKeys(const Field& field, const Config& config, std::vector<KeyConfig>& keys) {
-  // Where each key (or hash) was first seen, to name the earlier entry without quoting the key.
-  std::unordered_map<std::string, size_t> seen_keys;
-  std::unordered_map<std::string, size_t> seen_hashes;
+  // Where each key (or hash) was first seen, to name the earlier entry without quoting the key. The
+  // views point into the document, which outlives this call.
+  std::unordered_map<std::string_view, size_t> seen_keys;
+  std::unordered_map<std::string_view, size_t> seen_hashes;
   std::unordered_set<std::string_view> plan_names;
   for (const PlanConfig& plan : config.plans) plan_names.insert(plan.name);
+  if (!field.absent() && field.node->IsSequence()) {
+    keys.reserve(field.node->items.size());
+    seen_hashes.reserve(field.node->items.size());
+  }
   return ForEachItem(field, [&](const Field& item, size_t index) {
     Fields f;
     SLUICE_RETURN_IF_ERROR(ReadFields(
@@ -669,7 +704,7 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
       if (key.key.empty() || key.key.size() > kMaxApiKeyLength || !AllOf(key.key, IsVisibleAscii)) {
         return Error(plain.path, "must be 1-512 printable ASCII characters without spaces");
       }
-      const auto [it, inserted] = seen_keys.emplace(key.key, index);
+      const auto [it, inserted] = seen_keys.emplace(plain.node->Scalar(), index);
       if (!inserted) {
         return Error(plain.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
       }
@@ -677,7 +712,7 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
       if (key.key_sha256.size() != 64 || !AllOf(key.key_sha256, IsLowerHex)) {
         return Error(hashed.path, "must be 64 lowercase hex characters (a SHA-256 digest)");
       }
-      const auto [it, inserted] = seen_hashes.emplace(key.key_sha256, index);
+      const auto [it, inserted] = seen_hashes.emplace(hashed.node->Scalar(), index);
       if (!inserted) {
         return Error(hashed.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
       }
@@ -762,7 +797,7 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
   for (const auto& item : f.items) {
     if (std::find(used.begin(), used.end(), item.first) == used.end()) {
       return Error(f.Get(item.first).path,
-                   absl::StrCat("not used by sinks of type ", type.node.Scalar(),
+                   absl::StrCat("not used by sinks of type ", type.node->Scalar(),
                                 " (expected one of: ", absl::StrJoin(used, ", "), ")"));
     }
   }
@@ -821,8 +856,8 @@ absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   return absl::OkStatus();
 }
 
-absl::Status ParseRoot(const YAML::Node& root, Config& config) {
-  const Field document{root, ""};
+absl::Status ParseRoot(const Value& root, Config& config) {
+  const Field document{&root, ""};
   if (!document.absent() && !root.IsMap()) {
     return Error("", absl::StrCat("expected a map at the top level, got ", KindOf(root)));
   }
@@ -856,45 +891,59 @@ struct OutOfBounds {
   std::string message;
 };
 
-// Walks the document's parse events (no tree is built) and throws OutOfBounds when it nests deeper
-// than kMaxDepth, when its values with aliases expanded exceed kMaxExpandedValues, or when an alias
-// names a node that contains it (a cycle no config field can mean). It stops at the first level
-// too deep, before yaml-cpp's own recursion goes further.
-class BoundsCheck : public YAML::EventHandler {
+// Builds the Values of each document from yaml-cpp's parse events, and throws OutOfBounds when the
+// document nests deeper than kMaxDepth, when its values with aliases expanded exceed
+// kMaxExpandedValues, or when an alias names a value that contains it (a cycle no config field can
+// mean). Each check is made before the value it counts is stored, so a hostile document costs at
+// most the bounds, and the depth check stops the parse before yaml-cpp's own recursion goes
+// further.
+class DocumentBuilder : public YAML::EventHandler {
  public:
-  [[nodiscard]] size_t documents() const { return documents_; }
+  // The root of each document, in file order (the undefined value for a document whose root was
+  // never reported). Valid while this builder lives.
+  [[nodiscard]] const std::vector<const Value*>& documents() const { return documents_; }
 
   void OnDocumentStart(const YAML::Mark&) override {
-    ++documents_;
-    sizes_.clear();  // anchors are numbered per document
+    documents_.push_back(&kUndefinedValue);
+    anchors_.clear();  // anchors are numbered per document
   }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Leaf(mark, anchor); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Leaf(mark, anchor, Value::Kind::kNull, std::string());
+  }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    const auto it = sizes_.find(anchor);
-    if (it == sizes_.end())
+    const auto it = anchors_.find(anchor);
+    if (it == anchors_.end()) {
       throw OutOfBounds{AtMark(mark, "alias refers to a value containing it")};
-    Count(mark, it->second);
+    }
+    Count(mark, it->second.size);
+    Add(it->second.value);
   }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                const std::string&) override {
-    Leaf(mark, anchor);
+                const std::string& text) override {
+    Leaf(mark, anchor, Value::Kind::kScalar, text);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    Open(mark, anchor);
+    Open(mark, anchor, Value::Kind::kSequence);
   }
   void OnSequenceEnd() override { Close(); }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
-    Open(mark, anchor);
+    Open(mark, anchor, Value::Kind::kMap);
   }
   void OnMapEnd() override { Close(); }
 
  private:
   struct Collection {
+    Value* value;
     YAML::anchor_t anchor;
-    uint64_t first;  // expanded_ before it opened
+    uint64_t first;              // expanded_ before it opened
+    const Value* key = nullptr;  // a map's key still waiting for its value
+  };
+  struct Anchored {
+    const Value* value;
+    uint64_t size;  // with aliases expanded
   };
 
   void Count(const YAML::Mark& mark, uint64_t values) {
@@ -904,28 +953,60 @@ class BoundsCheck : public YAML::EventHandler {
                                                   " with aliases expanded)"))};
     }
   }
-  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor) {
-    Count(mark, 1);
-    if (anchor != YAML::NullAnchor) sizes_[anchor] = 1;
+  Value* New(Value::Kind kind) {
+    Value& value = arena_.emplace_back();
+    value.kind = kind;
+    return &value;
   }
-  void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+  // Puts `value` where the document is: its root, the next item of a list, or a map's next key or
+  // the value of the key before it.
+  void Add(const Value* value) {
+    if (open_.empty()) {
+      documents_.back() = value;
+      return;
+    }
+    Collection& parent = open_.back();
+    if (parent.value->IsSequence()) {
+      parent.value->items.push_back(value);
+    } else if (parent.key == nullptr) {
+      parent.key = value;
+    } else {
+      parent.value->pairs.emplace_back(parent.key, value);
+      parent.key = nullptr;
+    }
+  }
+  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind,
+            const std::string& text) {
+    Count(mark, 1);
+    Value* value = New(kind);
+    value->scalar = text;
+    if (anchor != YAML::NullAnchor) anchors_[anchor] = {value, 1};
+    Add(value);
+  }
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind) {
     if (open_.size() >= kMaxDepth) {
       throw OutOfBounds{
           AtMark(mark, absl::StrCat("nested too deep (more than ", kMaxDepth, " levels)"))};
     }
-    open_.push_back({anchor, expanded_});
+    const uint64_t first = expanded_;
     Count(mark, 1);
+    Value* value = New(kind);
+    Add(value);
+    open_.push_back({.value = value, .anchor = anchor, .first = first});
   }
   void Close() {
     const Collection done = open_.back();
     open_.pop_back();
-    if (done.anchor != YAML::NullAnchor) sizes_[done.anchor] = expanded_ - done.first;
+    if (done.anchor != YAML::NullAnchor) {
+      anchors_[done.anchor] = {done.value, expanded_ - done.first};
+    }
   }
 
-  size_t documents_ = 0;
+  std::deque<Value> arena_;  // every value of every document; a deque never moves them
+  std::vector<const Value*> documents_;
   uint64_t expanded_ = 0;
   std::vector<Collection> open_;
-  std::unordered_map<YAML::anchor_t, uint64_t> sizes_;  // expanded size of each closed anchor
+  std::unordered_map<YAML::anchor_t, Anchored> anchors_;  // each closed anchor of this document
 };
 
 // "line L, column C: " of byte `offset` in `text` (both from 1).
@@ -975,7 +1056,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
   absl::Status status;
   // No exception leaves this module: yaml-cpp's become errors here.
   try {
-    BoundsCheck bounds;
+    DocumentBuilder builder;
     if (yaml.size() > kMaxFileBytes) {
       status = Error("", absl::StrCat("too large: ", yaml.size(), " bytes (at most 16 MiB)"));
     } else if (const size_t nul = yaml.find('\0'); nul != absl::string_view::npos) {
@@ -991,17 +1072,15 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
     } else {
       std::istringstream stream{std::string(yaml)};
       YAML::Parser parser(stream);
-      while (parser.HandleNextDocument(bounds)) {
+      while (parser.HandleNextDocument(builder)) {
       }
-    }
-    if (status.ok()) {
-      std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+      std::vector<const Value*> documents = builder.documents();
       // A stray "---" at the end of the file adds an empty document; it holds nothing to lose.
-      while (documents.size() > 1 && documents.back().IsNull()) documents.pop_back();
+      while (documents.size() > 1 && documents.back()->IsNull()) documents.pop_back();
       if (documents.size() > 1) {
         status = Error("", absl::StrCat("expected one YAML document, found ", documents.size()));
       } else {
-        status = ParseRoot(documents.empty() ? YAML::Node() : documents.front(), config);
+        status = ParseRoot(documents.empty() ? kUndefinedValue : *documents.front(), config);
       }
     }
   } catch (const OutOfBounds& e) {

@@ -892,6 +892,37 @@ TEST_F(ConfigTest, AliasesStillWork) {
   EXPECT_EQ(config->plans[1].limits[0].name, "m");
 }
 
+TEST_F(ConfigTest, AnAliasedScalarReadsAsItsValueInEachPlace) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("keys:\n"
+                     "  - {key: k1, subject: &who user-1, plan: &plan free}\n"
+                     "  - {key: k2, subject: *who, plan: *plan}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->keys.size(), 2u);
+  EXPECT_EQ(config->keys[1].subject, "user-1");
+  EXPECT_EQ(config->keys[1].plan, "free");
+}
+
+TEST_F(ConfigTest, AnAliasedKeyIsADuplicateOfItsAnchor) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n"
+                             "  - {key: &k sekrit-key-123, subject: u1, plan: free}\n"
+                             "  - {key: other, subject: u2, plan: free}\n"
+                             "  - {key: *k, subject: u3, plan: free}\n")),
+            "test.yaml: keys[2].key: duplicate key (same as keys[0])");
+}
+
+TEST_F(ConfigTest, ARepeatedFieldInAnAliasedMapIsStillSeen) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - &m {key: k1, key: k2, subject: u1, plan: free}\n"
+                             "  - *m\n")),
+            "test.yaml: keys[0].key: duplicate field");
+}
+
+TEST_F(ConfigTest, AnEmptyFileHasNoPlans) {
+  EXPECT_EQ(ErrorOf(""), "test.yaml: plans: at least one plan is required");
+  EXPECT_EQ(ErrorOf("# nothing\n"), "test.yaml: plans: at least one plan is required");
+  EXPECT_EQ(ErrorOf("---\n"), "test.yaml: plans: at least one plan is required");
+}
+
 TEST_F(ConfigTest, NulByteIsRefusedWithItsPosition) {
   EXPECT_EQ(ErrorOf(std::string("plans:\n  fr\0ee: {}\n", 19)),
             "test.yaml: line 2, column 5: NUL byte (a YAML file is text)");
