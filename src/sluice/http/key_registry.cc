@@ -33,44 +33,58 @@ std::string DecodeSha256Hex(std::string_view hex) {
   return bytes;
 }
 
+// The raw digest `key` stands for; an error's message is what follows "keys[i]".
+absl::StatusOr<std::string> DigestOf(const config::KeyConfig& key) {
+  if (!key.key.empty()) {
+    std::string digest = Sha256(key.key);
+    if (digest.empty()) return absl::InternalError(": cannot compute SHA-256");
+    return digest;
+  }
+  std::string digest = DecodeSha256Hex(key.key_sha256);
+  if (digest.empty()) return absl::InvalidArgumentError(".key_sha256: must be 64 hex digits");
+  return digest;
+}
+
+// The index of the first entry of `config.keys` that stands for `digest`. Only an error needs it,
+// so it is searched for instead of every entry's index being kept.
+size_t FirstWithDigest(const config::Config& config, const std::string& digest) {
+  for (size_t i = 0; i < config.keys.size(); ++i) {
+    const absl::StatusOr<std::string> other = DigestOf(config.keys[i]);
+    if (other.ok() && *other == digest) return i;
+  }
+  return config.keys.size();  // not reached: the caller found `digest` among the entries
+}
+
 }  // namespace
 
 absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config) {
   KeyRegistry registry;
-  // Where each digest was first seen, to name the earlier entry without quoting the key.
-  absl::flat_hash_map<std::string, size_t> first_index;
+  registry.by_digest_.reserve(config.keys.size());
+  registry.by_subject_.reserve(config.keys.size());
   for (size_t i = 0; i < config.keys.size(); ++i) {
     const config::KeyConfig& key = config.keys[i];
-    const std::string where = absl::StrCat("keys[", i, "]");
+    const auto where = [i] { return absl::StrCat("keys[", i, "]"); };
     if (key.key.empty() == key.key_sha256.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": set exactly one of key and key_sha256"));
+          absl::StrCat(where(), ": set exactly one of key and key_sha256"));
     }
-    std::string digest;
-    if (!key.key.empty()) {
-      digest = Sha256(key.key);
-      if (digest.empty()) {
-        return absl::InternalError(absl::StrCat(where, ": cannot compute SHA-256"));
-      }
-    } else {
-      digest = DecodeSha256Hex(key.key_sha256);
-      if (digest.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ".key_sha256: must be 64 hex digits"));
-      }
+    absl::StatusOr<std::string> digest = DigestOf(key);
+    if (!digest.ok()) {
+      return absl::Status(digest.status().code(), absl::StrCat(where(), digest.status().message()));
     }
-    const auto [it, inserted] = first_index.emplace(digest, i);
+    const bool inserted = registry.by_digest_
+                              .try_emplace(*digest, KeyEntry{.subject = key.subject,
+                                                             .plan = key.plan,
+                                                             .email = key.email,
+                                                             .webhook = key.webhook})
+                              .second;
     if (!inserted) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": duplicate key (same as keys[", it->second, "])"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": duplicate key (same as keys[",
+                                                     FirstWithDigest(config, *digest), "])"));
     }
     std::vector<std::string>& of_subject = registry.by_subject_[key.subject];
     if (of_subject.empty()) registry.subjects_.push_back(key.subject);
-    of_subject.push_back(digest);
-    registry.by_digest_.emplace(
-        std::move(digest),
-        KeyEntry{
-            .subject = key.subject, .plan = key.plan, .email = key.email, .webhook = key.webhook});
+    of_subject.push_back(*std::move(digest));
   }
   std::sort(registry.subjects_.begin(), registry.subjects_.end());
   return registry;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace sluice::http {
 namespace {
@@ -121,6 +122,30 @@ TEST_F(KeyRegistryTest, RefusesAnEntryWithNeitherKeyNorHash) {
   config_.keys.push_back({.subject = "user-1", .plan = "free"});
   absl::StatusOr<KeyRegistry> registry = KeyRegistry::FromConfig(config_);
   EXPECT_EQ(registry.status().message(), "keys[0]: set exactly one of key and key_sha256");
+}
+
+TEST_F(KeyRegistryTest, ADuplicateNamesTheFirstEntryWithItsDigest) {
+  AddPlain("demo-a", "user-1");
+  AddHashed(kHash, "user-2");
+  AddPlain("demo-b", "user-3");
+  AddPlain("demo-hashed-key", "user-4");
+  absl::StatusOr<KeyRegistry> registry = KeyRegistry::FromConfig(config_);
+  EXPECT_EQ(registry.status().message(), "keys[3]: duplicate key (same as keys[1])");
+}
+
+TEST_F(KeyRegistryTest, FindsEachOfManyKeysAndEachSubjectOnce) {
+  for (int i = 0; i < 20'000; ++i) {
+    AddPlain(absl::StrCat("key-", i), absl::StrCat("user-", i % 5'000));
+  }
+  const KeyRegistry& registry = Build();
+  EXPECT_EQ(registry.size(), 20'000u);
+  EXPECT_EQ(registry.subjects().size(), 5'000u);
+  for (int i = 0; i < 20'000; i += 997) {
+    const KeyEntry* entry = registry.Find(absl::StrCat("key-", i));
+    ASSERT_NE(entry, nullptr) << i;
+    EXPECT_EQ(entry->subject, absl::StrCat("user-", i % 5'000));
+  }
+  EXPECT_EQ(registry.DigestsOf("user-7").size(), 4u);
 }
 
 }  // namespace
