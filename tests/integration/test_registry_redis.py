@@ -118,5 +118,28 @@ class TwoInstances(unittest.TestCase):
         self.assertEqual((daily["quota"], daily["used"]), (1000, 6))
 
 
+class RedisDownAtStart(unittest.TestCase):
+    def test_keys_are_unavailable_not_unknown_until_the_registry_has_loaded(self):
+        redis = RedisServer()  # not started yet
+        self.addCleanup(redis.close)
+        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+        self.addCleanup(d.cleanup)
+        svc = harness.Service(redis_yaml(redis.port) + PLANS, d.name)
+        svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        status, headers, _ = svc.request("GET", "/v1/authorize", headers={"X-API-Key": "k"})
+        self.assertEqual(status, 503)
+        self.assertEqual(headers.get("retry-after"), "1")
+        status, _, body = svc.request("GET", "/readyz", admin=True)
+        self.assertEqual((status, json.loads(body)["registry"]), (200, "loading"))
+        redis.start()
+        deadline = time.monotonic() + 10
+        while svc.request("GET", "/v1/authorize", headers={"X-API-Key": "k"})[0] != 401:
+            self.assertLess(time.monotonic(), deadline, "the registry never loaded")
+            time.sleep(0.05)
+        status, _, body = svc.request("GET", "/readyz", admin=True)
+        self.assertNotIn("registry", json.loads(body))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -173,6 +173,13 @@ bool FromKey(const Frontend& fe, const registry::Index* index, std::string_view 
       *error = Unauthorized("API key expired", version);
       return false;
     }
+    if (!index->loaded()) {
+      // A shared registry still loading (Redis unreachable at start): the key may be in it.
+      *error = Problem(503, kBadRequest, "Service Unavailable",
+                       "the registry of API keys is still loading; retry shortly", version, true);
+      error->set(bhttp::field::retry_after, "1");
+      return false;
+    }
   }
   *error = Unauthorized("unknown API key", version);
   return false;
@@ -544,8 +551,17 @@ asio::awaitable<Response> AdminPlane::Ready(const Frontend& fe, const Request& r
   }
   StoreHealth& health = metrics_->store_health();
   health.Report(probed.ok(), StoreFailureOf(probed));
-  if (probed.ok()) co_return JsonResponse(200, R"({"status":"ready","store":"ok"})", version, true);
   const bool deny = fe.on_store_error == config::OnStoreError::kDeny;
+  if (options_.index != nullptr && !options_.index->loaded()) {
+    // Registry keys are answered 503 until it has loaded: like a failing store, unready under
+    // deny, ready (and saying so) under allow.
+    const Json body{{"status", deny ? "unready" : "ready"},
+                    {"store", probed.ok() ? "ok" : "failing"},
+                    {"registry", "loading"},
+                    {"on_store_error", deny ? "deny" : "allow"}};
+    co_return JsonResponse(deny ? 503 : 200, body.dump(), version, true);
+  }
+  if (probed.ok()) co_return JsonResponse(200, R"({"status":"ready","store":"ok"})", version, true);
   const Json body{{"status", deny ? "unready" : "ready"},
                   {"store", "failing"},
                   {"store_error", std::string(StoreFailureName(StoreFailureOf(probed)))},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -335,7 +336,8 @@ struct Index::State {
     std::unique_ptr<ShardData> data;
   };
 
-  std::mutex writer;  // writers are documented as serial; this makes it so
+  std::mutex writer;                // writers are documented as serial; this makes it so
+  std::atomic<bool> loaded{false};  // set by the first Replace
   CacheStripes stripes;
   mutable std::shared_mutex mu;
   std::unique_ptr<GlobalData> g;
@@ -474,6 +476,8 @@ size_t Index::CountOnPlan(std::string_view plan, size_t max,
   }
   return count;
 }
+
+bool Index::loaded() const { return state_->loaded.load(std::memory_order_acquire); }
 
 size_t Index::subject_count() const {
   std::shared_lock lock(state_->mu);
@@ -665,6 +669,7 @@ void Index::Replace(std::vector<Subject> subjects, std::vector<Key> keys) {
     old = std::exchange(state_->g, std::move(g));
   }
   // `old` and `old_shards` are freed here, after the locks.
+  state_->loaded.store(true, std::memory_order_release);
 }
 
 }  // namespace sluice::registry

@@ -59,6 +59,10 @@ class Index {
   // How many subjects are on `plan`; the ids of the first `max` of them (ascending) in `first`.
   size_t CountOnPlan(std::string_view plan, size_t max, std::vector<std::string>* first) const;
 
+  // True once a full load (Replace) has filled the index: before it, an unknown key may be one the
+  // durable registry has (a shared backend still loading), so it is not "unknown" yet.
+  [[nodiscard]] bool loaded() const;
+
   [[nodiscard]] size_t subject_count() const;
   [[nodiscard]] size_t key_count() const;
 
