@@ -44,27 +44,6 @@ constexpr int kReplayWaitSteps = 40;
 
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
-std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
-  size_t q = target.find('?');
-  if (q == std::string_view::npos) return {target, {}};
-  return {target.substr(0, q), target.substr(q + 1)};
-}
-
-std::optional<std::string> QueryParam(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    std::string value;
-    if (eq == std::string_view::npos) return value;
-    if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
-    return value;
-  }
-  return std::nullopt;
-}
-
 // True if the query string has a parameter named exactly `name` (with or without a value).
 bool HasParam(std::string_view query, std::string_view name) {
   while (!query.empty()) {
@@ -111,6 +90,12 @@ Response NotFoundProblem(std::string_view detail, unsigned version) {
 
 Response Conflict(std::string_view detail, std::string_view field, unsigned version) {
   return FieldProblem(409, "Conflict", detail, field, version);
+}
+
+Response ReadOnlyConfigSubject(unsigned version) {
+  return Conflict(
+      "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
+      version);
 }
 
 Response Unavailable(const absl::Status& s, unsigned version) {
@@ -299,11 +284,7 @@ asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Requ
   std::shared_lock plans_lock(plans_mu_);
   std::shared_ptr<const Frontend> current = frontend_ != nullptr ? frontend_->Get() : nullptr;
   const Frontend& now_fe = current != nullptr ? *current : fe;
-  if (now_fe.keys.FindSubject(id) != nullptr) {
-    co_return Conflict(
-        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
-        version);
-  }
+  if (now_fe.keys.FindSubject(id) != nullptr) co_return ReadOnlyConfigSubject(version);
   const Limiter& limiter = *now_fe.limiter;
   const absl::Time now = limiter.clock().Now();
   absl::StatusOr<registry::Subject> subject =
@@ -386,11 +367,7 @@ asio::awaitable<Response> RegistryApi::DeleteSubject(const Frontend& fe, const R
                                                      const std::string& id, const AdminToken& token,
                                                      const Peer& peer) {
   const unsigned version = req.version();
-  if (fe.keys.FindSubject(id) != nullptr) {
-    co_return Conflict(
-        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
-        version);
-  }
+  if (fe.keys.FindSubject(id) != nullptr) co_return ReadOnlyConfigSubject(version);
   registry::Change change{.kind = registry::Change::Kind::kDeleteSubject, .subject_id = id};
   absl::StatusOr<registry::ChangeResult> result =
       co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
@@ -478,11 +455,7 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
                                                  const std::string& id, const AdminToken& token,
                                                  const Peer& peer) {
   const unsigned version = req.version();
-  if (fe.keys.FindSubject(id) != nullptr) {
-    co_return Conflict(
-        "id: this subject is defined by the configuration file (keys:) and is read-only here", "id",
-        version);
-  }
+  if (fe.keys.FindSubject(id) != nullptr) co_return ReadOnlyConfigSubject(version);
   // The idempotency key: at most one, bounded, printable.
   std::string idempotency_key;
   {

@@ -31,29 +31,6 @@ constexpr std::string_view kBadRequest = "about:blank";
 
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
-// Splits a request target into its path and query.
-std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
-  size_t q = target.find('?');
-  if (q == std::string_view::npos) return {target, {}};
-  return {target.substr(0, q), target.substr(q + 1)};
-}
-
-// The decoded value of `name` in a query string, or nullopt.
-std::optional<std::string> QueryParam(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    std::string value;
-    if (eq == std::string_view::npos) return value;
-    if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
-    return value;
-  }
-  return std::nullopt;
-}
-
 Response BadRequest(std::string_view detail, unsigned version) {
   return Problem(400, kBadRequest, "Bad Request", detail, version, true);
 }
@@ -186,6 +163,27 @@ bool FromKey(const Frontend& fe, const registry::Index* index, std::string_view 
 }
 
 }  // namespace
+
+std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target) {
+  size_t q = target.find('?');
+  if (q == std::string_view::npos) return {target, {}};
+  return {target.substr(0, q), target.substr(q + 1)};
+}
+
+std::optional<std::string> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string value;
+    if (eq == std::string_view::npos) return value;
+    if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
+    return value;
+  }
+  return std::nullopt;
+}
 
 bool PercentDecode(std::string_view in, std::string* out) {
   out->clear();

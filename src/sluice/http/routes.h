@@ -10,7 +10,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/config/config.h"
@@ -177,6 +179,12 @@ class AdminPlane final : public RequestHandler {
 
 // The AdminToken for a plaintext token (its digest computed).
 [[nodiscard]] AdminToken MakeAdminToken(std::string name, std::string_view token, bool write);
+
+// Splits a request target into its path and query.
+[[nodiscard]] std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target);
+
+// The decoded value of `name` in a query string; nullopt when it is absent or badly encoded.
+[[nodiscard]] std::optional<std::string> QueryParam(std::string_view query, std::string_view name);
 
 // Decodes %XX escapes; nullopt-like failure is reported as false.
 [[nodiscard]] bool PercentDecode(std::string_view in, std::string* out);
