@@ -30,9 +30,12 @@ constexpr char kExitCodes[] =
     "  0   ok (serve: stopped cleanly after SIGTERM or SIGINT)\n"
     "  1   runtime failure: an address already in use, the snapshot held by another process,\n"
     "      a damaged snapshot, a failed final snapshot\n"
-    "  64  usage error: no or unknown command or option, a missing -c\n"
+    "  64  usage error: no or unknown command or option, no -c and no SLUICE_CONFIG\n"
     "  78  configuration error: the file cannot be read or is invalid (the message names the\n"
-    "      file and the key path)\n";
+    "      file and the key path), or an environment variable is (the message names it)\n"
+    "\n"
+    "Environment: SLUICE_CONFIG (the file when -c is not given), SLUICE_REDIS_URL,\n"
+    "SLUICE_REDIS_PASSWORD_FILE, SLUICE_ADMIN_TOKEN (docs/configuration.md)\n";
 
 // The first argument that is neither an option nor --log-level's value: the command; null if none.
 // CLI11 would call an unknown command "A subcommand is required", naming neither.
@@ -95,14 +98,18 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")->capture_default_str();
 
+  // -c wins over SLUICE_CONFIG; CLI11 reads the variable only when -c is absent and treats "" as
+  // unset, so with neither the error stays "--config is required".
+  constexpr char kConfigHelp[] =
+      "Configuration file (sluice.yaml); required unless SLUICE_CONFIG is set";
   std::string serve_config;
   CLI::App* serve = app.add_subcommand("serve", "Run the sluice service");
-  serve->add_option("-c,--config", serve_config, "Configuration file (sluice.yaml)")->required();
+  serve->add_option("-c,--config", serve_config, kConfigHelp)->required()->envname("SLUICE_CONFIG");
 
   std::string check_config;
   CLI::App* check = app.add_subcommand(
       "check-config", "Validate a configuration file; exit 0 if valid, 78 with the error if not");
-  check->add_option("-c,--config", check_config, "Configuration file (sluice.yaml)")->required();
+  check->add_option("-c,--config", check_config, kConfigHelp)->required()->envname("SLUICE_CONFIG");
 
   serve->footer(sluice::kExitCodes);
   check->footer(sluice::kExitCodes);

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import subprocess
 import unittest
 
 import harness
@@ -134,6 +135,85 @@ keys:
         self.assertEqual(result.returncode, 78)
         self.assertIn("keys[1]", result.stderr)
         self.assertNotIn("sk_live_very_secret", result.stderr)
+
+
+def run_with_env(*args, env, timeout=30):
+    """harness.run with `env` on top of this process's environment less its SLUICE_* variables."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    full_env.update(env)
+    return subprocess.run([harness.SLUICE_BIN, *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+class EnvironmentTest(unittest.TestCase):
+    """SLUICE_CONFIG, SLUICE_REDIS_URL and SLUICE_REDIS_PASSWORD_FILE (docs/configuration.md)."""
+
+    def setUp(self):
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+        self.path = harness.write_config(self.dir.name, VALID)
+
+    def test_sluice_config_stands_in_for_a_missing_c(self):
+        result = run_with_env("check-config", env={"SLUICE_CONFIG": self.path})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"{self.path}: OK", result.stdout)
+
+    def test_c_wins_over_sluice_config(self):
+        missing = os.path.join(self.dir.name, "nope.yaml")
+        result = run_with_env("check-config", "-c", self.path, env={"SLUICE_CONFIG": missing})
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_neither_c_nor_sluice_config_exits_64(self):
+        for env in ({}, {"SLUICE_CONFIG": ""}):
+            for command in ("serve", "check-config"):
+                result = run_with_env(command, env=env)
+                self.assertEqual(result.returncode, 64, (command, env))
+                self.assertIn("--config is required", result.stderr)
+
+    def test_help_names_sluice_config(self):
+        result = run_with_env("check-config", "--help", env={})
+        self.assertIn("SLUICE_CONFIG", result.stdout)
+
+    def test_invalid_redis_url_exits_78_naming_the_variable_not_the_url(self):
+        result = run_with_env("check-config", "-c", self.path,
+                             env={"SLUICE_REDIS_URL": "http://app:hunter2@10.0.0.1:6379"})
+        self.assertEqual(result.returncode, 78)
+        self.assertEqual(result.stderr.strip(),
+                         "SLUICE_REDIS_URL: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0")
+        self.assertNotIn("hunter2", result.stderr)
+
+    def test_valid_redis_url_is_accepted(self):
+        result = run_with_env("check-config", "-c", self.path,
+                             env={"SLUICE_REDIS_URL": "redis://10.0.0.1:6379/1"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_missing_password_file_exits_78_naming_variable_and_path(self):
+        missing = os.path.join(self.dir.name, "redis-password")
+        result = run_with_env("check-config", "-c", self.path,
+                             env={"SLUICE_REDIS_PASSWORD_FILE": missing})
+        self.assertEqual(result.returncode, 78)
+        self.assertEqual(result.stderr.strip(),
+                         f"SLUICE_REDIS_PASSWORD_FILE: {missing}: cannot open: No such file or directory")
+
+    def test_bad_password_file_never_shows_its_content(self):
+        path = os.path.join(self.dir.name, "redis-password")
+        with open(path, "w") as f:
+            f.write("hunter2-" + "x" * 5000)
+        for command in ("check-config", "serve"):
+            result = run_with_env(command, "-c", self.path,
+                                 env={"SLUICE_REDIS_PASSWORD_FILE": path})
+            self.assertEqual(result.returncode, 78, command)
+            self.assertIn(f"SLUICE_REDIS_PASSWORD_FILE: {path}: too large", result.stderr)
+            self.assertNotIn("hunter2", result.stderr)
+
+    def test_password_file_is_accepted(self):
+        path = os.path.join(self.dir.name, "redis-password")
+        with open(path, "w") as f:
+            f.write("hunter2\n")
+        result = run_with_env("check-config", "-c", self.path,
+                             env={"SLUICE_REDIS_PASSWORD_FILE": path})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("hunter2", result.stdout + result.stderr)
 
 
 class CommandLineTest(unittest.TestCase):

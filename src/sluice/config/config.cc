@@ -20,8 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <sstream>
 #include <string>
@@ -67,6 +69,10 @@ constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
 constexpr int64_t kMaxWindowCount = 1'000'000;
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
+
+// The variables ApplyEnvironment reads.
+constexpr char kRedisUrlVariable[] = "SLUICE_REDIS_URL";
+constexpr char kRedisPasswordFileVariable[] = "SLUICE_REDIS_PASSWORD_FILE";
 
 // What a configuration file may hold before yaml-cpp builds a tree of it: a hostile or mistaken
 // file (a device, a log, a deeply nested or alias-bomb document) is refused with a message instead
@@ -542,6 +548,18 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
   });
 }
 
+// The rules for store.redis.url and SLUICE_REDIS_URL (`source` names the one checked). The URL
+// is never quoted: it may carry a password.
+absl::Status CheckRedisUrl(absl::string_view source, absl::string_view url) {
+  if (absl::StartsWith(url, "rediss://")) {
+    return Error(source, "TLS (rediss://) is not supported yet");
+  }
+  if (!IsUrl(url, {"redis://"})) {
+    return Error(source, "must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseStore(const Field& field, StoreConfig& store) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"type", "memory", "redis"}, f));
@@ -565,12 +583,7 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
   SLUICE_RETURN_IF_ERROR(ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix"}, redis));
   const Field url = redis.Get("url");
   SLUICE_RETURN_IF_ERROR(ReadString(url, store.redis.url));
-  if (absl::StartsWith(store.redis.url, "rediss://")) {
-    return Error(url.path, "TLS (rediss://) is not supported yet");
-  }
-  if (!IsUrl(store.redis.url, {"redis://"})) {
-    return Error(url.path, "must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
-  }
+  SLUICE_RETURN_IF_ERROR(CheckRedisUrl(url.path, store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(redis.Get("timeout"), kMinRedisTimeout,
                                              kMaxRedisTimeout, store.redis.timeout));
   const Field prefix = redis.Get("key_prefix");
@@ -1028,16 +1041,66 @@ absl::string_view FileKind(mode_t mode) {
   return "not a plain file";
 }
 
-absl::Status CheckRegularFile(const struct stat& st) {
+// A bound on what ReadRegularFile reads, and how a message writes it ("16 MiB").
+struct FileLimit {
+  size_t bytes;
+  absl::string_view text;
+};
+constexpr FileLimit kConfigFileLimit{kMaxFileBytes, "16 MiB"};
+constexpr FileLimit kPasswordFileLimit{4096, "4 KiB"};
+
+absl::Status CheckRegularFile(const struct stat& st, FileLimit limit) {
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a regular file (", FileKind(st.st_mode), ")"));
   }
-  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+  if (static_cast<uint64_t>(st.st_size) > limit.bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("too large: ", st.st_size, " bytes (at most 16 MiB)"));
+        absl::StrCat("too large: ", st.st_size, " bytes (at most ", limit.text, ")"));
   }
   return absl::OkStatus();
+}
+
+// The whole of the regular file `path`, at most `limit.bytes`. Errors name neither the path nor
+// anything read: "cannot open: No such file or directory", "not a regular file (a FIFO)".
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, FileLimit limit) {
+  const auto failed = [](absl::string_view what, int error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", std::generic_category().message(error)));
+  };
+  // stat first: opening a FIFO would wait for a writer and opening a socket fails obscurely.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return failed("cannot open", errno);
+  SLUICE_RETURN_IF_ERROR(CheckRegularFile(st, limit));
+  // O_NONBLOCK in case the path was swapped for a FIFO since; fstat checks what was opened.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return failed("cannot open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) return failed("cannot read", errno);
+  SLUICE_RETURN_IF_ERROR(CheckRegularFile(st, limit));
+  // Read at most one byte past the bound: a file that grew since fstat is still refused.
+  std::string text;
+  text.resize(static_cast<size_t>(st.st_size) + 1);
+  size_t used = 0;
+  while (true) {
+    if (used == text.size()) {
+      if (text.size() > limit.bytes) break;
+      text.resize(std::min(text.size() * 2, limit.bytes + 1));
+    }
+    const ssize_t n = ::read(fd, text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed("cannot read", errno);
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  if (used > limit.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("too large: more than ", limit.text));
+  }
+  text.resize(used);
+  return text;
 }
 
 }  // namespace
@@ -1104,46 +1167,37 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
-  const auto failed = [&path](absl::string_view what, int error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", what, ": ", std::generic_category().message(error)));
-  };
-  const auto refused = [&path](const absl::Status& why) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", why.message()));
-  };
-  // stat first: opening a FIFO would wait for a writer and opening a socket fails obscurely.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return failed("cannot open", errno);
-  if (absl::Status s = CheckRegularFile(st); !s.ok()) return refused(s);
-  // O_NONBLOCK in case the path was swapped for a FIFO since; fstat checks what was opened.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return failed("cannot open", errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  if (::fstat(fd, &st) != 0) return failed("cannot read", errno);
-  if (absl::Status s = CheckRegularFile(st); !s.ok()) return refused(s);
-  // Read at most one byte past the bound: a file that grew since fstat is still refused.
-  std::string text;
-  text.resize(static_cast<size_t>(st.st_size) + 1);
-  size_t used = 0;
-  while (true) {
-    if (used == text.size()) {
-      if (text.size() > kMaxFileBytes) break;
-      text.resize(std::min(text.size() * 2, kMaxFileBytes + 1));
-    }
-    const ssize_t n = ::read(fd, text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return failed("cannot read", errno);
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kConfigFileLimit);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
   }
-  if (used > kMaxFileBytes) {
-    return refused(absl::InvalidArgumentError("too large: more than 16 MiB"));
+  absl::StatusOr<Config> cfg = ParseConfig(*text, path);
+  if (!cfg.ok()) return cfg.status();
+  SLUICE_RETURN_IF_ERROR(
+      ApplyEnvironment(*cfg, [](const char* name) { return std::getenv(name); }));
+  return cfg;
+}
+
+absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const char*)>& getenv) {
+  if (const char* url = getenv(kRedisUrlVariable); url != nullptr) {
+    SLUICE_RETURN_IF_ERROR(CheckRedisUrl(kRedisUrlVariable, url));
+    cfg.store.redis.url = url;
+    cfg.store.redis.url_source = kRedisUrlVariable;
   }
-  text.resize(used);
-  return ParseConfig(text, path);
+  if (const char* path = getenv(kRedisPasswordFileVariable); path != nullptr) {
+    // The path is safe to name; what the file holds is never quoted.
+    const auto refused = [path](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kRedisPasswordFileVariable, ": ", path, ": ", what));
+    };
+    absl::StatusOr<std::string> password = ReadRegularFile(path, kPasswordFileLimit);
+    if (!password.ok()) return refused(password.status().message());
+    // `echo secret > file` and systemd-creds both end the file with a newline.
+    if (absl::EndsWith(*password, "\n")) password->pop_back();
+    if (password->empty()) return refused("empty");
+    cfg.store.redis.password = std::move(*password);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Duration> ParseDuration(std::string_view std_text) {

@@ -8,6 +8,7 @@
 #define SLUICE_CONFIG_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,7 +59,12 @@ struct MemoryStoreConfig {
 };
 
 struct RedisStoreConfig {
-  std::string url = "redis://127.0.0.1:6379/0";
+  std::string url = "redis://127.0.0.1:6379/0";  // SLUICE_REDIS_URL replaces it
+  // What names `url` in errors: "store.redis.url", or "SLUICE_REDIS_URL" when that set it.
+  std::string url_source = "store.redis.url";
+  // The password AUTH sends instead of the URL's; "": the URL's. Set only from
+  // SLUICE_REDIS_PASSWORD_FILE, never from the file, and never in a message.
+  std::string password;
   absl::Duration timeout = absl::Milliseconds(20);
   std::string key_prefix = "sl";
 };
@@ -149,9 +155,25 @@ struct Config {
 // "sluice.yaml: plans.free.limits[1].window: bad window \"5x\" (want Ns, Nm, Nh, day or month)".
 [[nodiscard]] absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view source);
 
-// Reads `path` and parses it as ParseConfig does; Config::path is `path`. A missing or unreadable
-// file is also InvalidArgument, naming it: "<path>: cannot open: No such file or directory".
+// Reads `path` and parses it as ParseConfig does, then applies ApplyEnvironment with the process
+// environment; Config::path is `path`. A missing or unreadable file is also InvalidArgument, naming
+// it: "<path>: cannot open: No such file or directory". Every call reads the variables anew (a
+// SIGHUP reload sees the values the process has, which do not change) and re-reads
+// SLUICE_REDIS_PASSWORD_FILE's file.
 [[nodiscard]] absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// Overrides what differs per deployment or is secret with environment variables, read through
+// `getenv` (null: unset):
+//   SLUICE_REDIS_URL            replaces store.redis.url, validated by the same rules;
+//                               url_source becomes "SLUICE_REDIS_URL".
+//   SLUICE_REDIS_PASSWORD_FILE  store.redis.password is that file's content, one trailing newline
+//                               stripped; a regular file of at most 4 KiB, not empty.
+// A variable set to "" counts as set (an empty URL or path is an error, not a silent fallback to
+// the file). Errors are InvalidArgument naming the variable and never the URL or the password:
+// "SLUICE_REDIS_URL: must be a redis:// URL, ...", "SLUICE_REDIS_PASSWORD_FILE: <path>: empty".
+// On error `cfg` may have been changed in part.
+[[nodiscard]] absl::Status ApplyEnvironment(Config& cfg,
+                                            const std::function<const char*(const char*)>& getenv);
 
 // Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
 [[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -1028,6 +1029,155 @@ TEST_F(ConfigFileTest, SymlinkToARegularFileIsFollowed) {
   const std::string link = PathOf("link.yaml");
   ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
   EXPECT_EQ(ErrorOf(link), "OK");
+}
+
+// ------------------------------------------------------------------------------------------
+// Environment variables (ApplyEnvironment), read through a fake getenv.
+
+class EnvironmentTest : public ConfigFileTest {
+ protected:
+  static constexpr char kPassword[] = "s3cret-Pa55word";
+
+  // kPlans with the environment `env_`; the error message, or "OK".
+  std::string Apply() {
+    absl::StatusOr<Config> parsed = ParseConfig(kPlans, "test.yaml");
+    if (!parsed.ok()) return std::string(parsed.status().message());
+    cfg_ = *std::move(parsed);
+    const absl::Status s = ApplyEnvironment(cfg_, [this](const char* name) -> const char* {
+      auto it = env_.find(name);
+      return it == env_.end() ? nullptr : it->second.c_str();
+    });
+    return s.ok() ? "OK" : std::string(s.message());
+  }
+  // A file named `name` holding `content`; its path.
+  std::string WriteFile(const std::string& name, const std::string& content) {
+    const std::string path = PathOf(name);
+    std::ofstream(path) << content;
+    return path;
+  }
+
+  std::map<std::string, std::string> env_;
+  Config cfg_;
+};
+
+TEST_F(EnvironmentTest, NoVariablesLeaveTheFileAsItIs) {
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.url, "redis://127.0.0.1:6379/0");
+  EXPECT_EQ(cfg_.store.redis.url_source, "store.redis.url");
+  EXPECT_EQ(cfg_.store.redis.password, "");
+}
+
+TEST_F(EnvironmentTest, RedisUrlReplacesTheFilesUrl) {
+  env_["SLUICE_REDIS_URL"] = "redis://10.1.2.3:6380/4";
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.url, "redis://10.1.2.3:6380/4");
+  EXPECT_EQ(cfg_.store.redis.url_source, "SLUICE_REDIS_URL");
+}
+
+TEST_F(EnvironmentTest, RedisUrlIsValidatedLikeTheFilesAndNamesTheVariable) {
+  env_["SLUICE_REDIS_URL"] = absl::StrCat("http://user:", kPassword, "@host");
+  EXPECT_EQ(Apply(), "SLUICE_REDIS_URL: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  env_["SLUICE_REDIS_URL"] = absl::StrCat("rediss://:", kPassword, "@host");
+  EXPECT_EQ(Apply(), "SLUICE_REDIS_URL: TLS (rediss://) is not supported yet");
+  env_["SLUICE_REDIS_URL"] = "redis://";
+  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// URL"));
+}
+
+TEST_F(EnvironmentTest, EmptyRedisUrlIsAnErrorNotTheFilesUrl) {
+  env_["SLUICE_REDIS_URL"] = "";
+  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// URL"));
+}
+
+TEST_F(EnvironmentTest, PasswordFileSetsThePasswordWithoutItsTrailingNewline) {
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("pw", absl::StrCat(kPassword, "\n"));
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.password, kPassword);
+}
+
+TEST_F(EnvironmentTest, OnlyOneTrailingNewlineIsStripped) {
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("pw", absl::StrCat(kPassword, "\n\n"));
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.password, absl::StrCat(kPassword, "\n"));
+}
+
+TEST_F(EnvironmentTest, PasswordFileWithoutNewlineIsTakenWhole) {
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("pw", kPassword);
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.password, kPassword);
+}
+
+TEST_F(EnvironmentTest, UrlAndPasswordFileCombine) {
+  env_["SLUICE_REDIS_URL"] = "redis://app:old-password@10.0.0.9:6379/0";
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("pw", kPassword);
+  EXPECT_EQ(Apply(), "OK");
+  EXPECT_EQ(cfg_.store.redis.url, "redis://app:old-password@10.0.0.9:6379/0");
+  EXPECT_EQ(cfg_.store.redis.password, kPassword);  // used instead of the URL's
+}
+
+TEST_F(EnvironmentTest, MissingPasswordFileNamesTheVariableAndThePath) {
+  const std::string path = PathOf("nope");
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
+  EXPECT_EQ(Apply(), absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path,
+                                  ": cannot open: No such file or directory"));
+}
+
+TEST_F(EnvironmentTest, EmptyPasswordFileIsAnError) {
+  const std::string path = WriteFile("pw", "");
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
+  EXPECT_EQ(Apply(), absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path, ": empty"));
+}
+
+TEST_F(EnvironmentTest, PasswordFileOfOnlyANewlineIsEmpty) {
+  const std::string path = WriteFile("pw", "\n");
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
+  EXPECT_EQ(Apply(), absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path, ": empty"));
+}
+
+TEST_F(EnvironmentTest, EmptyPasswordFileVariableIsAnError) {
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = "";
+  EXPECT_EQ(Apply(), "SLUICE_REDIS_PASSWORD_FILE: : cannot open: No such file or directory");
+}
+
+TEST_F(EnvironmentTest, PasswordFileOver4KiBIsRefusedWithoutQuotingIt) {
+  const std::string path = WriteFile("pw", std::string(4097, 'x'));
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
+  EXPECT_EQ(Apply(), absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path,
+                                  ": too large: 4097 bytes (at most 4 KiB)"));
+  WriteFile("pw", std::string(4096, 'x'));
+  EXPECT_EQ(Apply(), "OK");
+}
+
+TEST_F(EnvironmentTest, PasswordFileThatIsADirectoryIsRefused) {
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = dir_;
+  EXPECT_EQ(Apply(), absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", dir_,
+                                  ": not a regular file (a directory)"));
+}
+
+TEST_F(EnvironmentTest, UnreadablePasswordFileNamesThePathNotTheContent) {
+  const std::string path = WriteFile("pw", kPassword);
+  ASSERT_EQ(::chmod(path.c_str(), 0), 0);
+  if (::access(path.c_str(), R_OK) == 0) GTEST_SKIP() << "running as root: mode 0 is readable";
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
+  EXPECT_EQ(Apply(),
+            absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path, ": cannot open: Permission denied"));
+}
+
+TEST_F(EnvironmentTest, NoMessageContainsThePassword) {
+  const std::string url_with_password = absl::StrCat("http://app:", kPassword, "@h");
+  for (const std::string& url : {url_with_password, absl::StrCat("rediss://:", kPassword, "@h")}) {
+    env_.clear();
+    env_["SLUICE_REDIS_URL"] = url;
+    EXPECT_THAT(Apply(), Not(HasSubstr(kPassword))) << url;
+  }
+  env_.clear();
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("pw", std::string(5000, 'p') + kPassword);
+  EXPECT_THAT(Apply(), AllOf(HasSubstr("too large"), Not(HasSubstr(kPassword))));
+}
+
+TEST_F(EnvironmentTest, UrlErrorComesBeforeThePasswordFileIsRead) {
+  env_["SLUICE_REDIS_URL"] = "http://x";
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = PathOf("nope");
+  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL"));
 }
 
 }  // namespace
