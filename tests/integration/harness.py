@@ -26,11 +26,11 @@ class Server:
     A reader thread collects stderr lines as they arrive, so waiting never depends on pipe
     buffering (select() on a buffered text pipe misses lines already read ahead)."""
 
-    def __init__(self, config_path, *extra, preexec_fn=None):
+    def __init__(self, config_path, *extra, preexec_fn=None, env=None):
         import threading
         self.proc = subprocess.Popen([SLUICE_BIN, "serve", "-c", config_path, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=preexec_fn)
+                                     preexec_fn=preexec_fn, env=env)
         self.lines = []
         self._cond = threading.Condition()
         self._eof = False

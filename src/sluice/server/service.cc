@@ -1,9 +1,15 @@
 #include "sluice/server/service.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -24,6 +30,7 @@
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
 #include "sluice/common/log.h"
+#include "sluice/common/strings.h"
 #include "sluice/config/config.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
@@ -35,6 +42,7 @@
 #include "sluice/server/alert_delivery.h"
 #include "sluice/server/config_check.h"
 #include "sluice/server/cpus.h"
+#include "sluice/server/notify.h"
 #include "sluice/store/memory/maintainer.h"
 #include "sluice/store/memory/memory_store.h"
 #include "sluice/store/memory/snapshot.h"
@@ -72,6 +80,52 @@ struct LimiterContext {
   const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
 };
 
+// An admin token longer than this in SLUICE_ADMIN_TOKEN_FILE is a wrong file, not a token.
+constexpr size_t kMaxAdminTokenFileBytes = 4096;
+
+// The token in the file SLUICE_ADMIN_TOKEN_FILE names (systemd's LoadCredential= puts it at
+// $CREDENTIALS_DIRECTORY/<name>), one trailing newline stripped, checked like server.admin_token.
+// Errors name the variable and the path, never the contents.
+absl::StatusOr<std::string> ReadAdminTokenFile(const std::string& path) {
+  const auto failed = [&path](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SLUICE_ADMIN_TOKEN_FILE: ", path, ": ", what));
+  };
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return failed(absl::StrCat("cannot open: ", std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return failed("not a regular file");
+  }
+  std::string token(kMaxAdminTokenFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < token.size()) {
+    const ssize_t n = read(fd, token.data() + got, token.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return failed(absl::StrCat("cannot read: ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got > kMaxAdminTokenFileBytes) {
+    return failed(absl::StrCat("larger than ", kMaxAdminTokenFileBytes, " bytes"));
+  }
+  token.resize(got);
+  if (!token.empty() && token.back() == '\n') token.pop_back();
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) return failed("empty");
+  for (const char c : token) {
+    if (c <= ' ' || c > '~') return failed("must be printable ASCII without spaces");
+  }
+  return token;
+}
+
 // Everything a reload may change, built from a validated config.
 absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config::Config& cfg,
                                                                     const LimiterContext& lc) {
@@ -86,9 +140,18 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   auto fe = std::make_shared<http::Frontend>();
   fe->server = cfg.server;
   fe->on_store_error = cfg.on_store_error;
+  // The file's token, else SLUICE_ADMIN_TOKEN, else the file SLUICE_ADMIN_TOKEN_FILE names (read
+  // again at each reload, so a rotated credential takes effect with SIGHUP).
   std::string admin_token = cfg.server.admin_token;
   if (admin_token.empty()) {
     if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) admin_token = env;
+  }
+  if (admin_token.empty()) {
+    if (const char* file = std::getenv("SLUICE_ADMIN_TOKEN_FILE"); file != nullptr && *file) {
+      absl::StatusOr<std::string> token = ReadAdminTokenFile(file);
+      if (!token.ok()) return token.status();
+      admin_token = *std::move(token);
+    }
   }
   // The single token of earlier versions is the read-write token "admin".
   if (!admin_token.empty()) {
@@ -275,6 +338,9 @@ int Serve(const std::string& config_path) {
   sigaddset(&handled, SIGINT);
   sigaddset(&handled, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  // Under systemd (Type=notify): READY=1 once serving, RELOADING=1 and READY=1 around a reload,
+  // STOPPING=1, WATCHDOG=1 while the event loops turn. Outside systemd it does nothing.
+  const Notifier notifier;
 
   config::Config cfg;
   SystemClock clock;
@@ -604,7 +670,9 @@ int Serve(const std::string& config_path) {
     });
   }
 
-  if (use_redis && !redis_answered.WaitForNotificationWithTimeout(kRedisStartWait)) {
+  const bool redis_late =
+      use_redis && !redis_answered.WaitForNotificationWithTimeout(kRedisStartWait);
+  if (redis_late) {
     Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does")
         .Str("url_host", redis_options.host)
         .Int("url_port", redis_options.port);
@@ -648,6 +716,8 @@ int Serve(const std::string& config_path) {
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
+          // systemd shows the unit as reloading until READY=1 below, whatever the outcome.
+          notifier.Reloading();
           config::Config next;
           // No subject is written while the new plans are checked against the registry and
           // swapped in (a write in flight finishes first).
@@ -657,6 +727,8 @@ int Serve(const std::string& config_path) {
           if (!fe.ok()) {
             Log(LogLevel::kError, "reload refused; keeping the running configuration")
                 .Error(fe.status());
+            notifier.Ready(absl::StrCat("reload refused; keeping the running configuration: ",
+                                        fe.status().message()));
           } else {
             WarnAboutRestartOnlyChanges(cfg, next);
             shutdown_delay = next.server.shutdown_delay;
@@ -670,6 +742,7 @@ int Serve(const std::string& config_path) {
                 .Str("config", config_path)
                 .Int("plans", static_cast<int64_t>(next.plans.size()))
                 .Int("keys", static_cast<int64_t>(next.keys.size()));
+            notifier.Ready("serving; configuration reloaded");
           }
           signals.async_wait(on_signal);
           return;
@@ -685,7 +758,9 @@ int Serve(const std::string& config_path) {
           poll_drain();
         };
         const std::string_view name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-        if (stopping.exchange(true) || sig == SIGINT || shutdown_delay <= absl::ZeroDuration()) {
+        const bool again = stopping.exchange(true);
+        if (!again) notifier.Stopping(absl::StrCat("stopping on ", ToAbsl(name)));
+        if (again || sig == SIGINT || shutdown_delay <= absl::ZeroDuration()) {
           // SIGINT, a second signal or no delay: stop now.
           Log(LogLevel::kInfo, "stopping").Str("signal", name);
           drain();
@@ -703,6 +778,30 @@ int Serve(const std::string& config_path) {
       };
   signals.async_wait(on_signal);
 
+  // WATCHDOG=1 at half of WatchdogSec=, but only while every event loop turns: a loop blocked by a
+  // handler then gets the process restarted (so does this control loop blocked, e.g. by a reload
+  // that hangs).
+  asio::steady_timer watchdog_timer(control);
+  bool loops_were_turning = true;
+  std::function<void()> pet_watchdog;
+  if (const std::optional<std::chrono::microseconds> interval = notifier.watchdog_interval()) {
+    const auto period =
+        std::max<std::chrono::microseconds>(*interval / 2, std::chrono::milliseconds(1));
+    pet_watchdog = [&, period] {
+      const bool turning = loop_heartbeats.AllTurning();
+      if (turning) {
+        notifier.Watchdog();
+      } else if (loops_were_turning) {
+        Log(LogLevel::kError, "an event loop is stuck; no more watchdog pings to systemd");
+      }
+      loops_were_turning = turning;
+      watchdog_timer.expires_after(period);
+      watchdog_timer.async_wait([&](const boost::system::error_code& ec) {
+        if (!ec) pet_watchdog();
+      });
+    };
+  }
+
   Log(LogLevel::kInfo, "sluice started")
       .Str("version", SLUICE_VERSION)
       .Str("config", config_path)
@@ -712,6 +811,10 @@ int Serve(const std::string& config_path) {
       .Str("admin_listen", cfg.server.admin_listen)
       .Int("admin_port", admin_server.port())
       .Int("threads", threads);
+  // Both planes listen and the wait for Redis has ended (answered, or serving degraded).
+  notifier.Ready(redis_late ? "serving; Redis has not answered yet (deciding per on_store_error)"
+                            : "serving");
+  if (pet_watchdog) pet_watchdog();
   pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
   control.run();
 
