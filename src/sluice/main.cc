@@ -35,7 +35,8 @@ constexpr char kExitCodes[] =
     "      file and the key path), or an environment variable is (the message names it)\n"
     "\n"
     "Environment: SLUICE_CONFIG (the file when -c is not given), SLUICE_REDIS_URL,\n"
-    "SLUICE_REDIS_PASSWORD_FILE, SLUICE_ADMIN_TOKEN (docs/configuration.md)\n";
+    "SLUICE_REDIS_PASSWORD_FILE, SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_TOKEN_FILE "
+    "(docs/configuration.md)\n";
 
 // The first argument that is neither an option nor --log-level's value: the command; null if none.
 // CLI11 would call an unknown command "A subcommand is required", naming neither.

@@ -53,9 +53,9 @@ absl::Status CheckRedisUrl(const config::Config& cfg) {
       colon == std::string_view::npos ? std::string_view() : userinfo.substr(colon + 1);
   if ((!userinfo.empty() && message.find(userinfo) != std::string_view::npos) ||
       (password.size() >= 3 && message.find(password) != std::string_view::npos)) {
-    return Refuse(cfg, "store.redis.url", "bad redis URL");
+    return Refuse(cfg, cfg.store.redis.url_source, "bad redis URL");
   }
-  return Refuse(cfg, "store.redis.url", message);
+  return Refuse(cfg, cfg.store.redis.url_source, message);
 }
 
 // A v4-mapped IPv6 address as the IPv4 one: [::ffff:127.0.0.1] and 127.0.0.1 are one address.

@@ -240,7 +240,8 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.server.admin_max_connections != after.server.admin_max_connections) {
     warn("server.admin_max_connections");
   }
-  if (before.store.type != after.store.type ||
+  if (before.store.type != after.store.type || before.store.redis.url != after.store.redis.url ||
+      before.store.redis.password != after.store.redis.password ||
       before.store.memory.snapshot_path != after.store.memory.snapshot_path ||
       before.store.memory.snapshot_interval != after.store.memory.snapshot_interval) {
     warn("store");
@@ -368,6 +369,8 @@ int Serve(const std::string& config_path) {
       return config::kExitConfigError;
     }
     redis_options = *parsed;
+    // SLUICE_REDIS_PASSWORD_FILE replaces the URL's password.
+    if (!peek->store.redis.password.empty()) redis_options.password = peek->store.redis.password;
     redis_options.command_timeout = absl::ToChronoMilliseconds(peek->store.redis.timeout);
   }
   // Each io_context thread talks to Redis over its own connection.
