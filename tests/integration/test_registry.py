@@ -353,6 +353,13 @@ class DurabilityAndAudit(RegistryTestCase):
         line = self.svc.server.wait_for_line("reload refused")
         self.assertIn("acme", line)
         self.assertEqual(self.svc.check({"subject": "acme"})[2]["plan"], "pro")
+        status, _, body = self.svc.request(
+            "GET", "/metrics", admin=True,
+            headers={"Authorization": f"Bearer {self.svc.admin_token}"})
+        text = body.decode()
+        self.assertIn('sluice_config_reloads_total{result="refused"} 1', text)
+        self.assertIn("sluice_config_last_reload_successful 0", text)
+        self.assertIn("process_open_fds ", text)
 
 
 if __name__ == "__main__":

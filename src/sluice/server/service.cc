@@ -37,6 +37,7 @@
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
+#include "sluice/metrics/process.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/sqlite_backend.h"
 #include "sluice/server/alert_delivery.h"
@@ -527,8 +528,8 @@ int Serve(const std::string& config_path) {
         return static_cast<double>(use_redis ? redis_store.events_refused()
                                              : memory_store.outbox().refused());
       });
-  registry.AddCallbackGauge(
-      "sluice_snapshot_failures", "Snapshot saves that failed since start.",
+  registry.AddCallbackCounter(
+      "sluice_snapshot_failures_total", "Snapshot saves that failed since start.",
       [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
   registry.AddCallbackCounter(
       "sluice_redis_late_admissions_total",
@@ -567,6 +568,13 @@ int Serve(const std::string& config_path) {
       [redis_registry] {
         return redis_registry == nullptr ? 0.0 : static_cast<double>(redis_registry->full_loads());
       });
+  metrics::RegisterProcessMetrics(registry, absl::ToUnixMillis(clock.Now()) / 1000.0);
+  metrics::CounterFamily& reloads = registry.AddCounterFamily(
+      "sluice_config_reloads_total", "SIGHUP reloads, by result (ok or refused).", {"result"});
+  metrics::Gauge& last_reload_ok = registry.AddGauge(
+      "sluice_config_last_reload_successful",
+      "1 if the latest reload was applied (or none was tried), 0 if it was refused.");
+  last_reload_ok.Set(1);
   registry.AddGaugeFamily("sluice_build_info", "Build information.", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
@@ -730,6 +738,8 @@ int Serve(const std::string& config_path) {
           if (!fe.ok()) {
             Log(LogLevel::kError, "reload refused; keeping the running configuration")
                 .Error(fe.status());
+            reloads.WithLabels({"refused"}).Inc();
+            last_reload_ok.Set(0);
             notifier.Ready(absl::StrCat("reload refused; keeping the running configuration: ",
                                         fe.status().message()));
           } else {
@@ -741,6 +751,8 @@ int Serve(const std::string& config_path) {
             // not finish stays in the outbox for the new dispatcher.
             alert_delivery.reset();
             alert_delivery = std::make_unique<AlertDelivery>(next, alert_context);
+            reloads.WithLabels({"ok"}).Inc();
+            last_reload_ok.Set(1);
             Log(LogLevel::kInfo, "configuration reloaded")
                 .Str("config", config_path)
                 .Int("plans", static_cast<int64_t>(next.plans.size()))
