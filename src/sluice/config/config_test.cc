@@ -25,6 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 // The smallest valid configuration: one plan with one limit.
 constexpr char kPlans[] = R"(
@@ -1153,13 +1154,13 @@ TEST_F(EnvironmentTest, PasswordFileThatIsADirectoryIsRefused) {
                                   ": not a regular file (a directory)"));
 }
 
-TEST_F(EnvironmentTest, UnreadablePasswordFileNamesThePathNotTheContent) {
-  const std::string path = WriteFile("pw", kPassword);
-  ASSERT_EQ(::chmod(path.c_str(), 0), 0);
-  if (::access(path.c_str(), R_OK) == 0) GTEST_SKIP() << "running as root: mode 0 is readable";
+TEST_F(EnvironmentTest, UnopenablePasswordFileNamesThePathNotTheContent) {
+  // Under a regular file, so that opening fails for root too (a mode of 0 would not stop root).
+  const std::string path = WriteFile("pw", kPassword) + "/inner";
   env_["SLUICE_REDIS_PASSWORD_FILE"] = path;
-  EXPECT_EQ(Apply(),
-            absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path, ": cannot open: Permission denied"));
+  const std::string message = Apply();
+  EXPECT_THAT(message, StartsWith(absl::StrCat("SLUICE_REDIS_PASSWORD_FILE: ", path, ": ")));
+  EXPECT_THAT(message, Not(HasSubstr(kPassword)));
 }
 
 TEST_F(EnvironmentTest, NoMessageContainsThePassword) {
