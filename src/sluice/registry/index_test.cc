@@ -353,9 +353,12 @@ TEST(IndexConcurrencyTest, ReadersSeeWholeRecordsWhileAWriterWrites) {
   }
   std::atomic<bool> stop{false};
   std::atomic<int64_t> seen{0};
+  std::atomic<int> started{0};  // readers in their first pass (which always runs whole)
   auto reader = [&] {
     int64_t n = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
+    for (bool first = true; first || !stop.load(std::memory_order_relaxed); first = false) {
+      if (first)
+        started.fetch_add(1);  // (a failed assertion below cannot leave the writer waiting)
       for (int i = 0; i < kSubjects; ++i) {
         const Index::KeyLookup found = index.FindByDigest(DigestOf(absl::StrCat("sk_", i)), kT0);
         if (found.state != Index::KeyState::kValid) continue;  // revoked for a moment
@@ -373,6 +376,8 @@ TEST(IndexConcurrencyTest, ReadersSeeWholeRecordsWhileAWriterWrites) {
   };
   std::vector<std::thread> readers;
   for (int r = 0; r < 3; ++r) readers.emplace_back(reader);
+  // The writes start once every reader is reading, so they overlap however fast the writer is.
+  while (started.load() < 3) std::this_thread::yield();
   for (int v = 1; v < 300; ++v) {
     const int i = v % kSubjects;
     index.PutSubject(version(i, v));
