@@ -74,15 +74,31 @@ install(FILES "${PROJECT_SOURCE_DIR}/README.md" ${SLUICE_DOCS} "${PROJECT_SOURCE
         DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT sluice)
 install(FILES "${PROJECT_SOURCE_DIR}/examples/sluice.yaml"
         DESTINATION "${CMAKE_INSTALL_DOCDIR}/examples" COMPONENT sluice)
-install(FILES "${SLUICE_PACKAGING_DIR}/debian/lintian-overrides"
-        DESTINATION "${CMAKE_INSTALL_DATADIR}/lintian/overrides" RENAME sluice COMPONENT sluice)
-install(FILES "${SLUICE_PACKAGING_DIR}/debian/copyright"
-              "${SLUICE_PACKAGING_BINARY_DIR}/changelog.Debian.gz"
-        DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT sluice)
+
+# Every package carries /usr/share/doc/<package>/copyright and changelog.Debian.gz, and its own
+# lintian overrides. libsluice-dev gets them only when the libraries' install rules made the
+# component dev: these files alone are no package.
+get_cmake_property(sluice_components COMPONENTS)
+set(sluice_packages sluice)
+if("dev" IN_LIST sluice_components)
+  list(APPEND sluice_packages libsluice-dev)
+endif()
+foreach(package IN LISTS sluice_packages)
+  if(package STREQUAL "sluice")
+    set(component sluice)
+  else()
+    set(component dev)
+  endif()
+  install(FILES "${SLUICE_PACKAGING_DIR}/debian/copyright"
+                "${SLUICE_PACKAGING_BINARY_DIR}/changelog.Debian.gz"
+          DESTINATION "${CMAKE_INSTALL_DATAROOTDIR}/doc/${package}" COMPONENT ${component})
+  install(FILES "${SLUICE_PACKAGING_DIR}/debian/${package}.lintian-overrides"
+          DESTINATION "${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides" RENAME ${package}
+          COMPONENT ${component})
+endforeach()
 
 # --- CPack ---------------------------------------------------------------------------------------
 
-get_cmake_property(sluice_components COMPONENTS)
 set(CPACK_COMPONENTS_ALL "")
 foreach(component IN LISTS sluice_components)
   if(component STREQUAL "sluice" OR component STREQUAL "dev")
