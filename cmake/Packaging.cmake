@@ -168,7 +168,8 @@ pkg-config file.")
 set(CPACK_SLUICE_CHANGELOG "${SLUICE_PACKAGING_DIR}/debian/changelog")
 set(CPACK_SLUICE_DEB_VERSION "${PROJECT_VERSION}-${SLUICE_DEB_REVISION}")
 file(CONFIGURE OUTPUT "${SLUICE_PACKAGING_BINARY_DIR}/pre-package.cmake" @ONLY CONTENT [=[
-file(STRINGS "${CPACK_SLUICE_CHANGELOG}" first_entry LIMIT_COUNT 1)
+file(READ "${CPACK_SLUICE_CHANGELOG}" first_entry LIMIT 200)
+string(REGEX MATCH "^[^\n]*" first_entry "${first_entry}")
 string(FIND "${first_entry}" "sluice (${CPACK_SLUICE_DEB_VERSION}) " at)
 if(NOT at EQUAL 0)
   message(FATAL_ERROR "packaging/debian/changelog begins with \"${first_entry}\": add an entry "
