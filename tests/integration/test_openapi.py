@@ -352,7 +352,7 @@ class DataPlaneTest(LiveTestCase):
 
     def test_wrong_method_and_unknown_path(self):
         self.assertEqual(self.data("GET", "/v1/check", "/v1/check")[0], 405)
-        self.assertEqual(self.data("DELETE", "/v1/authorize", "/v1/authorize")[0], 405)
+        self.assertEqual(self.data("TRACE", "/v1/authorize", "/v1/authorize")[0], 405)
         self.assertEqual(self.data("GET", "/v2/nothing", None)[0], 404)
         self.assertEqual(self.data("GET", "/metrics", None)[0], 404)  # an admin path
 

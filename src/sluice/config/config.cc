@@ -42,6 +42,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
@@ -489,13 +490,62 @@ absl::Status ParseAdminTokens(const Field& field, std::vector<AdminTokenConfig>&
   });
 }
 
+// True if `path` is `ancestor` or lies below it, segment-wise ("/v1" is above "/v1/check", not
+// above "/v1x").
+bool SameOrBelow(absl::string_view path, absl::string_view ancestor) {
+  return path == ancestor || (absl::StartsWith(path, ancestor) && path.size() > ancestor.size() &&
+                              path[ancestor.size()] == '/');
+}
+
+// server.authorize_prefix: the gateway route is this path and everything below it, so it must be
+// a plain path that cannot be read two ways (no query, no escapes, no dot segments, no empty
+// segment and so no trailing slash) and must not swallow or sit under another data-plane route.
+absl::Status ReadAuthorizePrefix(const Field& field, std::string& prefix) {
+  SLUICE_RETURN_IF_ERROR(ReadString(field, prefix));
+  if (prefix.empty() || prefix.front() != '/') {
+    return Error(field.path, absl::StrCat("must start with /, got ", Quote(prefix)));
+  }
+  if (prefix.size() > kMaxAuthorizePrefixLength) {
+    return Error(field.path, absl::StrCat("must be at most ", kMaxAuthorizePrefixLength,
+                                          " characters, got ", prefix.size()));
+  }
+  if (prefix.find('?') != std::string::npos || prefix.find('#') != std::string::npos) {
+    return Error(field.path,
+                 absl::StrCat("must be a path without a query or fragment, got ", Quote(prefix)));
+  }
+  for (absl::string_view segment : absl::StrSplit(absl::string_view(prefix).substr(1), '/')) {
+    if (segment.empty()) {
+      return Error(field.path, absl::StrCat("must not end in / or hold an empty segment (//), got ",
+                                            Quote(prefix)));
+    }
+    if (segment == "." || segment == "..") {
+      return Error(field.path,
+                   absl::StrCat("must not hold a . or .. segment, got ", Quote(prefix)));
+    }
+    for (const char c : segment) {
+      if (!IsNameChar(c) && c != '~') {
+        return Error(field.path, absl::StrCat("bad path ", Quote(prefix),
+                                              " (want segments of A-Z a-z 0-9 _ . - ~)"));
+      }
+    }
+  }
+  for (const std::string_view route : kDataPlaneRoutes) {
+    const absl::string_view other(route.data(), route.size());
+    if (SameOrBelow(prefix, other) || SameOrBelow(other, prefix)) {
+      return Error(field.path, absl::StrCat(Quote(prefix), " overlaps the data plane route ", other,
+                                            " (pick a path beside it)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(
       ReadFields(field,
                  {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
                   "deny_status", "anonymous_plan", "trusted_proxies", "max_connections",
-                  "admin_max_connections", "shutdown_delay", "admin_tokens"},
+                  "admin_max_connections", "shutdown_delay", "admin_tokens", "authorize_prefix"},
                  f));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
@@ -516,6 +566,7 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
                                            "!#$%&'*+-.^_`|~)"));
   }
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("deny_status"), 400, 499, server.deny_status));
+  SLUICE_RETURN_IF_ERROR(ReadAuthorizePrefix(f.Get("authorize_prefix"), server.authorize_prefix));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("max_connections"), 1, 1'000'000, server.max_connections));
   SLUICE_RETURN_IF_ERROR(
       ReadInt(f.Get("admin_max_connections"), 1, 1'000'000, server.admin_max_connections));

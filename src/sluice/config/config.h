@@ -7,6 +7,7 @@
 #ifndef SLUICE_CONFIG_CONFIG_H_
 #define SLUICE_CONFIG_CONFIG_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,7 +38,11 @@ struct ServerConfig {
   std::vector<AdminTokenConfig> admin_tokens;
   int threads = 0;  // 0: one per core
   std::string api_key_header = "X-API-Key";
-  int deny_status = 429;                     // any 4xx; 403 for nginx auth_request
+  int deny_status = 429;  // any 4xx; 403 for nginx auth_request
+  // The gateway route: this path and every path below it ("<prefix>/..."), any of the methods
+  // in docs/http.md. Validated: "/" and segments of [A-Za-z0-9._~-], none empty, "." or "..",
+  // at most kMaxAuthorizePrefixLength, and clear of the data plane's other routes.
+  std::string authorize_prefix = "/v1/authorize";
   std::string anonymous_plan;                // "" : requests without a key get 401
   std::vector<std::string> trusted_proxies;  // CIDRs, validated (IPv4 or IPv6)
   // Open connections each plane accepts; one more is closed at once (1-1,000,000).
@@ -47,6 +52,12 @@ struct ServerConfig {
   // balancer stops sending before the listener closes (0s-10m).
   absl::Duration shutdown_delay = absl::Seconds(5);
 };
+
+inline constexpr size_t kMaxAuthorizePrefixLength = 128;
+
+// The data plane's routes other than server.authorize_prefix's (http/routes.cc serves them); the
+// prefix may be none of them, nor lie above or below one.
+inline constexpr std::string_view kDataPlaneRoutes[] = {"/v1/check"};
 
 enum class StoreType { kMemory, kRedis };
 

@@ -47,6 +47,7 @@ server:
   threads: 4
   api_key_header: X-Key
   deny_status: 403
+  authorize_prefix: /authz
   anonymous_plan: anon
   trusted_proxies: [10.0.0.0/8, "fd00::/8", 192.168.1.1]
 store:
@@ -116,6 +117,7 @@ TEST_F(ConfigTest, FullConfigParsesEveryField) {
   EXPECT_EQ(server.threads, 4);
   EXPECT_EQ(server.api_key_header, "X-Key");
   EXPECT_EQ(server.deny_status, 403);
+  EXPECT_EQ(server.authorize_prefix, "/authz");
   EXPECT_EQ(server.anonymous_plan, "anon");
   EXPECT_THAT(server.trusted_proxies, ElementsAre("10.0.0.0/8", "fd00::/8", "192.168.1.1"));
 
@@ -190,6 +192,7 @@ TEST_F(ConfigTest, OmittedSectionsTakeTheirDefaults) {
   EXPECT_EQ(config->server.threads, 0);
   EXPECT_EQ(config->server.api_key_header, "X-API-Key");
   EXPECT_EQ(config->server.deny_status, 429);
+  EXPECT_EQ(config->server.authorize_prefix, "/v1/authorize");
   EXPECT_EQ(config->server.anonymous_plan, "");
   EXPECT_THAT(config->server.trusted_proxies, IsEmpty());
   EXPECT_EQ(config->store.type, StoreType::kMemory);
@@ -682,6 +685,51 @@ TEST_F(ConfigTest, ApiKeyHeaderMustBeAnHttpToken) {
   EXPECT_EQ(ErrorOf(WithPlan("server: {api_key_header: \"X API Key\"}\n")),
             "test.yaml: server.api_key_header: bad header name \"X API Key\" (want an HTTP token: "
             "letters, digits and !#$%&'*+-.^_`|~)");
+}
+
+TEST_F(ConfigTest, AuthorizePrefixMayBeAnyPlainPathBesideTheOtherRoutes) {
+  for (const std::string prefix :
+       {"/authz", "/v1/authorize", "/ext_authz/v1", "/v1/checks", "/a.b/c-d/~e"}) {
+    absl::StatusOr<Config> config =
+        Parse(WithPlan(absl::StrCat("server: {authorize_prefix: \"", prefix, "\"}\n")));
+    ASSERT_TRUE(config.ok()) << prefix << ": " << config.status();
+    EXPECT_EQ(config->server.authorize_prefix, prefix);
+  }
+}
+
+TEST_F(ConfigTest, AuthorizePrefixThatCouldBeReadTwoWaysIsRejected) {
+  const auto error = [&](const std::string& prefix) {
+    return ErrorOf(WithPlan(absl::StrCat("server: {authorize_prefix: \"", prefix, "\"}\n")));
+  };
+  EXPECT_EQ(error("v1/authorize"),
+            "test.yaml: server.authorize_prefix: must start with /, got \"v1/authorize\"");
+  EXPECT_EQ(error(""), "test.yaml: server.authorize_prefix: must start with /, got \"\"");
+  EXPECT_EQ(error("/authz?x=1"),
+            "test.yaml: server.authorize_prefix: must be a path without a query or fragment, "
+            "got \"/authz?x=1\"");
+  EXPECT_EQ(error("/authz/"),
+            "test.yaml: server.authorize_prefix: must not end in / or hold an empty segment "
+            "(//), got \"/authz/\"");
+  EXPECT_THAT(error("/"), HasSubstr("server.authorize_prefix: must not end in /"));
+  EXPECT_THAT(error("/a//b"), HasSubstr("server.authorize_prefix: must not end in /"));
+  EXPECT_EQ(error("/a/../v1/check"),
+            "test.yaml: server.authorize_prefix: must not hold a . or .. segment, got "
+            "\"/a/../v1/check\"");
+  EXPECT_THAT(error("/a/./b"), HasSubstr("server.authorize_prefix: must not hold a . or .."));
+  EXPECT_EQ(error("/a%2Fb"),
+            "test.yaml: server.authorize_prefix: bad path \"/a%2Fb\" (want segments of A-Z a-z "
+            "0-9 _ . - ~)");
+  EXPECT_EQ(error("/" + std::string(128, 'a')),
+            "test.yaml: server.authorize_prefix: must be at most 128 characters, got 129");
+  EXPECT_EQ(error("/" + std::string(127, 'a')), "OK");
+}
+
+TEST_F(ConfigTest, AuthorizePrefixMayNotOverlapTheCheckRoute) {
+  for (const std::string prefix : {"/v1/check", "/v1", "/v1/check/x"}) {
+    EXPECT_EQ(ErrorOf(WithPlan(absl::StrCat("server: {authorize_prefix: \"", prefix, "\"}\n"))),
+              absl::StrCat("test.yaml: server.authorize_prefix: \"", prefix,
+                           "\" overlaps the data plane route /v1/check (pick a path beside it)"));
+  }
 }
 
 TEST_F(ConfigTest, AdminTokenWithSpacesIsRejectedWithoutQuotingIt) {

@@ -89,6 +89,31 @@ std::string_view PresentedKey(const Request& req, const std::string& header) {
   return {};
 }
 
+// Envoy's ext_authz forwards the client's method and path below `http_service.path_prefix`, so
+// the gateway route decides every method a client is likely to use, alike (a body is read within
+// the limits and ignored; HEAD answers carry no body, see server.cc).
+constexpr std::string_view kAuthorizeMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+bool IsAuthorizeMethod(bhttp::verb method) {
+  switch (method) {
+    case bhttp::verb::get:
+    case bhttp::verb::head:
+    case bhttp::verb::post:
+    case bhttp::verb::put:
+    case bhttp::verb::patch:
+    case bhttp::verb::delete_:
+    case bhttp::verb::options:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The prefix itself or any path below it ("<prefix>/orders"), never "<prefix>x".
+bool IsAuthorizePath(std::string_view path, std::string_view prefix) {
+  return path.starts_with(prefix) && (path.size() == prefix.size() || path[prefix.size()] == '/');
+}
+
 Response Forbidden(std::string_view detail, unsigned version) {
   return Problem(403, kBadRequest, "Forbidden", detail, version, true);
 }
@@ -293,12 +318,12 @@ asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
     } else {
       res = MethodNotAllowed("POST", req.version());
     }
-  } else if (path == "/v1/authorize") {
-    route = path;
-    if (req.method() == bhttp::verb::get) {
+  } else if (IsAuthorizePath(path, fe->server.authorize_prefix)) {
+    route = "/v1/authorize";  // whatever the prefix and the path below it: one label
+    if (IsAuthorizeMethod(req.method())) {
       res = co_await Authorize(*fe, req, peer);
     } else {
-      res = MethodNotAllowed("GET", req.version());
+      res = MethodNotAllowed(kAuthorizeMethods, req.version());
     }
   } else {
     res = NotFound(req.version());

@@ -1,5 +1,6 @@
-// The data plane (POST /v1/check, GET /v1/authorize) and the admin plane (/metrics, /healthz,
-// /readyz, /v1/usage/{subject}) of docs/http.md, as RequestHandlers for HttpServer.
+// The data plane (POST /v1/check, /v1/authorize: server.authorize_prefix, any gateway method) and
+// the admin plane (/metrics, /healthz, /readyz, /v1/usage/{subject}) of docs/http.md, as
+// RequestHandlers for HttpServer.
 //
 // Everything that a reload may change (plans, keys, proxies, tokens, deny status) lives in one
 // immutable Frontend; a reload builds a new one and swaps it in, and each request uses the Frontend

@@ -651,6 +651,9 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     res.version(req.version());
     res.keep_alive(keep_alive);
     res.prepare_payload();
+    // A HEAD answer has the headers a GET would get, Content-Length included, and no body
+    // (RFC 9110 §9.3.2): the client reads none, so any would be taken for the next answer.
+    if (req.method() == bhttp::verb::head) res.body().clear();
     const std::string wire = Serialize(res);
     co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
     conn->answering = false;
