@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,7 @@
 #include "sluice/registry/sqlite_backend.h"
 #include "sluice/server/alert_delivery.h"
 #include "sluice/server/config_check.h"
+#include "sluice/server/config_summary.h"
 #include "sluice/server/cpus.h"
 #include "sluice/server/notify.h"
 #include "sluice/store/memory/maintainer.h"
@@ -79,6 +81,7 @@ struct LimiterContext {
   size_t overlimit_cache_capacity = 0;
   OverLimitCacheStats* overlimit_stats = nullptr;
   const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
+  http::HttpMetrics* metrics = nullptr;       // observability: resolves each Frontend's counters
 };
 
 // An admin token longer than this in SLUICE_ADMIN_TOKEN_FILE is a wrong file, not a token.
@@ -174,6 +177,8 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
                      .overlimit_stats = lc.overlimit_stats});
   fe->keys = std::move(*keys);
   fe->proxies = std::move(*proxies);
+  // Observability: the decision counters of this reload's plans, looked up once.
+  if (lc.metrics != nullptr) fe->counters = lc.metrics->CountersFor(fe->limiter->plans());
   return std::shared_ptr<const http::Frontend>(std::move(fe));
 }
 
@@ -374,14 +379,38 @@ int Serve(const std::string& config_path) {
     if (!peek->store.redis.password.empty()) redis_options.password = peek->store.redis.password;
     redis_options.command_timeout = absl::ToChronoMilliseconds(peek->store.redis.timeout);
   }
+  // Observability: the registry is made before the stores so that they can report into it
+  // (the Redis round-trip histogram below; the decision counters through LimiterContext).
+  metrics::Registry registry;
+  http::HttpMetrics http_metrics(registry);
+  metrics::HistogramFamily& redis_round_trips = registry.AddHistogramFamily(
+      "sluice_redis_request_duration_seconds",
+      "Round trip of the Redis commands of the decision path, by command (decide, refund, usage, "
+      "reset), from queueing to reply; commands that got no reply are not observed.",
+      {"command"},
+      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1});
+  std::array<metrics::Histogram*, redis::kRedisCommandKinds> redis_round_trip_children{};
+  if (use_redis) {
+    for (int i = 0; i < redis::kRedisCommandKinds; ++i) {
+      redis_round_trip_children[i] = &redis_round_trips.WithLabels(
+          {redis::RedisCommandKindName(static_cast<redis::RedisCommandKind>(i))});
+    }
+  }
   // Each io_context thread talks to Redis over its own connection.
   std::vector<std::unique_ptr<redis::Connection>> redis_connections;
-  redis::RedisStore redis_store([] { return t_redis_connection; },
-                                {.key_prefix = peek->store.redis.key_prefix,
-                                 .redis_clock = &redis_clock,
-                                 .decision_deadline = peek->store.redis.timeout,
-                                 .clock_error = absl::Milliseconds(1),
-                                 .sync_state = &redis_clock});
+  redis::RedisStore redis_store(
+      [] { return t_redis_connection; },
+      {.key_prefix = peek->store.redis.key_prefix,
+       .redis_clock = &redis_clock,
+       .decision_deadline = peek->store.redis.timeout,
+       .clock_error = absl::Milliseconds(1),
+       .sync_state = &redis_clock,
+       .observe_round_trip = [&redis_round_trip_children](redis::RedisCommandKind kind,
+                                                          absl::Duration d) {
+         if (metrics::Histogram* h = redis_round_trip_children[static_cast<int>(kind)]) {
+           h->Observe(d);
+         }
+       }});
   OverLimitCacheStats overlimit_stats;
 
   // The registry of subjects and keys: every decision reads the index; the backend keeps it
@@ -444,7 +473,8 @@ int Serve(const std::string& config_path) {
       // An in-process store answers a denial as fast as the cache would.
       .overlimit_cache_capacity = use_redis ? kOverLimitCacheCapacity : 0,
       .overlimit_stats = &overlimit_stats,
-      .registry = &registry_index};
+      .registry = &registry_index,
+      .metrics = &http_metrics};
 
   // Built from the file already read and checked (reading it again could see another file).
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
@@ -506,8 +536,6 @@ int Serve(const std::string& config_path) {
                                       Log(LogLevel::kWarn, "snapshot save failed").Error(s);
                                     }});
 
-  metrics::Registry registry;
-  http::HttpMetrics http_metrics(registry);
   registry.AddCallbackGauge(
       "sluice_memory_subjects", "Subjects with live counters in the memory store.",
       [&memory_store] { return static_cast<double>(memory_store.subject_count()); });
@@ -757,6 +785,7 @@ int Serve(const std::string& config_path) {
                 .Str("config", config_path)
                 .Int("plans", static_cast<int64_t>(next.plans.size()))
                 .Int("keys", static_cast<int64_t>(next.keys.size()));
+            LogConfigSummary(next, "reload");  // observability: debug lines only
             notifier.Ready("serving; configuration reloaded");
           }
           signals.async_wait(on_signal);
@@ -826,6 +855,7 @@ int Serve(const std::string& config_path) {
       .Str("admin_listen", cfg.server.admin_listen)
       .Int("admin_port", admin_server.port())
       .Int("threads", threads);
+  LogConfigSummary(cfg, "start");  // observability: debug lines only
   // Both planes listen and the wait for Redis has ended (answered, or serving degraded).
   notifier.Ready(redis_late ? "serving; Redis has not answered yet (deciding per on_store_error)"
                             : "serving");
