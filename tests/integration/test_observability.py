@@ -170,6 +170,60 @@ class DebugLines(ObservabilityCase):
         self.assertFalse([line for line in svc.server.lines if '"level":"debug"' in line])
 
 
+class RedisDebugLines(unittest.TestCase):
+    def test_redis_lifecycle_and_environment_without_secrets(self):
+        import subprocess
+        from test_redis_script import Resp
+        password = "obs-redis-password-0123"
+        port = harness.free_port()
+        tmp = harness.tempdir()
+        self.addCleanup(tmp.cleanup)
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", tmp.name, "--requirepass", password],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (redis.kill(), redis.wait()))
+
+        def answers():
+            try:
+                Resp(port).close()
+                return True
+            except OSError:
+                return False
+        wait_until(answers, what="redis-server")
+        password_file = harness.write_config(tmp.name, password + "\n", name="redis-password")
+        sluice_port, admin_port = harness.free_port(), harness.free_port()
+        path = harness.write_config(tmp.name, (
+            "server:\n"
+            f'  listen: "127.0.0.1:{sluice_port}"\n'
+            f'  admin_listen: "127.0.0.1:{admin_port}"\n'
+            "  threads: 1\n"
+            f'store:\n  type: redis\n  redis: {{ url: "redis://127.0.0.1:{port}/0", '
+            "timeout: 200ms }\n" + PLANS))
+        env = dict(os.environ, SLUICE_REDIS_PASSWORD_FILE=password_file,
+                   SLUICE_ADMIN_TOKEN=ADMIN_TOKEN)
+        server = harness.Server(path, "--log-level", "debug", env=env)
+        self.addCleanup(server.kill)
+        server.wait_for_line("sluice started")
+        server.wait_for_line('"msg":"redis connection ready"')
+        summary = json.loads(server.wait_for_line('"msg":"configuration summary"'))
+        self.assertEqual(summary["store"], "redis")
+        self.assertEqual(summary["redis_host"], "127.0.0.1")
+        self.assertEqual(summary["env"], "SLUICE_REDIS_PASSWORD_FILE,SLUICE_ADMIN_TOKEN")
+        ready = json.loads(server.wait_for_line('"msg":"redis connection ready"'))
+        self.assertIs(ready["auth"], True)
+        self.assertEqual(ready["port"], port)
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", sluice_port, timeout=10)
+        conn.request("GET", "/v1/authorize", headers={"X-API-Key": API_KEY})
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+        for line in server.lines:
+            self.assertNotIn(password, line)
+            self.assertNotIn(ADMIN_TOKEN, line)
+            self.assertNotIn(API_KEY, line)
+
+
 class AccessLog(ObservabilityCase):
     def test_off_by_default_logs_no_decision(self):
         self.start()
