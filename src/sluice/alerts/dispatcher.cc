@@ -42,6 +42,7 @@ struct Dispatcher::Result {
   size_t sink = 0;
   int attempt = 0;
   Outcome outcome;
+  absl::Duration took;  // the sink call's duration
 };
 
 struct Dispatcher::Metrics {
@@ -65,7 +66,11 @@ struct Dispatcher::Metrics {
         depth(r.AddGauge("sluice_alert_outbox_depth",
                          "Undelivered alert events in the outbox, held ones included.")),
         oldest_age(r.AddGauge("sluice_alert_outbox_oldest_age_seconds",
-                              "Age of the oldest undelivered alert event; 0 when none.")) {}
+                              "Age of the oldest undelivered alert event; 0 when none.")),
+        sink_seconds(r.AddHistogramFamily(
+            "sluice_alert_sink_duration_seconds",
+            "Duration of each delivery attempt (one sink call), by sink, whatever its outcome.",
+            {"sink"}, {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})) {}
 
   metrics::Counter& fetched;
   metrics::Counter& acked;
@@ -76,6 +81,7 @@ struct Dispatcher::Metrics {
   metrics::Gauge& in_flight;
   metrics::Gauge& depth;
   metrics::Gauge& oldest_age;
+  metrics::HistogramFamily& sink_seconds;
 };
 
 namespace {
@@ -115,7 +121,11 @@ Dispatcher::Dispatcher(OutboxSource* source, std::vector<Sink*> sinks, const Clo
       own_random_(options_.random ? nullptr : std::make_unique<absl::BitGen>()),
       random_(options_.random ? *options_.random : absl::BitGenRef(*own_random_)),
       running_per_sink_(sinks_.size(), 0),
-      disabled_(sinks_.size(), false) {}
+      disabled_(sinks_.size(), false) {
+  for (const Sink* sink : sinks_) {
+    sink_seconds_.push_back(&metrics_->sink_seconds.WithLabels({sink->name()}));
+  }
+}
 
 Dispatcher::~Dispatcher() { Stop(); }
 
@@ -213,12 +223,16 @@ void Dispatcher::WorkerLoop() {
     Task task = std::move(tasks_.front());
     tasks_.pop_front();
     lock.unlock();
+    const absl::Time start = clock_->Now();
     Outcome outcome = sinks_[task.sink]->Deliver(task.event, task.contact, task.attempt);
+    const absl::Duration took = clock_->Now() - start;
+    sink_seconds_[task.sink]->Observe(took);
     lock.lock();
     results_.push_back(Result{.key = task.key,
                               .sink = task.sink,
                               .attempt = task.attempt,
-                              .outcome = std::move(outcome)});
+                              .outcome = std::move(outcome),
+                              .took = took});
     coordinator_cv_.notify_all();
   }
 }
@@ -304,6 +318,7 @@ void Dispatcher::CoordinatorLoop() {
     }
 
     std::vector<std::pair<OutboxItem, Contact>> fresh;
+    size_t claimed = 0;
     auto take = [&](absl::StatusOr<std::vector<OutboxItem>> items, std::string_view what) {
       if (!items.ok()) {
         metrics_->source_errors.Inc();
@@ -320,6 +335,7 @@ void Dispatcher::CoordinatorLoop() {
       const size_t before = fresh.size();
       const size_t ask = std::min(room, options_.fetch_batch);
       const bool ok = take(source_->Claim(ask), "claim");
+      claimed = fresh.size() - before;
       // A full batch: there may be more abandoned entries, look again at once.
       next_claim = ok && fresh.size() - before == ask ? now : now + claim_every;
     }
@@ -384,6 +400,15 @@ void Dispatcher::CoordinatorLoop() {
               .Str("handle", h.id);
         }
       }
+    }
+    // A cycle that moved something (never an idle poll, which would flood the log).
+    if ((!fresh.empty() || !to_ack.empty()) && LogEnabled(LogLevel::kDebug)) {
+      Log(LogLevel::kDebug, "alert dispatch cycle")
+          .Int("fetched", static_cast<int64_t>(fresh.size() - claimed))
+          .Int("claimed", static_cast<int64_t>(claimed))
+          .Int("acked", static_cast<int64_t>(acked_keys.size()))
+          .Int("ack_failed", static_cast<int64_t>(failed_acks.size()))
+          .Int("in_flight", static_cast<int64_t>(tracked_.size() + fresh.size()));
     }
     TrackLocked(std::move(fresh), now);
     StartDueLocked(now);
@@ -481,6 +506,7 @@ void Dispatcher::ApplyLocked(Result r, absl::Time now) {
   st.phase = SinkState::Phase::kWaiting;
   st.last_detail = r.outcome.detail;
   Count(r.sink, OutcomeName(r.outcome.kind));
+  if (t.abandoned || r.outcome.kind != Outcome::Kind::kRetry) LogAttempt(t, r, std::nullopt);
   if (t.abandoned) {
     st.phase = SinkState::Phase::kDone;
     return;
@@ -508,7 +534,22 @@ void Dispatcher::ApplyLocked(Result r, absl::Time now) {
   } else {
     st.next_attempt =
         now + NextRetryDelay(options_.retry, r.attempt, r.outcome.retry_after, random_);
+    LogAttempt(t, r, st.next_attempt - now);
+    return;
   }
+  LogAttempt(t, r, std::nullopt);  // a retry that will not come (disabled, or given up)
+}
+
+void Dispatcher::LogAttempt(const Tracked& t, const Result& r,
+                            std::optional<absl::Duration> next_retry) const {
+  if (!LogEnabled(LogLevel::kDebug)) return;
+  Log line(LogLevel::kDebug, "alert delivery attempt");
+  line.Str("event", t.id)
+      .Str("sink", sinks_[r.sink]->name())
+      .Int("attempt", r.attempt)
+      .Str("outcome", OutcomeName(r.outcome.kind))
+      .Double("ms", absl::ToDoubleMilliseconds(r.took));
+  if (next_retry) line.Double("next_retry_s", absl::ToDoubleSeconds(*next_retry));
 }
 
 void Dispatcher::StartDueLocked(absl::Time now) {

@@ -76,7 +76,8 @@ struct DispatcherOptions {
   //   sluice_alert_deliveries_total{sink,outcome}  outcome: delivered skipped retry permanent gone
   //                                                         dead disabled abandoned
   //   sluice_alert_source_errors_total, sluice_alert_dead_letters, sluice_alert_events_in_flight,
-  //   sluice_alert_outbox_depth, sluice_alert_outbox_oldest_age_seconds
+  //   sluice_alert_outbox_depth, sluice_alert_outbox_oldest_age_seconds,
+  //   sluice_alert_sink_duration_seconds{sink}  (histogram: each sink call, by the Clock)
   metrics::Registry* metrics = nullptr;
   // Not owned; null: a per-dispatcher absl::BitGen. Used only on the coordinator thread.
   std::optional<absl::BitGenRef> random;
@@ -138,6 +139,9 @@ class Dispatcher {
   // Each REQUIRES mu_ held.
   void TrackLocked(std::vector<std::pair<OutboxItem, Contact>> items, absl::Time now);
   void ApplyLocked(Result result, absl::Time now);
+  // The debug line of a finished sink call; `next_retry` when another attempt is scheduled.
+  void LogAttempt(const Tracked& t, const Result& r,
+                  std::optional<absl::Duration> next_retry) const;
   void FinishLocked(Tracked& t, size_t sink, std::string_view outcome);
   void DeadLetterLocked(Tracked& t, size_t sink, std::string reason, absl::Time now);
   void DisableSinkLocked(size_t sink);
@@ -159,6 +163,8 @@ class Dispatcher {
   // std::mutex rather than absl::Mutex: Debian's abseil is not built for ThreadSanitizer, which
   // then reports races that are not there.
   mutable std::mutex mu_;
+  // By sink, set in the constructor: each sink call's duration.
+  std::vector<metrics::Histogram*> sink_seconds_;
   std::condition_variable coordinator_cv_;  // results, Wake(), Stop()
   std::condition_variable worker_cv_;       // tasks, Stop()
   bool started_ = false;                    // guarded by mu_

@@ -290,6 +290,23 @@ TEST_F(DispatcherTest, DeliversEachEventOnceToEverySinkThenAcks) {
   EXPECT_EQ(Deliveries("a", "delivered"), 2u);
 }
 
+TEST_F(DispatcherTest, EachSinkCallIsObservedInItsSinksHistogram) {
+  ScriptedSink& a = AddSink("a", {Retry(), Delivered()});
+  AddSink("b", {Delivered()});
+  source_.Add(Event("user-1"));
+  Start();
+  ASSERT_TRUE(WaitForRetryScheduled("a", 1).has_value());
+  Advance(absl::Hours(1));  // past any backoff
+  ASSERT_TRUE(WaitForAcks(1));
+  dispatcher_->Stop();
+  EXPECT_EQ(a.call_count(), 2u);
+  metrics::HistogramFamily& seconds =
+      registry_.AddHistogramFamily("sluice_alert_sink_duration_seconds", "", {"sink"},
+                                   {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+  EXPECT_EQ(seconds.WithLabels({"a"}).snapshot().count, 2u);
+  EXPECT_EQ(seconds.WithLabels({"b"}).snapshot().count, 1u);
+}
+
 TEST_F(DispatcherTest, PassesTheSubjectsContactToTheSink) {
   ScriptedSink& a = AddSink("a", {Delivered()});
   source_.Add(Event("user-7"));

@@ -539,14 +539,39 @@ absl::Status ReadAuthorizePrefix(const Field& field, std::string& prefix) {
   return absl::OkStatus();
 }
 
+absl::Status ParseAccessLog(const Field& field, AccessLogConfig& log) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"mode", "sample", "max_per_second"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(f.Get("mode"), "access log mode",
+                                  {{"off", AccessLogMode::kOff},
+                                   {"denied", AccessLogMode::kDenied},
+                                   {"all", AccessLogMode::kAll}},
+                                  log.mode));
+  const Field sample = f.Get("sample");
+  if (!sample.absent()) {
+    if (!sample.node->IsScalar()) {
+      return Error(sample.path, absl::StrCat("expected a number, got ", KindOf(*sample.node)));
+    }
+    const std::string& text = sample.node->Scalar();
+    double value = 0;
+    // SimpleAtod accepts "nan" and "inf", which the range check below refuses.
+    if (!absl::SimpleAtod(text, &value) || !(value >= 0 && value <= 1)) {
+      return Error(sample.path, absl::StrCat("must be a number from 0 to 1, got ", Quote(text)));
+    }
+    log.sample = value;
+  }
+  return ReadInt(f.Get("max_per_second"), 1, 1'000'000, log.max_per_second);
+}
+
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(
-      ReadFields(field,
-                 {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
-                  "deny_status", "anonymous_plan", "trusted_proxies", "max_connections",
-                  "admin_max_connections", "shutdown_delay", "admin_tokens", "authorize_prefix"},
-                 f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      field,
+      {"listen", "admin_listen", "admin_token", "threads", "api_key_header", "deny_status",
+       "anonymous_plan", "trusted_proxies", "max_connections", "admin_max_connections",
+       "shutdown_delay", "admin_tokens", "authorize_prefix", "access_log"},
+      f));
+  SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
   if (server.admin_listen == server.listen) {

@@ -30,6 +30,16 @@ struct AdminTokenConfig {
   bool write = false;        // access: write may change the registry; read may only read
 };
 
+// server.access_log: one "access" log line per decision of the data plane (docs/operations.md).
+enum class AccessLogMode { kOff, kDenied, kAll };
+struct AccessLogConfig {
+  // off: nothing; denied: every denial and degraded answer; all: those and allowed decisions,
+  // sampled by `sample`.
+  AccessLogMode mode = AccessLogMode::kOff;
+  double sample = 1.0;        // 0..1: the share of allowed decisions logged under mode all
+  int max_per_second = 1000;  // lines beyond this in one second are dropped (and counted)
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";  // ip:port (no host names); IPv6 as [::1]:8080
   std::string admin_listen = "127.0.0.1:9090";
@@ -51,6 +61,7 @@ struct ServerConfig {
   // After SIGTERM: how long /readyz answers 503 while the data plane still serves, so a load
   // balancer stops sending before the listener closes (0s-10m).
   absl::Duration shutdown_delay = absl::Seconds(5);
+  AccessLogConfig access_log;
 };
 
 inline constexpr size_t kMaxAuthorizePrefixLength = 128;

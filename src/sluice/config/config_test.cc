@@ -221,6 +221,39 @@ TEST_F(ConfigTest, AlertLeaseIsReadAndBounded) {
             "test.yaml: alerts.lease: must be at least 1s, got 500ms");
 }
 
+TEST_F(ConfigTest, AccessLogIsOffByDefault) {
+  absl::StatusOr<Config> config = Parse(WithPlan(""));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.access_log.mode, AccessLogMode::kOff);
+  EXPECT_EQ(config->server.access_log.sample, 1.0);
+  EXPECT_EQ(config->server.access_log.max_per_second, 1000);
+}
+
+TEST_F(ConfigTest, AccessLogReadsModeSampleAndCap) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("server:\n  access_log: { mode: all, sample: 0.25, max_per_second: 50 }\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.access_log.mode, AccessLogMode::kAll);
+  EXPECT_EQ(config->server.access_log.sample, 0.25);
+  EXPECT_EQ(config->server.access_log.max_per_second, 50);
+  EXPECT_EQ(Parse(WithPlan("server:\n  access_log: { mode: denied }\n"))->server.access_log.mode,
+            AccessLogMode::kDenied);
+}
+
+TEST_F(ConfigTest, AccessLogErrorsNameTheField) {
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  access_log: { mode: some }\n")),
+            "test.yaml: server.access_log.mode: unknown access log mode \"some\" (want off, "
+            "denied or all)");
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  access_log: { sample: 1.5 }\n")),
+            "test.yaml: server.access_log.sample: must be a number from 0 to 1, got \"1.5\"");
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  access_log: { sample: nan }\n")),
+            "test.yaml: server.access_log.sample: must be a number from 0 to 1, got \"nan\"");
+  EXPECT_EQ(ErrorOf(WithPlan("server:\n  access_log: { max_per_second: 0 }\n")),
+            "test.yaml: server.access_log.max_per_second: must be between 1 and 1000000, got 0");
+  EXPECT_THAT(ErrorOf(WithPlan("server:\n  access_log: { level: 1 }\n")),
+              HasSubstr("server.access_log.level: unknown field"));
+}
+
 TEST_F(ConfigTest, ShutdownDelayMayBeZeroInAnyUnitAndIsBounded) {
   for (const char* zero : {"0", "0ms", "0s", "0m", "0h"}) {
     absl::StatusOr<Config> config =

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -126,6 +127,7 @@ struct Target {
   std::optional<Plan> effective_storage;
   const Plan* effective = nullptr;
   std::shared_ptr<const registry::Subject> record;  // keeps `effective`'s source alive
+  uint64_t key_id = 0;  // the registry key that named the subject (for the access log)
 };
 
 // Fills `target` from a registry subject. False (and `error` set) if it may not be decided.
@@ -169,6 +171,7 @@ bool FromKey(const Frontend& fe, const registry::Index* index, std::string_view 
     std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
     registry::Index::KeyLookup found = index->FindByDigest(d, now);
     if (found.state == registry::Index::KeyState::kValid) {
+      target->key_id = found.key_id;
       return FromRecord(fe, std::move(found.subject), now, target, error, version);
     }
     if (found.state == registry::Index::KeyState::kExpired) {
@@ -273,6 +276,13 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
     : decisions_(registry.AddCounterFamily("sluice_decisions_total",
                                            "Decisions by plan and result (allowed, denied).",
                                            {"plan", "result"})),
+      limit_denials_(registry.AddCounterFamily(
+          "sluice_limit_denials_total",
+          "Denials by plan and limit: a denial counts once for each limit it violated.",
+          {"plan", "limit"})),
+      access_log_dropped_(registry.AddCounter(
+          "sluice_access_log_dropped_total",
+          "Access log lines dropped because server.access_log.max_per_second was reached.")),
       requests_(registry.AddCounterFamily("sluice_http_requests_total",
                                           "HTTP requests by route and status code.",
                                           {"route", "code"})),
@@ -292,12 +302,44 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
       [this] { return store_health_.ok() ? 1.0 : 0.0; });
 }
 
-void HttpMetrics::CountDecision(const std::string& plan, const Decision& d) {
-  decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
+void HttpMetrics::CountDecision(const Frontend& fe, const std::string& plan, const Decision& d) {
+  const DecisionCounters::PlanCounters* counters = nullptr;
+  if (fe.counters != nullptr && d.plan != nullptr && d.plan->index < fe.counters->plans.size()) {
+    counters = &fe.counters->plans[d.plan->index];
+  }
+  if (counters != nullptr) {
+    (d.allowed ? counters->allowed : counters->denied)->Inc();
+  } else {
+    decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
+  }
   store_health_.Report(!d.degraded, d.failure);
   if (d.degraded) {
     store_errors_.WithLabels({plan, std::string(StoreFailureName(d.failure))}).Inc();
+  } else if (!d.allowed) {
+    for (size_t i = 0; i < d.limits.size(); ++i) {
+      if (!d.limits[i].violated) continue;
+      if (counters != nullptr && i < counters->limit_denials.size()) {
+        counters->limit_denials[i]->Inc();
+      } else if (d.limits[i].limit != nullptr) {
+        limit_denials_.WithLabels({plan, d.limits[i].limit->name}).Inc();
+      }
+    }
   }
+}
+
+std::shared_ptr<const DecisionCounters> HttpMetrics::CountersFor(const PlanSet& plans) {
+  auto counters = std::make_shared<DecisionCounters>();
+  for (const std::string& name : plans.names()) {
+    const Plan* plan = plans.Find(name);
+    DecisionCounters::PlanCounters pc{.allowed = &decisions_.WithLabels({name, "allowed"}),
+                                      .denied = &decisions_.WithLabels({name, "denied"})};
+    for (const Limit& limit : plan->limits) {
+      pc.limit_denials.push_back(&limit_denials_.WithLabels({name, limit.name}));
+    }
+    if (plan->index != counters->plans.size()) return nullptr;  // not FromConfig's PlanSet
+    counters->plans.push_back(std::move(pc));
+  }
+  return counters;
 }
 
 void HttpMetrics::CountRequest(std::string_view route, unsigned status) {
@@ -310,29 +352,82 @@ asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
   (void)query;
   std::string_view route = "other";
   Response res;
+  // The access log's whole cost when it is off: this branch and the one below (the entry is
+  // allocated only when it is on, so that it does not grow every request's coroutine frame).
+  std::unique_ptr<AccessEntry> access;
+  std::chrono::steady_clock::time_point received;
+  if (fe->server.access_log.mode != config::AccessLogMode::kOff) [[unlikely]] {
+    access = std::make_unique<AccessEntry>();
+    received = std::chrono::steady_clock::now();
+  }
+  AccessEntry* entry = access.get();
   if (path == "/v1/check") {
     route = path;
     // Plain if/else: GCC 12 miscompiles co_await inside a conditional expression.
     if (req.method() == bhttp::verb::post) {
-      res = co_await Check(*fe, req);
+      res = co_await Check(*fe, req, entry);
     } else {
       res = MethodNotAllowed("POST", req.version());
     }
   } else if (IsAuthorizePath(path, fe->server.authorize_prefix)) {
     route = "/v1/authorize";  // whatever the prefix and the path below it: one label
     if (IsAuthorizeMethod(req.method())) {
-      res = co_await Authorize(*fe, req, peer);
+      res = co_await Authorize(*fe, req, peer, entry);
     } else {
       res = MethodNotAllowed(kAuthorizeMethods, req.version());
     }
   } else {
     res = NotFound(req.version());
   }
+  if (entry != nullptr && entry->decided) [[unlikely]] {
+    entry->route = route;
+    LogAccess(*fe, req, peer, res.result_int(), received, *entry);
+  }
   metrics_->CountRequest(route, res.result_int());
   co_return res;
 }
 
-asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
+namespace {
+
+// Fills `entry` from a decision (the caller adds route, status, client and latency).
+void DescribeDecision(const Target& target, int64_t cost, const Decision& d, AccessEntry* entry) {
+  entry->decided = true;
+  entry->subject = target.subject;
+  entry->plan = target.plan;
+  entry->key_id = target.key_id;
+  entry->cost = cost;
+  entry->allowed = d.allowed;
+  entry->degraded = d.degraded;
+  entry->failure = d.failure;
+  for (const LimitDecision& l : d.limits) {
+    if (!l.violated || l.limit == nullptr) continue;
+    entry->limit = l.limit->name;
+    entry->window = l.limit->window.text;
+    entry->used = l.used;
+    entry->quota = l.limit->quota;
+    entry->retry_after = d.retry_after;
+    break;
+  }
+}
+
+}  // namespace
+
+void DataPlane::LogAccess(const Frontend& fe, const Request& req, const Peer& peer, unsigned status,
+                          std::chrono::steady_clock::time_point received, AccessEntry& entry) {
+  const config::AccessLogConfig& cfg = fe.server.access_log;
+  if (!access_log_.Wants(cfg, entry.allowed, entry.degraded)) return;
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t second =
+      std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  if (!access_log_.Admit(cfg.max_per_second, second)) return;
+  entry.status = status;
+  entry.latency_us = std::chrono::duration_cast<std::chrono::microseconds>(now - received).count();
+  entry.client = fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
+                                          JoinFields(req, "Forwarded", '\n'));
+  AccessLog::Write(entry);
+}
+
+asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, AccessEntry* access) {
   absl::StatusOr<CheckBody> body = ParseCheckBody(req.body());
   if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
   const absl::Time now = fe.limiter->clock().Now();
@@ -383,14 +478,16 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req) {
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(target.plan, *d);
+  metrics_->CountDecision(fe, target.plan, *d);
+  if (access != nullptr) DescribeDecision(target, body->cost, *d, access);
 
   Response res = JsonResponse(200, DecisionJson(*d, target.subject), req.version(), true);
   SetRateLimitHeaders(*d, res);
   co_return res;
 }
 
-asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req, const Peer& peer) {
+asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req, const Peer& peer,
+                                               AccessEntry* access) {
   // Two of these in one request: a gateway and sluice might each read a different one.
   if (CountFields(req, "Sluice-Cost") > 1) {
     co_return BadRequest("more than one Sluice-Cost header", req.version());
@@ -446,7 +543,8 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   metrics_->ObserveDecisionSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(target.plan, *d);
+  metrics_->CountDecision(fe, target.plan, *d);
+  if (access != nullptr) DescribeDecision(target, cost, *d, access);
   const std::string& subject = target.subject;
   const std::string& plan = target.plan;
 

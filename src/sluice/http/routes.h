@@ -9,6 +9,7 @@
 #define SLUICE_HTTP_ROUTES_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "sluice/config/config.h"
+#include "sluice/http/access_log.h"
 #include "sluice/http/client_address.h"
 #include "sluice/http/key_registry.h"
 #include "sluice/http/server.h"
@@ -39,6 +41,17 @@ struct AdminToken {
   bool write = false;
 };
 
+// The decision counters of every plan of one Limiter's PlanSet, resolved once per reload so that
+// counting a decision takes no lock, lookup or allocation (HttpMetrics::CountersFor).
+struct DecisionCounters {
+  struct PlanCounters {
+    metrics::Counter* allowed = nullptr;
+    metrics::Counter* denied = nullptr;
+    std::vector<metrics::Counter*> limit_denials;  // by the limit's position in the plan
+  };
+  std::vector<PlanCounters> plans;  // by Plan::index
+};
+
 struct Frontend {
   config::ServerConfig server;
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
@@ -48,6 +61,8 @@ struct Frontend {
   std::unique_ptr<Limiter> limiter;
   KeyRegistry keys;
   ProxyTrust proxies;
+  // The limiter's plans' counters; null: decisions are counted through label lookups.
+  std::shared_ptr<const DecisionCounters> counters;
 };
 
 // Holds the current Frontend. Thread-safe.
@@ -94,7 +109,12 @@ class HttpMetrics {
 
   StoreHealth& store_health() { return store_health_; }
 
-  void CountDecision(const std::string& plan, const Decision& d);
+  // Counts a decision of `plan` (the name `d.plan` is known by), through `fe.counters` when they
+  // cover `d.plan`.
+  void CountDecision(const Frontend& fe, const std::string& plan, const Decision& d);
+  // The counters of `plans`' decisions, for Frontend::counters. Takes the families' locks.
+  [[nodiscard]] std::shared_ptr<const DecisionCounters> CountersFor(const PlanSet& plans);
+  metrics::Counter& access_log_dropped() { return access_log_dropped_; }
   void CountRequest(std::string_view route, unsigned status);
   void ObserveDecisionSeconds(double seconds) { decision_seconds_.Observe(seconds); }
   void ConnectionOpened() { connections_.Add(1); }
@@ -102,6 +122,8 @@ class HttpMetrics {
 
  private:
   metrics::CounterFamily& decisions_;
+  metrics::CounterFamily& limit_denials_;
+  metrics::Counter& access_log_dropped_;
   metrics::CounterFamily& requests_;
   metrics::CounterFamily& store_errors_;
   metrics::Histogram& decision_seconds_;
@@ -115,18 +137,27 @@ class DataPlane final : public RequestHandler {
   // looked up.
   DataPlane(const FrontendHolder* frontend, HttpMetrics* metrics,
             const registry::Index* registry = nullptr)
-      : frontend_(frontend), metrics_(metrics), registry_(registry) {}
+      : frontend_(frontend),
+        metrics_(metrics),
+        registry_(registry),
+        access_log_(&metrics->access_log_dropped()) {}
   boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
   void ConnectionOpened() override { metrics_->ConnectionOpened(); }
   void ConnectionClosed() override { metrics_->ConnectionClosed(); }
 
  private:
-  boost::asio::awaitable<Response> Check(const Frontend& fe, Request& req);
-  boost::asio::awaitable<Response> Authorize(const Frontend& fe, Request& req, const Peer& peer);
+  // `access` (null unless the access log is on) receives what the access log says of the
+  // decision; `decided` stays false when the request was answered before a decision.
+  boost::asio::awaitable<Response> Check(const Frontend& fe, Request& req, AccessEntry* access);
+  boost::asio::awaitable<Response> Authorize(const Frontend& fe, Request& req, const Peer& peer,
+                                             AccessEntry* access);
+  void LogAccess(const Frontend& fe, const Request& req, const Peer& peer, unsigned status,
+                 std::chrono::steady_clock::time_point received, AccessEntry& entry);
 
   const FrontendHolder* frontend_;
   HttpMetrics* metrics_;
   const registry::Index* registry_;
+  AccessLog access_log_;
 };
 
 struct AdminOptions {

@@ -408,6 +408,13 @@ bool HttpServer::EvictOne(Listener& listener) {
   victim->counted = false;
   connections_.fetch_sub(1);
   boost::system::error_code ignored;
+  if (LogEnabled(LogLevel::kDebug)) {
+    Log(LogLevel::kDebug, "connection evicted to make room")
+        .Str("server", options_.name)
+        .Str("client", victim->peer.address.to_string())
+        .Bool("mid_request", victim->mid_request)
+        .Int("max_connections", static_cast<int64_t>(options_.max_connections));
+  }
   victim->socket.close(ignored);  // its session ends with operation_aborted
   if (options_.evicted != nullptr) options_.evicted->Inc();
   return true;
@@ -458,6 +465,13 @@ asio::awaitable<void> HttpServer::Accept(Listener& listener) {
       g_full_log.Warn("connection refused: the connection cap is reached", options_.name,
                       absl::StrCat("max_connections ", options_.max_connections));
       boost::system::error_code ignored;
+      if (LogEnabled(LogLevel::kDebug)) {
+        const tcp::endpoint remote = socket.remote_endpoint(ignored);
+        Log(LogLevel::kDebug, "connection refused at the cap")
+            .Str("server", options_.name)
+            .Str("client", remote.address().to_string())
+            .Int("max_connections", static_cast<int64_t>(options_.max_connections));
+      }
       socket.close(ignored);
       continue;
     }

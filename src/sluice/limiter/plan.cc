@@ -87,6 +87,7 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
     auto plan = std::make_unique<Plan>();
     plan->name = pc.name;
     plan->tag = StableHash64(pc.name);
+    plan->index = static_cast<uint32_t>(set.names_.size());
     if (!absl::LoadTimeZone(pc.timezone, &plan->tz)) {
       return absl::InvalidArgumentError(
           absl::StrCat("plans.", pc.name, ".timezone: unknown time zone \"", pc.timezone, "\""));

@@ -82,6 +82,10 @@ struct Plan {
   absl::TimeZone tz;
   std::vector<Limit> limits;  // at least one
   uint64_t tag = 0;           // stable hash of the name: identifies the plan in saved state
+  // Position in PlanSet::names() (kept by WithQuotas), so per-plan state such as metrics can be
+  // kept in a vector; kNoIndex in plans built by hand.
+  static constexpr uint32_t kNoIndex = UINT32_MAX;
+  uint32_t index = kNoIndex;
   // The plan's alert percentages and quotas (set by PlanSet::FromConfig and WithQuotas; null in
   // plans built by hand, which a store then reads position by position) and their id, copied here
   // for a cheap comparison.

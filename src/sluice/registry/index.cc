@@ -386,7 +386,7 @@ Index::KeyLookup Index::FindByDigest(const Digest& digest, absl::Time now) const
   auto it = data.by_digest.find(digest);
   if (it == data.by_digest.end()) return {};
   const KeyRec& key = data.keys[*it];
-  if (Micros(now) >= key.expires_us) return {.state = KeyState::kExpired};
+  if (Micros(now) >= key.expires_us) return {.state = KeyState::kExpired, .key_id = key.id};
   const SubjectRec& rec = state_->g->subjects[key.subject];
   std::mutex& stripe = state_->stripes.Of(key.subject);
   std::shared_ptr<const Subject> subject;
@@ -401,7 +401,7 @@ Index::KeyLookup Index::FindByDigest(const Digest& digest, absl::Time now) const
     if (!rec.cache) rec.cache = std::move(fresh);
     subject = rec.cache;
   }
-  return {.state = KeyState::kValid, .subject = std::move(subject)};
+  return {.state = KeyState::kValid, .subject = std::move(subject), .key_id = key.id};
 }
 
 std::shared_ptr<const Subject> Index::FindSubject(std::string_view id) const {

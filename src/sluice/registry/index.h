@@ -37,6 +37,7 @@ class Index {
   struct KeyLookup {
     KeyState state = KeyState::kUnknown;
     std::shared_ptr<const Subject> subject;  // set when kValid (the subject may be disabled)
+    uint64_t key_id = 0;                     // the key's id (KeyIdText) when kValid or kExpired
   };
   // The subject of the key whose digest is `digest`, as of `now`: kExpired at and after the key's
   // expires_at. The Subject is shared and immutable; a change to the subject makes a new one.

@@ -28,7 +28,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 
 namespace sluice::registry {
@@ -526,6 +528,36 @@ struct SqliteBackend::State {
     return absl::OkStatus();
   }
 
+  // One debug line per write: the change's kind and the record it names (a subject id or a key
+  // id, never a key, digest, secret or webhook), its outcome and duration.
+  static void LogWrite(const Change& change, const absl::StatusOr<ChangeResult>& result,
+                       absl::Duration took) {
+    if (!LogEnabled(LogLevel::kDebug)) return;
+    Log line(LogLevel::kDebug, "registry write");
+    switch (change.kind) {
+      case Change::Kind::kPutSubject:
+        line.Str("change", "put_subject").Str("subject", change.subject.id);
+        break;
+      case Change::Kind::kDeleteSubject:
+        line.Str("change", "delete_subject").Str("subject", change.subject_id);
+        break;
+      case Change::Kind::kAddKey:
+        line.Str("change", "add_key")
+            .Str("subject", change.key.subject)
+            .Str("key_id", KeyIdText(change.key.id));
+        break;
+      case Change::Kind::kRevokeKey:
+        line.Str("change", "revoke_key").Str("key_id", KeyIdText(change.key_id));
+        break;
+    }
+    line.Str("backend", "sqlite").Double("ms", absl::ToDoubleMilliseconds(took));
+    if (result.ok()) {
+      line.Bool("ok", true).Bool("replayed", result->replayed);
+    } else {
+      line.Bool("ok", false).Error(result.status());
+    }
+  }
+
   void WriterLoop() {
     std::unique_lock lock(mu);
     for (;;) {
@@ -544,7 +576,9 @@ struct SqliteBackend::State {
       Item item = std::move(queue.front());
       queue.pop_front();
       lock.unlock();
+      const absl::Time write_start = absl::Now();
       absl::StatusOr<ChangeResult> result = Perform(item.change);
+      LogWrite(item.change, result, absl::Now() - write_start);
       if (result.ok() && !result->replayed) {
         ApplyToIndex(item.change);
       } else if (!result.ok() && absl::IsUnavailable(result.status())) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include "sluice/metrics/process.h"
 #include "sluice/registry/index.h"
 #include "sluice/server/config_check.h"
+#include "sluice/server/config_summary.h"
 #include "sluice/server/cpus.h"
 #include "sluice/server/notify.h"
 
@@ -59,6 +61,7 @@ constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 struct LimiterContext {
   engine::StoreBackend* backend = nullptr;
   const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
+  http::HttpMetrics* metrics = nullptr;       // observability: resolves each Frontend's counters
 };
 
 // An admin token longer than this in SLUICE_ADMIN_TOKEN_FILE is a wrong file, not a token.
@@ -152,6 +155,8 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
                                 lc.backend->limiter_options(cfg.on_store_error));
   fe->keys = std::move(*keys);
   fe->proxies = std::move(*proxies);
+  // Observability: the decision counters of this reload's plans, looked up once.
+  if (lc.metrics != nullptr) fe->counters = lc.metrics->CountersFor(fe->limiter->plans());
   return std::shared_ptr<const http::Frontend>(std::move(fe));
 }
 
@@ -368,7 +373,11 @@ int Serve(const std::string& config_path) {
     Log(LogLevel::kError, "invalid configuration").Error(s);
     return config::kExitConfigError;
   }
-  const LimiterContext limiter_context{.backend = &backend, .registry = &registry_index};
+  // Before the first Frontend: each resolves its decision counters in it.
+  metrics::Registry registry;
+  http::HttpMetrics http_metrics(registry);
+  const LimiterContext limiter_context{
+      .backend = &backend, .registry = &registry_index, .metrics = &http_metrics};
   absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
       BuildFrontend(cfg, limiter_context);
   if (!initial.ok()) {
@@ -382,8 +391,6 @@ int Serve(const std::string& config_path) {
     return kExitFailure;
   }
 
-  metrics::Registry registry;
-  http::HttpMetrics http_metrics(registry);
   backend.RegisterMetrics(registry);
   metrics::RegisterProcessMetrics(registry,
                                   absl::ToUnixMillis(backend.system_clock()->Now()) / 1000.0);
@@ -537,6 +544,7 @@ int Serve(const std::string& config_path) {
                 .Str("config", config_path)
                 .Int("plans", static_cast<int64_t>(next.plans.size()))
                 .Int("keys", static_cast<int64_t>(next.keys.size()));
+            LogConfigSummary(next, "reload");  // observability: debug lines only
             notifier.Ready("serving; configuration reloaded");
           }
           signals.async_wait(on_signal);
@@ -606,6 +614,7 @@ int Serve(const std::string& config_path) {
       .Str("admin_listen", cfg.server.admin_listen)
       .Int("admin_port", admin_server.port())
       .Int("threads", threads);
+  LogConfigSummary(cfg, "start");  // observability: debug lines only
   // Both planes listen and the wait for Redis has ended (answered, or serving degraded).
   notifier.Ready(store_late ? "serving; Redis has not answered yet (deciding per on_store_error)"
                             : "serving");

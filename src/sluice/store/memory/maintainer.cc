@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "sluice/common/log.h"
 #include "sluice/store/memory/snapshot.h"
 
 namespace sluice {
@@ -33,7 +34,17 @@ absl::Status MemoryStoreMaintainer::Stop() {
 }
 
 absl::Status MemoryStoreMaintainer::SaveNow() {
-  absl::Status s = SaveSnapshot(*store_, options_.snapshot_path);
+  SnapshotStats stats;
+  const absl::Time start = absl::Now();
+  absl::Status s = SaveSnapshot(*store_, options_.snapshot_path, &stats);
+  if (s.ok() && LogEnabled(LogLevel::kDebug)) {
+    Log(LogLevel::kDebug, "snapshot saved")
+        .Str("path", options_.snapshot_path)
+        .Int("subjects", static_cast<int64_t>(stats.subjects))
+        .Int("pending_alerts", static_cast<int64_t>(stats.events))
+        .Int("bytes", static_cast<int64_t>(stats.bytes))
+        .Double("ms", absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (s.ok()) {
     ++saves_;

@@ -1,5 +1,6 @@
 #include "sluice/store/redis/clock_sync.h"
 
+#include <string>
 #include <utility>
 
 #include <boost/asio/steady_timer.hpp>
@@ -65,8 +66,32 @@ class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
           Log(first ? LogLevel::kInfo : LogLevel::kWarn, "redis clock offset measured")
               .Int("offset_us", absl::ToInt64Microseconds(offset))
               .Int("rtt_us", absl::ToInt64Microseconds(after - before));
+        } else {
+          // One per interval (30 s by default).
+          Log(LogLevel::kDebug, "redis clock sample")
+              .Int("offset_us", absl::ToInt64Microseconds(offset))
+              .Int("change_us", absl::ToInt64Microseconds(change))
+              .Int("rtt_us", absl::ToInt64Microseconds(after - before))
+              .Int("samples", static_cast<int64_t>(samples_));
         }
       }
+    }
+    // Unsynced, a sample is retried every few milliseconds: only the first failure of a run and
+    // every hundredth after it are logged.
+    discarded_ = good ? 0 : discarded_ + 1;
+    if (!good && discarded_ % 100 == 1 && LogEnabled(LogLevel::kDebug)) {
+      std::string why = "bad TIME reply";
+      if (!reply.ok()) {
+        why = ToStd(reply.status().message());
+      } else if (reply->is_error()) {
+        why = "error reply";
+      } else if (after - before > options_.max_rtt) {
+        why = "round trip above max_rtt";
+      }
+      Log(LogLevel::kDebug, "redis clock sample discarded")
+          .Int("rtt_us", absl::ToInt64Microseconds(after - before))
+          .Int("in_a_row", static_cast<int64_t>(discarded_))
+          .Str("why", why);
     }
     const absl::Duration wait = good || target_->synced() ? options_.interval : options_.retry;
     timer_.expires_after(absl::ToChronoNanoseconds(wait));
@@ -82,6 +107,7 @@ class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
   const ClockSyncOptions options_;
   bool stopped_ = false;
   uint64_t samples_ = 0;
+  uint64_t discarded_ = 0;  // samples discarded in a row
 };
 
 ClockSync::ClockSync(boost::asio::io_context& io, Connection* connection, const Clock* local,

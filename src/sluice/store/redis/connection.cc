@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <span>
 #include <utility>
@@ -227,6 +228,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         consecutive_timeouts_ >= options_.breaker_failures) {
       circuit_open_ = true;
       ++circuit_opened_;
+      Log(LogLevel::kDebug, "redis circuit breaker open")
+          .Str("host", options_.host)
+          .Int("port", options_.port)
+          .Int("consecutive_timeouts", consecutive_timeouts_);
       ScheduleProbe();
     }
   }
@@ -237,6 +242,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       circuit_open_ = false;
       boost::system::error_code ignored;
       probe_timer_.cancel(ignored);
+      Log(LogLevel::kDebug, "redis circuit breaker closed")
+          .Str("host", options_.host)
+          .Int("port", options_.port);
     }
   }
 
@@ -251,6 +259,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
             return;
           }
           if (self->pending_.size() < self->options_.max_pending) {
+            Log(LogLevel::kDebug, "redis circuit breaker half-open: probing")
+                .Str("host", self->options_.host)
+                .Int("port", self->options_.port);
             self->Enqueue({"PING"}, [](absl::StatusOr<Reply>) {});
           }
           self->ScheduleProbe();
@@ -354,15 +365,37 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   static asio::awaitable<void> Run(std::shared_ptr<Impl> self) {
     auto delay = self->options_.reconnect_min;
     while (!self->stopped_) {
+      const auto started = std::chrono::steady_clock::now();
       absl::Status status = co_await self->Connect();
       self->ReportConnect(status);
+      std::string_view lost = "connect failed";
       if (status.ok()) {
         delay = self->options_.reconnect_min;
         self->connected_ = true;
-        co_await self->ReadLoop();
+        if (LogEnabled(LogLevel::kDebug)) {
+          Log(LogLevel::kDebug, "redis connection ready")
+              .Str("host", self->options_.host)
+              .Int("port", self->options_.port)
+              .Int("db", self->options_.db)
+              .Bool("auth", !self->options_.password.empty())
+              .Double("ms", std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - started)
+                                .count());
+        }
+        lost = co_await self->ReadLoop();
       }
+      const size_t failed = self->pending_.size() - self->expired_;
       self->Drop();
       if (self->stopped_) break;
+      if (LogEnabled(LogLevel::kDebug)) {
+        Log line(LogLevel::kDebug, "redis reconnecting");
+        line.Str("host", self->options_.host)
+            .Int("port", self->options_.port)
+            .Str("reason", lost)
+            .Int("commands_failed", static_cast<int64_t>(failed))
+            .Int("delay_ms", std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
+        if (!status.ok()) line.Error(status);
+      }
       boost::system::error_code ec;
       self->backoff_timer_.expires_after(delay);
       co_await self->backoff_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -451,19 +484,21 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     co_return absl::OkStatus();
   }
 
-  // Reads replies until the connection fails; returns so that Run() drops it.
-  asio::awaitable<void> ReadLoop() {
+  // Reads replies until the connection fails; returns why, so that Run() drops it.
+  asio::awaitable<std::string_view> ReadLoop() {
     for (;;) {
       boost::system::error_code ec;
       size_t n = co_await socket_.async_read_some(asio::buffer(buffer_),
                                                   asio::redirect_error(asio::use_awaitable, ec));
-      if (ec || stopped_) co_return;
+      if (stopped_) co_return "stopped";
+      if (ec) co_return ec == asio::error::eof ? "closed by peer" : "read error";
       reader_.Feed(std::string_view(buffer_.data(), n));
       for (;;) {
         auto next = reader_.Next();
-        if (!next.ok()) co_return;                   // protocol error: the stream cannot be trusted
-        if (!next->has_value()) break;               // need more bytes
-        if (!Deliver(std::move(**next))) co_return;  // a reply nobody asked for
+        // A protocol error: the stream cannot be trusted.
+        if (!next.ok()) co_return "protocol error";
+        if (!next->has_value()) break;  // need more bytes
+        if (!Deliver(std::move(**next))) co_return "unexpected reply";
       }
     }
   }

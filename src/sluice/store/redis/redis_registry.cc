@@ -803,8 +803,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   asio::awaitable<absl::Status> SyncOnce() {
     if (!force_reload_) {
       IndexSink sink(index_);
-      uint64_t at = owner_->version_.load(std::memory_order_relaxed);
+      const uint64_t from = owner_->version_.load(std::memory_order_relaxed);
+      uint64_t at = from;
       bool applied = false;
+      size_t changes = 0;
       for (;;) {
         absl::StatusOr<std::optional<uint64_t>> next = co_await CatchUp(at, epoch_, sink);
         if (!next.ok()) co_return next.status();
@@ -813,12 +815,21 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
           break;
         }
         applied = applied || **next != at;
+        changes += last_entries_;
         at = **next;
         owner_->version_.store(at, std::memory_order_relaxed);
         if (!caught_up_short_) break;
       }
       if (!force_reload_) {
-        if (applied) owner_->catch_ups_.fetch_add(1, std::memory_order_relaxed);
+        if (applied) {
+          owner_->catch_ups_.fetch_add(1, std::memory_order_relaxed);
+          Log(LogLevel::kDebug, "redis registry changes applied")
+              .Int("from_version", static_cast<int64_t>(from))
+              .Int("version", static_cast<int64_t>(at))
+              .Int("changes", static_cast<int64_t>(changes))
+              .Int("subjects", static_cast<int64_t>(index_->subject_count()))
+              .Int("keys", static_cast<int64_t>(index_->key_count()));
+        }
         co_return absl::OkStatus();
       }
     }
@@ -831,6 +842,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
                                                                    const std::string& epoch,
                                                                    Sink& sink) {
     caught_up_short_ = false;
+    last_entries_ = 0;
     // Named arguments, not temporaries inside the co_await expression: GCC 12 mishandles those.
     Argv argv = {"3",   version_key_,        epoch_key_, log_key_,
                  base_, absl::StrCat(after), epoch,      absl::StrCat(options_.catch_up_entries)};
@@ -861,6 +873,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       at = static_cast<uint64_t>(entry[0].integer);
     }
     caught_up_short_ = at < version;
+    last_entries_ = e.size() - 3;
     co_return std::optional<uint64_t>(at);
   }
 
@@ -1122,6 +1135,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     }
   }
 
+  size_t last_entries_ = 0;  // change-log entries the latest CatchUp applied
   RedisRegistry* owner_;
   const RedisRegistryOptions options_;
   const std::string base_, version_key_, epoch_key_, log_key_, subjects_key_, keys_key_;

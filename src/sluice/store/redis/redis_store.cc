@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
 #include "sluice/store/redis/decide_script.h"
@@ -113,6 +114,31 @@ void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Call
 
 }  // namespace
 
+std::string_view RedisCommandKindName(RedisCommandKind kind) {
+  switch (kind) {
+    case RedisCommandKind::kDecide:
+      return "decide";
+    case RedisCommandKind::kRefund:
+      return "refund";
+    case RedisCommandKind::kUsage:
+      return "usage";
+    case RedisCommandKind::kReset:
+      return "reset";
+  }
+  return "decide";
+}
+
+absl::Time RedisStore::StartTimer() const {
+  // Round trips are intervals, never instants of a window: the host's clock is right here.
+  return options_.observe_round_trip ? absl::Now() : absl::InfinitePast();
+}
+
+void RedisStore::Observed(RedisCommandKind kind, absl::Time start) const {
+  if (options_.observe_round_trip && start != absl::InfinitePast()) {
+    options_.observe_round_trip(kind, absl::Now() - start);
+  }
+}
+
 RedisStore::RedisStore(std::function<Connection*()> connection_for_thread,
                        RedisStoreOptions options)
     : connection_for_thread_(std::move(connection_for_thread)),
@@ -215,13 +241,16 @@ void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
   // The late replies of a stall typically arrive while the breaker is still open; the refund
   // must go out anyway. Counted when its reply arrives, in time or late.
+  const absl::Time start = StartTimer();
   conn->SendDespiteBreaker(
       refund,
-      [this](absl::StatusOr<Reply> r) {
+      [this, start](absl::StatusOr<Reply> r) {
+        if (r.ok()) Observed(RedisCommandKind::kRefund, start);
         if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
         shrinks_.fetch_add(1, std::memory_order_release);
       },
-      [this](Reply r) {
+      [this, start](Reply r) {
+        Observed(RedisCommandKind::kRefund, start);
         if (r.is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
         shrinks_.fetch_add(1, std::memory_order_release);
       });
@@ -240,13 +269,15 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
     refund->push_back(absl::StrCat(req.cost));
     late = [this, conn, n, refund](const Reply& reply) { OnLateDecision(conn, reply, n, *refund); };
   }
+  const absl::Time start = StartTimer();
   RunScript(
       conn, DecideCommand(req),
-      [this, n, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+      [this, n, start, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
           std::move(done)(ConnectionFailure(reply.status()));
           return;
         }
+        Observed(RedisCommandKind::kDecide, start);
         if (reply->is_error()) {
           std::move(done)(ErrorReply(*reply));
           return;
@@ -299,8 +330,10 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   // One MGET for the counters (all keys share one hash tag), one HKEYS per flag hash.
   std::vector<std::string> mget = {"MGET"};
   for (size_t i = 0; i < n; ++i) mget.push_back(CounterKey(req, i));
-  conn->Send(std::move(mget), [state, finish, n](absl::StatusOr<Reply> r) mutable {
+  const absl::Time start = StartTimer();
+  conn->Send(std::move(mget), [this, start, state, finish, n](absl::StatusOr<Reply> r) mutable {
     if (!r.ok()) return finish(ConnectionFailure(r.status()));
+    Observed(RedisCommandKind::kUsage, start);
     if (r->is_error()) return finish(ErrorReply(*r));
     for (size_t i = 0; i < n && i < r->elements.size(); ++i) {
       const Reply& e = r->elements[i];
@@ -352,14 +385,16 @@ void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_inde
     del.push_back(CounterKey(req, i));
     del.push_back(FlagsKey(req, i));
   }
-  connection_for_thread_()->Send(std::move(del),
-                                 [done = std::move(done)](absl::StatusOr<Reply> r) mutable {
-                                   if (!r.ok()) {
-                                     return std::move(done)(ConnectionFailure(r.status()));
-                                   }
-                                   if (r->is_error()) return std::move(done)(ErrorReply(*r));
-                                   std::move(done)(absl::OkStatus());
-                                 });
+  const absl::Time start = StartTimer();
+  connection_for_thread_()->Send(
+      std::move(del), [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+        if (!r.ok()) {
+          return std::move(done)(ConnectionFailure(r.status()));
+        }
+        Observed(RedisCommandKind::kReset, start);
+        if (r->is_error()) return std::move(done)(ErrorReply(*r));
+        std::move(done)(absl::OkStatus());
+      });
 }
 
 }  // namespace sluice::redis

@@ -8,6 +8,7 @@
 #define SLUICE_STORE_REDIS_REDIS_STORE_H_
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,12 @@
 #include "sluice/store/redis/connection.h"
 
 namespace sluice::redis {
+
+// The commands RedisStore sends, as its round-trip observer names them.
+enum class RedisCommandKind : uint8_t { kDecide, kRefund, kUsage, kReset };
+inline constexpr int kRedisCommandKinds = 4;
+// "decide", "refund", "usage", "reset".
+[[nodiscard]] std::string_view RedisCommandKindName(RedisCommandKind kind);
 
 struct RedisStoreOptions {
   std::string key_prefix = "sl";
@@ -48,6 +55,11 @@ struct RedisStoreOptions {
   // more than a round trip until then, and a deadline already past would fail every decision).
   const OffsetClock* sync_state = nullptr;
   absl::Duration unsynced_allowance = absl::Seconds(1);
+  // Called with the round trip of each command the store sends, from the call that queues it to
+  // its reply (a decision's NOSCRIPT reload included), on the thread that runs the callback;
+  // commands without a reply (timed out, connection lost) are not observed. Null: nothing is
+  // measured. It lets the server feed a histogram without this module depending on metrics/.
+  std::function<void(RedisCommandKind, absl::Duration)> observe_round_trip;
 };
 
 class RedisStore final : public Store {
@@ -90,6 +102,10 @@ class RedisStore final : public Store {
 
  private:
   std::vector<std::string> DecideCommand(const StoreRequest& req) const;
+  // A start time for Observed (none without an observer: no clock is read).
+  [[nodiscard]] absl::Time StartTimer() const;
+  // Reports the round trip of a command of `kind` started at `start` (from StartTimer).
+  void Observed(RedisCommandKind kind, absl::Time start) const;
   // The late reply `reply` of a decision: if it admitted (cost > 0), sends `refund` on `conn`.
   void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
                       const std::vector<std::string>& refund);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -126,7 +127,10 @@ class RedisStoreTest : public ::testing::Test {
         RedisStoreOptions{.buckets = 4,
                           .redis_clock = &clock_,
                           .decision_deadline = deadline.value_or(absl::FromChrono(timeout)),
-                          .clock_error = clock_error});
+                          .clock_error = clock_error,
+                          .observe_round_trip = [this](RedisCommandKind kind, absl::Duration d) {
+                            observed_.emplace_back(kind, d);
+                          }});
   }
 
   StoreRequest Request(int64_t cost = 1) {
@@ -162,7 +166,40 @@ class RedisStoreTest : public ::testing::Test {
   std::unique_ptr<RedisStore> store_;
   absl::Time now_;
   WindowBounds window_;
+  std::vector<std::pair<RedisCommandKind, absl::Duration>> observed_;  // round trips, in order
 };
+
+TEST_F(RedisStoreTest, EachAnsweredCommandReportsItsRoundTripByKind) {
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  ASSERT_TRUE(Decide(req).ok());
+  std::optional<absl::Status> reset;
+  store_->Reset(req, std::nullopt, [&](absl::Status s) { reset = s; });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return reset.has_value(); }));
+  ASSERT_EQ(observed_.size(), 2u);
+  EXPECT_EQ(observed_[0].first, RedisCommandKind::kDecide);
+  EXPECT_EQ(observed_[1].first, RedisCommandKind::kReset);
+  for (const auto& [kind, d] : observed_) {
+    EXPECT_GT(d, absl::ZeroDuration()) << RedisCommandKindName(kind);
+    EXPECT_LT(d, absl::Seconds(2)) << RedisCommandKindName(kind);
+  }
+}
+
+TEST_F(RedisStoreTest, ACommandThatTimedOutIsNotObservedButItsRefundIs) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30));
+  const StoreRequest req = Request();
+  ASSERT_TRUE(Decide(req).ok());
+  observed_.clear();
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Decide(req, [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_TRUE(observed_.empty());
+  server_.Resume();
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
+  ASSERT_EQ(observed_.size(), 1u);
+  EXPECT_EQ(observed_[0].first, RedisCommandKind::kRefund);
+}
 
 // The bug: the script's deadline was the timeout plus 100 ms, so a Redis that resumed within
 // 100 ms after the caller had answered degraded still charged the request.
