@@ -47,10 +47,10 @@
 #include "absl/random/random.h"
 #include "absl/time/time.h"
 #include "sluice/alerts/dead_letters.h"
-#include "sluice/alerts/outbox_source.h"
 #include "sluice/alerts/sink.h"
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
+#include "sluice/limiter/outbox_source.h"
 #include "sluice/metrics/metrics.h"
 
 namespace sluice::alerts {

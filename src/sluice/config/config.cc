@@ -45,6 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "sluice/common/subject.h"
 #include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -1364,25 +1365,6 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
-}
-
-// Every request's subject is checked (docs/semantics.md), so this is a table, not a search per
-// byte.
-constexpr std::array<bool, 256> kSubjectBytes = [] {
-  std::array<bool, 256> ok{};
-  for (char c = '0'; c <= '9'; ++c) ok[static_cast<unsigned char>(c)] = true;
-  for (char c = 'A'; c <= 'Z'; ++c) ok[static_cast<unsigned char>(c)] = true;
-  for (char c = 'a'; c <= 'z'; ++c) ok[static_cast<unsigned char>(c)] = true;
-  for (char c : std::string_view("._:@/+=-")) ok[static_cast<unsigned char>(c)] = true;
-  return ok;
-}();
-
-bool IsValidSubject(std::string_view subject) {
-  if (subject.empty() || subject.size() > kMaxSubjectLength) return false;
-  for (char c : subject) {
-    if (!kSubjectBytes[static_cast<unsigned char>(c)]) return false;
-  }
-  return true;
 }
 
 }  // namespace sluice::config

@@ -190,9 +190,6 @@ struct Config {
 // Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day" or "month".
 [[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
-// True if `subject` is 1-200 bytes of [A-Za-z0-9._:@/+=-] (docs/semantics.md).
-[[nodiscard]] bool IsValidSubject(std::string_view subject);
-
 }  // namespace sluice::config
 
 #endif  // SLUICE_CONFIG_CONFIG_H_

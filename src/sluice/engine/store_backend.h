@@ -11,8 +11,8 @@
 // runs an event loop (an in-process library user) may skip them.
 //
 // Thread safety: store(), clock(), index() and the other accessors may be called from any thread
-// once OpenStoreBackend() returned; Attach() only from the loop's own thread; Stop() from one thread
-// after every loop stopped.
+// once OpenStoreBackend() returned; Attach() only from the loop's own thread; Stop() from one
+// thread after every loop stopped.
 #ifndef SLUICE_ENGINE_STORE_BACKEND_H_
 #define SLUICE_ENGINE_STORE_BACKEND_H_
 
@@ -64,16 +64,18 @@ class StoreBackend {
   // The host's clock (alert timestamps, retries).
   [[nodiscard]] virtual const Clock* system_clock() const = 0;
   // Options a Limiter on this store should have (the over-limit cache with a remote store).
-  [[nodiscard]] virtual LimiterOptions limiter_options(OnStoreError on_store_error) = 0;
+  [[nodiscard]] virtual LimiterOptions limiter_options(config::OnStoreError on_store_error) = 0;
 
   [[nodiscard]] virtual registry::Index* index() = 0;
   // Null when the registry was not opened.
   [[nodiscard]] virtual registry::Backend* registry_backend() = 0;
 
-  // A new reader of the alert outbox for a dispatcher; `consumer` names this process among the
-  // instances sharing a Redis (the same name across a reload resumes what it held).
+  // A new reader of the alert outbox for a dispatcher. With Redis it reads as this process's
+  // consumer (the same name for every source of the process, so one built after a reload resumes
+  // what the previous one held) and claims events another consumer has held for `claim_after`
+  // (alerts.lease).
   [[nodiscard]] virtual std::unique_ptr<OutboxSource> NewOutboxSource(
-      const std::string& consumer) = 0;
+      absl::Duration claim_after) = 0;
 
   // Registers the store's gauges and counters (subjects, outbox depth, events recorded and
   // refused, snapshot failures, Redis late admissions and refunds, over-limit cache, registry).

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/common/subject.h"
 #include "sluice/http/await.h"
 #include "sluice/http/render.h"
 #include "sluice/http/sha256.h"
@@ -244,7 +245,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
                            "no such endpoint (a subject id with / must be sent as %2F)", "",
                            version);
   }
-  if (!config::IsValidSubject(id)) {
+  if (!IsValidSubject(id)) {
     co_return FieldProblem(
         422, "Unprocessable Content",
         "id: must be 1-200 bytes of letters, digits and ._:@/+=- (percent-encoded in the path)",

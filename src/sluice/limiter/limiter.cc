@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "sluice/common/strings.h"
+#include "sluice/common/subject.h"
 
 namespace sluice {
 namespace {
@@ -101,7 +102,7 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
 }
 
 absl::Status ValidateSubject(std::string_view subject) {
-  if (config::IsValidSubject(subject)) return absl::OkStatus();
+  if (IsValidSubject(subject)) return absl::OkStatus();
   return absl::InvalidArgumentError("subject: must be 1-200 bytes of letters, digits and ._:@/+=-");
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
+#include "sluice/common/subject.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/store.h"
 #include "sluice/registry/keys.h"
@@ -256,7 +257,7 @@ std::string FormatRfc3339(absl::Time t) {
 
 absl::StatusOr<Subject> ParseSubjectBody(std::string_view id, std::string_view body,
                                          const PlanSet& plans, absl::Time now) {
-  if (!config::IsValidSubject(id)) {
+  if (!IsValidSubject(id)) {
     return Error("id", "must be 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -");
   }
   absl::StatusOr<json> parsed = ParseObject(body, /*empty_is_object=*/true);

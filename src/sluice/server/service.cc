@@ -27,11 +27,12 @@
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
 #include "sluice/alerts/dead_letters.h"
-#include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/config/config.h"
+#include "sluice/engine/alert_delivery.h"
+#include "sluice/engine/store_backend.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
 #include "sluice/http/server.h"
@@ -39,29 +40,14 @@
 #include "sluice/metrics/metrics.h"
 #include "sluice/metrics/process.h"
 #include "sluice/registry/index.h"
-#include "sluice/registry/sqlite_backend.h"
-#include "sluice/server/alert_delivery.h"
 #include "sluice/server/config_check.h"
 #include "sluice/server/cpus.h"
 #include "sluice/server/notify.h"
-#include "sluice/store/memory/maintainer.h"
-#include "sluice/store/memory/memory_store.h"
-#include "sluice/store/memory/snapshot.h"
-#include "sluice/store/memory/snapshot_file.h"
-#include "sluice/store/redis/clock_sync.h"
-#include "sluice/store/redis/connection.h"
-#include "sluice/store/redis/redis_outbox.h"
-#include "sluice/store/redis/redis_registry.h"
-#include "sluice/store/redis/redis_store.h"
 
 namespace sluice::server {
 namespace asio = boost::asio;
 
 namespace {
-
-// The calling io_context thread's Redis connection (null on other threads and with the memory
-// store).
-thread_local redis::Connection* t_redis_connection = nullptr;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
@@ -69,15 +55,9 @@ constexpr auto kDrainDeadline = std::chrono::seconds(10);
 // How long the start waits for Redis to answer before serving anyway (degraded until it does).
 constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 
-// Over-limit cache entries with a remote store (docs/architecture.md); ~200 bytes each.
-constexpr size_t kOverLimitCacheCapacity = 100'000;
-
 // What every Limiter a service builds (one per reload) shares.
 struct LimiterContext {
-  Store* store = nullptr;
-  const Clock* clock = nullptr;
-  size_t overlimit_cache_capacity = 0;
-  OverLimitCacheStats* overlimit_stats = nullptr;
+  engine::StoreBackend* backend = nullptr;
   const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
 };
 
@@ -167,11 +147,9 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
           .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
     }
   }
-  fe->limiter = std::make_unique<Limiter>(
-      std::move(*plans), lc.store, lc.clock,
-      LimiterOptions{.on_store_error = cfg.on_store_error,
-                     .overlimit_cache_capacity = lc.overlimit_cache_capacity,
-                     .overlimit_stats = lc.overlimit_stats});
+  fe->limiter =
+      std::make_unique<Limiter>(std::move(*plans), lc.backend->store(), lc.backend->clock(),
+                                lc.backend->limiter_options(cfg.on_store_error));
   fe->keys = std::move(*keys);
   fe->proxies = std::move(*proxies);
   return std::shared_ptr<const http::Frontend>(std::move(fe));
@@ -344,116 +322,19 @@ int Serve(const std::string& config_path) {
   // STOPPING=1, WATCHDOG=1 while the event loops turn. Outside systemd it does nothing.
   const Notifier notifier;
 
-  config::Config cfg;
-  SystemClock clock;
-  // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the
-  // offset measured with TIME (redis::ClockSync).
-  OffsetClock redis_clock(&clock);
-  MemoryStore memory_store;
-  // The store is chosen from the file before anything is built on it.
-  absl::StatusOr<config::Config> peek = config::LoadConfigFile(config_path);
-  if (!peek.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(peek.status());
+  // Read and checked once: everything below is built from this file (reading it again could see
+  // another one).
+  absl::StatusOr<config::Config> loaded = config::LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(loaded.status());
     return config::kExitConfigError;
   }
+  config::Config cfg = *std::move(loaded);
   // Everything below that could refuse this file, checked the way `sluice check-config` does.
-  if (absl::Status s = CheckServable(*peek); !s.ok()) {
+  if (absl::Status s = CheckServable(cfg); !s.ok()) {
     Log(LogLevel::kError, "invalid configuration").Error(s);
     return config::kExitConfigError;
   }
-  const bool use_redis = peek->store.type == config::StoreType::kRedis;
-  redis::ConnectionOptions redis_options;
-  if (use_redis) {
-    absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(peek->store.redis.url);
-    if (!parsed.ok()) {
-      Log(LogLevel::kError, "invalid configuration").Error(parsed.status());
-      return config::kExitConfigError;
-    }
-    redis_options = *parsed;
-    // SLUICE_REDIS_PASSWORD_FILE replaces the URL's password.
-    if (!peek->store.redis.password.empty()) redis_options.password = peek->store.redis.password;
-    redis_options.command_timeout = absl::ToChronoMilliseconds(peek->store.redis.timeout);
-  }
-  // Each io_context thread talks to Redis over its own connection.
-  std::vector<std::unique_ptr<redis::Connection>> redis_connections;
-  redis::RedisStore redis_store([] { return t_redis_connection; },
-                                {.key_prefix = peek->store.redis.key_prefix,
-                                 .redis_clock = &redis_clock,
-                                 .decision_deadline = peek->store.redis.timeout,
-                                 .clock_error = absl::Milliseconds(1),
-                                 .sync_state = &redis_clock});
-  OverLimitCacheStats overlimit_stats;
-
-  // The registry of subjects and keys: every decision reads the index; the backend keeps it
-  // durably (an SQLite file with the memory store, Redis with the Redis store).
-  registry::Index registry_index;
-  std::unique_ptr<registry::Backend> registry_backend;
-  const registry::SqliteBackend* sqlite_registry = nullptr;  // the same backend, when it is SQLite
-  const redis::RedisRegistry* redis_registry = nullptr;      // or Redis
-  if (use_redis) {
-    // Its own connection and thread; admin writes may wait longer than decisions, and never trip
-    // the decisions' circuit breaker.
-    redis::RedisRegistryOptions options{.key_prefix = peek->store.redis.key_prefix,
-                                        .start_timeout = std::chrono::milliseconds(2000)};
-    options.connection = redis_options;
-    options.connection.command_timeout = std::chrono::milliseconds(2000);
-    options.connection.breaker_failures = 0;
-    auto backend = std::make_unique<redis::RedisRegistry>(std::move(options));
-    redis_registry = backend.get();
-    registry_backend = std::move(backend);
-  } else {
-    const std::string& path = peek->store.memory.registry_path;
-    absl::StatusOr<std::unique_ptr<registry::SqliteBackend>> opened =
-        registry::SqliteBackend::Open({.path = path.empty() ? ":memory:" : path});
-    if (!opened.ok()) {
-      Log(LogLevel::kError, "cannot open the registry").Error(opened.status());
-      return kExitFailure;
-    }
-    if (path.empty()) {
-      Log(LogLevel::kWarn,
-          "store.memory.registry_path is not set: subjects and keys created through the admin API "
-          "are kept in memory and lost at exit");
-    }
-    sqlite_registry = opened->get();
-    registry_backend = *std::move(opened);
-  }
-  const auto registry_start = absl::Now();
-  if (absl::Status s = registry_backend->Start(&registry_index); !s.ok()) {
-    if (!use_redis) {
-      Log(LogLevel::kError, "cannot load the registry").Error(s);
-      return kExitFailure;
-    }
-    // Like decisions, the Redis registry does not hold the start hostage: its keys are refused
-    // (401) until it has loaded, which it keeps trying to do.
-    Log(LogLevel::kWarn, "the registry is not loaded yet; its keys are refused until it is")
-        .Error(s);
-  }
-  Log(LogLevel::kInfo, "registry loaded")
-      .Int("subjects", static_cast<int64_t>(registry_index.subject_count()))
-      .Int("keys", static_cast<int64_t>(registry_index.key_count()))
-      .Int("ms", absl::ToInt64Milliseconds(absl::Now() - registry_start));
-  if (absl::Status s = CheckPlansInUse(*peek, registry_index); !s.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(s);
-    registry_backend->Stop();
-    return config::kExitConfigError;
-  }
-
-  const LimiterContext limiter_context{
-      .store = use_redis ? static_cast<Store*>(&redis_store) : &memory_store,
-      .clock = use_redis ? static_cast<const Clock*>(&redis_clock) : &clock,
-      // An in-process store answers a denial as fast as the cache would.
-      .overlimit_cache_capacity = use_redis ? kOverLimitCacheCapacity : 0,
-      .overlimit_stats = &overlimit_stats,
-      .registry = &registry_index};
-
-  // Built from the file already read and checked (reading it again could see another file).
-  absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
-      BuildFrontend(*peek, limiter_context);
-  if (!initial.ok()) {
-    Log(LogLevel::kError, "invalid configuration").Error(initial.status());
-    return config::kExitConfigError;
-  }
-  cfg = *peek;
   absl::StatusOr<asio::ip::tcp::endpoint> data_endpoint = http::ParseEndpoint(cfg.server.listen);
   absl::StatusOr<asio::ip::tcp::endpoint> admin_endpoint =
       http::ParseEndpoint(cfg.server.admin_listen);
@@ -463,112 +344,43 @@ int Serve(const std::string& config_path) {
     return config::kExitConfigError;
   }
 
-  const std::string snapshot = use_redis ? std::string() : cfg.store.memory.snapshot_path;
-  // Held until Serve returns, after the final snapshot: a second process on the same file would
-  // overwrite this one's counters every interval.
-  std::optional<SnapshotLock> snapshot_lock;
-  if (!snapshot.empty()) {
-    absl::StatusOr<SnapshotLock> lock = SnapshotLock::Acquire(snapshot);
-    if (!lock.ok()) {
-      Log(LogLevel::kError, "cannot lock snapshot").Error(lock.status());
-      return kExitFailure;
-    }
-    snapshot_lock.emplace(*std::move(lock));
-    // Only now is it certain that no other writer is using them.
-    if (absl::StatusOr<size_t> removed = RemoveStaleSnapshotTemps(snapshot); !removed.ok()) {
-      Log(LogLevel::kWarn, "cannot remove stale snapshot temporary files").Error(removed.status());
-    } else if (*removed > 0) {
-      Log(LogLevel::kInfo, "removed stale snapshot temporary files")
-          .Str("path", snapshot)
-          .Int("files", static_cast<int64_t>(*removed));
-    }
-    SnapshotStats stats;
-    absl::Status s = LoadSnapshot(snapshot, memory_store, &stats, {.now = clock.Now()});
-    if (s.ok()) {
-      Log(LogLevel::kInfo, "snapshot loaded")
-          .Str("path", snapshot)
-          .Int("subjects", static_cast<int64_t>(stats.subjects))
-          .Int("pending_alerts", static_cast<int64_t>(stats.events))
-          .Int("dropped_subjects", static_cast<int64_t>(stats.dropped_subjects))
-          .Int("dropped_alerts", static_cast<int64_t>(stats.dropped_events));
-    } else if (absl::IsNotFound(s)) {
-      Log(LogLevel::kInfo, "no snapshot yet; starting empty").Str("path", snapshot);
-    } else {
-      // Starting empty would hand every subject a fresh quota and drop undelivered alerts.
-      Log(LogLevel::kError, "cannot load snapshot").Error(s);
-      return kExitFailure;
-    }
+  // 0: one per CPU this process may use (affinity mask, cgroup CPU quota), not per CPU of the host.
+  const unsigned threads =
+      cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads) : AvailableCpus();
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::io_context*> context_ptrs;
+  for (unsigned i = 0; i < threads; ++i) {
+    contexts.push_back(std::make_unique<asio::io_context>(1));
+    context_ptrs.push_back(contexts.back().get());
   }
-  MemoryStoreMaintainer maintainer(&memory_store, &clock,
-                                   {.snapshot_path = snapshot,
-                                    .snapshot_interval = cfg.store.memory.snapshot_interval,
-                                    .on_error = [](const absl::Status& s) {
-                                      Log(LogLevel::kWarn, "snapshot save failed").Error(s);
-                                    }});
+
+  // The store, its clock and the registry of subjects and keys (every decision reads the index;
+  // the registry keeps it durably: an SQLite file with the memory store, Redis with Redis).
+  absl::StatusOr<std::unique_ptr<engine::StoreBackend>> opened =
+      engine::OpenStoreBackend(cfg, {.loops = context_ptrs});
+  if (!opened.ok()) {
+    Log(LogLevel::kError, "cannot open the store").Error(opened.status());
+    return kExitFailure;
+  }
+  engine::StoreBackend& backend = **opened;
+  registry::Index& registry_index = *backend.index();
+  if (absl::Status s = CheckPlansInUse(cfg, registry_index); !s.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(s);
+    return config::kExitConfigError;
+  }
+  const LimiterContext limiter_context{.backend = &backend, .registry = &registry_index};
+  absl::StatusOr<std::shared_ptr<const http::Frontend>> initial =
+      BuildFrontend(cfg, limiter_context);
+  if (!initial.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(initial.status());
+    return config::kExitConfigError;
+  }
 
   metrics::Registry registry;
   http::HttpMetrics http_metrics(registry);
-  registry.AddCallbackGauge(
-      "sluice_memory_subjects", "Subjects with live counters in the memory store.",
-      [&memory_store] { return static_cast<double>(memory_store.subject_count()); });
-  registry.AddCallbackGauge(
-      "sluice_outbox_depth", "Alert events waiting for delivery in the memory store's outbox.",
-      [&memory_store] { return static_cast<double>(memory_store.outbox().size()); });
-  registry.AddCallbackCounter("sluice_alert_events_recorded_total",
-                              "Alert events recorded in the outbox by this process's decisions.",
-                              [&memory_store, &redis_store, use_redis] {
-                                return static_cast<double>(use_redis
-                                                               ? redis_store.events_recorded()
-                                                               : memory_store.outbox().recorded());
-                              });
-  registry.AddCallbackCounter(
-      "sluice_outbox_refused_total",
-      "Thresholds not recorded because the outbox was full (they stay armed and fire later).",
-      [&memory_store, &redis_store, use_redis] {
-        return static_cast<double>(use_redis ? redis_store.events_refused()
-                                             : memory_store.outbox().refused());
-      });
-  registry.AddCallbackCounter(
-      "sluice_snapshot_failures_total", "Snapshot saves that failed since start.",
-      [&maintainer] { return static_cast<double>(maintainer.failed_saves()); });
-  registry.AddCallbackCounter(
-      "sluice_redis_late_admissions_total",
-      "Admissions whose reply came after the decision had been answered degraded (Redis ran the "
-      "script, then stalled); each is taken back.",
-      [&redis_store] { return static_cast<double>(redis_store.late_admissions()); });
-  registry.AddCallbackCounter(
-      "sluice_redis_refunds_total", "Late admissions taken back by refund.lua.",
-      [&redis_store] { return static_cast<double>(redis_store.refunds()); });
-  registry.AddCallbackCounter(
-      "sluice_overlimit_cache_hits_total",
-      "Denials answered from the over-limit cache without asking the store.",
-      [&overlimit_stats] { return static_cast<double>(overlimit_stats.hits.load()); });
-  registry.AddCallbackCounter(
-      "sluice_overlimit_cache_full_total",
-      "Denials not remembered because the over-limit cache was full.",
-      [&overlimit_stats] { return static_cast<double>(overlimit_stats.full.load()); });
-  registry.AddCallbackGauge(
-      "sluice_registry_subjects", "Subjects in the registry (this instance's copy).",
-      [&registry_index] { return static_cast<double>(registry_index.subject_count()); });
-  registry.AddCallbackGauge(
-      "sluice_registry_keys", "API keys in the registry (this instance's copy).",
-      [&registry_index] { return static_cast<double>(registry_index.key_count()); });
-  registry.AddCallbackCounter(
-      "sluice_registry_write_failures_total",
-      "Registry changes that could not be written (answered 503; nothing was changed).",
-      [sqlite_registry] {
-        if (sqlite_registry == nullptr) return 0.0;
-        const registry::SqliteBackend::Stats st = sqlite_registry->stats();
-        return static_cast<double>(st.failed + st.queue_full);
-      });
-  registry.AddCallbackCounter(
-      "sluice_registry_full_loads_total",
-      "Times the Redis registry was loaded whole (at start, and when its change log could not "
-      "bridge a gap: a restart, a flush, a trim).",
-      [redis_registry] {
-        return redis_registry == nullptr ? 0.0 : static_cast<double>(redis_registry->full_loads());
-      });
-  metrics::RegisterProcessMetrics(registry, absl::ToUnixMillis(clock.Now()) / 1000.0);
+  backend.RegisterMetrics(registry);
+  metrics::RegisterProcessMetrics(registry,
+                                  absl::ToUnixMillis(backend.system_clock()->Now()) / 1000.0);
   metrics::CounterFamily& reloads = registry.AddCounterFamily(
       "sluice_config_reloads_total", "SIGHUP reloads, by result (ok or refused).", {"result"});
   metrics::Gauge& last_reload_ok = registry.AddGauge(
@@ -580,17 +392,17 @@ int Serve(const std::string& config_path) {
       .Set(1);
 
   http::FrontendHolder frontend(std::move(*initial));
-  http::RegistryApi registry_api(&registry_index, registry_backend.get(), &frontend);
+  http::RegistryApi registry_api(&registry_index, backend.registry_backend(), &frontend);
   http::DataPlane data_plane(&frontend, &http_metrics, &registry_index);
   alerts::DeadLetterList dead_letters;
   // Set by SIGTERM/SIGINT: readiness fails from then on while the data plane drains.
   std::atomic<bool> stopping{false};
-  const StoreProbe store_probe(limiter_context.store, limiter_context.clock);
+  const StoreProbe store_probe(backend.store(), backend.clock());
   // Built once the event loops exist (below); /healthz reads it through this pointer.
   std::atomic<const LoopHeartbeats*> heartbeats{nullptr};
   http::AdminPlane admin_plane(
       &frontend, &http_metrics, &registry,
-      {.dead_letters = [&dead_letters] { return DeadLettersJson(dead_letters); },
+      {.dead_letters = [&dead_letters] { return engine::DeadLettersJson(dead_letters); },
        .live =
            [&heartbeats] {
              const LoopHeartbeats* h = heartbeats.load();
@@ -630,15 +442,6 @@ int Serve(const std::string& config_path) {
                      .evicted = &evicted.WithLabels({"admin"}),
                      .name = "admin"});
 
-  // 0: one per CPU this process may use (affinity mask, cgroup CPU quota), not per CPU of the host.
-  const unsigned threads =
-      cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads) : AvailableCpus();
-  std::vector<std::unique_ptr<asio::io_context>> contexts;
-  std::vector<asio::io_context*> context_ptrs;
-  for (unsigned i = 0; i < threads; ++i) {
-    contexts.push_back(std::make_unique<asio::io_context>(1));
-    context_ptrs.push_back(contexts.back().get());
-  }
   if (absl::Status s = data_server.Listen(context_ptrs, *data_endpoint); !s.ok()) {
     Log(LogLevel::kError, "cannot start the data plane").Error(s);
     data_server.ReleaseAcceptors();  // before the io_contexts they belong to are destroyed
@@ -654,39 +457,18 @@ int Serve(const std::string& config_path) {
   LoopHeartbeats loop_heartbeats(contexts);
   heartbeats.store(&loop_heartbeats);
 
-  if (use_redis) {
-    for (auto& io : contexts) {
-      redis_connections.push_back(std::make_unique<redis::Connection>(*io, redis_options));
-    }
-  }
-  // The first thread's connection also measures Redis's clock.
-  // Redis answering is worth waiting for briefly before announcing the start: until then every
-  // decision would be answered per on_store_error.
-  absl::Notification redis_answered;
-  std::unique_ptr<redis::ClockSync> clock_sync;
-  if (use_redis) {
-    clock_sync = std::make_unique<redis::ClockSync>(
-        *contexts.front(), redis_connections.front().get(), &clock, &redis_clock,
-        redis::ClockSyncOptions{.on_first_sample = [&] { redis_answered.Notify(); }});
-  }
   std::vector<std::thread> workers;
   for (size_t i = 0; i < contexts.size(); ++i) {
-    redis::Connection* conn = use_redis ? redis_connections[i].get() : nullptr;
-    redis::ClockSync* sync = i == 0 ? clock_sync.get() : nullptr;
-    workers.emplace_back([ctx = contexts[i].get(), conn, sync] {
-      t_redis_connection = conn;
-      if (conn != nullptr) conn->Start();
-      if (sync != nullptr) sync->Start();
+    workers.emplace_back([ctx = contexts[i].get(), &backend, i] {
+      backend.Attach(i);
       ctx->run();
     });
   }
-
-  const bool redis_late =
-      use_redis && !redis_answered.WaitForNotificationWithTimeout(kRedisStartWait);
-  if (redis_late) {
-    Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does")
-        .Str("url_host", redis_options.host)
-        .Int("url_port", redis_options.port);
+  // Redis answering is worth waiting for briefly before announcing the start: until then every
+  // decision is answered per on_store_error.
+  const bool store_late = !backend.WaitForStore(kRedisStartWait);
+  if (store_late) {
+    Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does");
   }
 
   // Alert delivery runs on its own threads (docs/alerts.md); a reload rebuilds it.
@@ -694,16 +476,12 @@ int Serve(const std::string& config_path) {
     Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
     return kExitFailure;
   }
-  const AlertDeliveryContext alert_context{.memory_outbox = &memory_store.outbox(),
-                                           .use_redis = use_redis,
-                                           .redis_connection = redis_options,
-                                           .redis_key_prefix = cfg.store.redis.key_prefix,
-                                           .redis_consumer = redis::DefaultConsumerName(),
-                                           .clock = &clock,
-                                           .registry = &registry,
-                                           .dead_letters = &dead_letters,
-                                           .registry_index = &registry_index};
-  auto alert_delivery = std::make_unique<AlertDelivery>(cfg, alert_context);
+  const engine::AlertDeliveryContext alert_context{.backend = &backend,
+                                                   .clock = backend.system_clock(),
+                                                   .registry = &registry,
+                                                   .dead_letters = &dead_letters,
+                                                   .registry_index = &registry_index};
+  auto alert_delivery = std::make_unique<engine::AlertDelivery>(cfg, alert_context);
 
   // Signals are handled on the main thread's own io_context.
   asio::io_context control(1);
@@ -750,7 +528,7 @@ int Serve(const std::string& config_path) {
             // Waits for the sink calls in flight (each bounded by its timeout); what they did
             // not finish stays in the outbox for the new dispatcher.
             alert_delivery.reset();
-            alert_delivery = std::make_unique<AlertDelivery>(next, alert_context);
+            alert_delivery = std::make_unique<engine::AlertDelivery>(next, alert_context);
             reloads.WithLabels({"ok"}).Inc();
             last_reload_ok.Set(1);
             Log(LogLevel::kInfo, "configuration reloaded")
@@ -820,14 +598,14 @@ int Serve(const std::string& config_path) {
   Log(LogLevel::kInfo, "sluice started")
       .Str("version", SLUICE_VERSION)
       .Str("config", config_path)
-      .Str("store", use_redis ? "redis" : "memory")
+      .Str("store", backend.kind())
       .Str("listen", cfg.server.listen)
       .Int("port", data_server.port())
       .Str("admin_listen", cfg.server.admin_listen)
       .Int("admin_port", admin_server.port())
       .Int("threads", threads);
   // Both planes listen and the wait for Redis has ended (answered, or serving degraded).
-  notifier.Ready(redis_late ? "serving; Redis has not answered yet (deciding per on_store_error)"
+  notifier.Ready(store_late ? "serving; Redis has not answered yet (deciding per on_store_error)"
                             : "serving");
   if (pet_watchdog) pet_watchdog();
   pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
@@ -841,14 +619,12 @@ int Serve(const std::string& config_path) {
   // still hold, which refer to the servers), then the servers.
   data_server.ReleaseAcceptors();
   admin_server.ReleaseAcceptors();
-  clock_sync.reset();
-  redis_connections.clear();
-  contexts.clear();
   // Before the final snapshot, so that what was delivered is acked and not saved.
   alert_delivery.reset();
-  // Pending registry writes were answered before the servers stopped; this finishes the writer.
-  registry_backend->Stop();
-  absl::Status saved = maintainer.Stop();
+  // Closes the connections; pending registry writes were answered before the servers stopped, so
+  // this finishes the writer; then the final snapshot.
+  absl::Status saved = backend.Stop();
+  contexts.clear();
   if (!saved.ok()) {
     Log(LogLevel::kError, "final snapshot failed").Error(saved);
     return kExitFailure;

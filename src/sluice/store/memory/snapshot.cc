@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
+#include "sluice/common/subject.h"
 #include "sluice/config/config.h"
 
 namespace sluice {
@@ -233,7 +234,7 @@ bool ValidLayout(const AlertLayout& layout) {
 
 // Whether a saved subject holds only values some sequence of decisions could have produced.
 bool ValidSubject(const MemoryStore::SubjectState& st, const SnapshotLoadOptions& options) {
-  if (!config::IsValidSubject(st.subject)) return false;
+  if (!IsValidSubject(st.subject)) return false;
   if (st.expires < 0 || st.expires > std::numeric_limits<uint32_t>::max()) return false;
   if (options.now != absl::InfinitePast() &&
       absl::FromUnixSeconds(st.expires) > options.now + kMaxExpiryAhead) {
@@ -261,11 +262,10 @@ int64_t TotalUsed(const MemoryStore::SubjectState& st) {
 
 bool ValidEvent(const Outbox::Entry& e, uint64_t previous_seq) {
   const AlertEvent& ev = e.event;
-  return e.seq > previous_seq && e.seq < (uint64_t{1} << 62) &&
-         config::IsValidSubject(ev.subject) && ValidName(ev.plan) && ValidName(ev.limit) &&
-         ev.threshold >= 1 && ev.threshold <= 100 && ev.quota >= 1 && ev.quota <= kMaxUsed &&
-         UsableCounter(ev.used) && ev.window_start < ev.window_end &&
-         ev.window_end - ev.window_start <= kMaxExpiryAhead;
+  return e.seq > previous_seq && e.seq < (uint64_t{1} << 62) && IsValidSubject(ev.subject) &&
+         ValidName(ev.plan) && ValidName(ev.limit) && ev.threshold >= 1 && ev.threshold <= 100 &&
+         ev.quota >= 1 && ev.quota <= kMaxUsed && UsableCounter(ev.used) &&
+         ev.window_start < ev.window_end && ev.window_end - ev.window_start <= kMaxExpiryAhead;
 }
 
 }  // namespace

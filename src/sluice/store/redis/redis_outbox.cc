@@ -171,7 +171,7 @@ absl::Status RedisOutbox::EnsureGroups() {
 }
 
 absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool read_counts,
-                                      std::vector<alerts::OutboxItem>& out) {
+                                      std::vector<OutboxItem>& out) {
   if (!entries.is_array()) return absl::OkStatus();
   const std::string& stream = streams_[bucket];
   std::vector<Argv> cleanup;
@@ -196,8 +196,8 @@ absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool rea
       cleanup.push_back({"XDEL", stream, id});
       continue;
     }
-    out.push_back(alerts::OutboxItem{.handle = {.stream = static_cast<uint32_t>(bucket), .id = id},
-                                     .event = std::move(*event)});
+    out.push_back(OutboxItem{.handle = {.stream = static_cast<uint32_t>(bucket), .id = id},
+                             .event = std::move(*event)});
   }
   if (read_counts) {
     for (size_t i = first; i < out.size(); ++i) {
@@ -211,7 +211,7 @@ absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool rea
   for (size_t c = 0; c < cleanup.size(); ++c) {
     if (cleanup[c][0] != "XPENDING") continue;
     const absl::StatusOr<Reply>& reply = replies[c];
-    alerts::OutboxItem& item = out[first + r++];
+    OutboxItem& item = out[first + r++];
     // [[id, consumer, idle_ms, delivery_count]]
     if (reply.ok() && reply->is_array() && !reply->elements.empty() &&
         reply->elements[0].elements.size() == 4 && reply->elements[0].elements[3].is_integer()) {
@@ -221,8 +221,9 @@ absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool rea
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::ReadGroup(
-    std::span<const int> buckets, std::span<const std::string> ids, size_t count, bool history) {
+absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const int> buckets,
+                                                               std::span<const std::string> ids,
+                                                               size_t count, bool history) {
   Argv argv = {"XREADGROUP",        "GROUP",  options_.group, options_.consumer, "COUNT",
                absl::StrCat(count), "STREAMS"};
   for (int b : buckets) argv.push_back(streams_[b]);
@@ -230,7 +231,7 @@ absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::ReadGroup(
   absl::StatusOr<Reply> reply = RunOne(std::move(argv));
   if (absl::Status st = CheckReply(reply); !st.ok()) return st;
 
-  std::vector<alerts::OutboxItem> out;
+  std::vector<OutboxItem> out;
   std::vector<bool> seen(streams_.size(), false);
   if (reply->is_array()) {  // nil: nothing new in any stream
     for (const Reply& per_stream : reply->elements) {
@@ -264,8 +265,8 @@ absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::ReadGroup(
   return out;
 }
 
-absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Fetch(size_t max) {
-  if (max == 0) return std::vector<alerts::OutboxItem>{};
+absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Fetch(size_t max) {
+  if (max == 0) return std::vector<OutboxItem>{};
   if (absl::Status st = EnsureGroups(); !st.ok()) return st;
   const size_t n = streams_.size();
 
@@ -279,7 +280,7 @@ absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Fetch(size_t max) {
       buckets.push_back(static_cast<int>(b));
       ids.push_back(*history_[b]);
     }
-    absl::StatusOr<std::vector<alerts::OutboxItem>> items =
+    absl::StatusOr<std::vector<OutboxItem>> items =
         ReadGroup(buckets, ids, std::max<size_t>(1, max / buckets.size()), /*history=*/true);
     if (!items.ok() || !items->empty()) return items;
   }
@@ -296,8 +297,8 @@ absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Fetch(size_t max) {
   return ReadGroup(buckets, ids, max / named, /*history=*/false);
 }
 
-absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Claim(size_t max) {
-  std::vector<alerts::OutboxItem> out;
+absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Claim(size_t max) {
+  std::vector<OutboxItem> out;
   if (max == 0) return out;
   if (absl::Status st = EnsureGroups(); !st.ok()) return st;
   const std::string min_idle = Millis(options_.claim_min_idle);
@@ -323,7 +324,7 @@ absl::StatusOr<std::vector<alerts::OutboxItem>> RedisOutbox::Claim(size_t max) {
   return out;
 }
 
-absl::Status RedisOutbox::Ack(const alerts::OutboxHandle& handle) {
+absl::Status RedisOutbox::Ack(const OutboxHandle& handle) {
   if (handle.stream >= streams_.size()) {
     return absl::InvalidArgumentError("redis outbox: handle of another outbox");
   }
@@ -336,11 +337,10 @@ absl::Status RedisOutbox::Ack(const alerts::OutboxHandle& handle) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<alerts::OutboxHandle>> RedisOutbox::Renew(
-    std::span<const alerts::OutboxHandle> held) {
-  std::vector<alerts::OutboxHandle> lost;
+absl::StatusOr<std::vector<OutboxHandle>> RedisOutbox::Renew(std::span<const OutboxHandle> held) {
+  std::vector<OutboxHandle> lost;
   std::map<uint32_t, std::vector<std::string>> by_stream;
-  for (const alerts::OutboxHandle& h : held) {
+  for (const OutboxHandle& h : held) {
     if (h.stream >= streams_.size()) {
       lost.push_back(h);
     } else {
@@ -370,14 +370,14 @@ absl::StatusOr<std::vector<alerts::OutboxHandle>> RedisOutbox::Renew(
   return lost;
 }
 
-absl::StatusOr<alerts::OutboxStats> RedisOutbox::Stats() {
+absl::StatusOr<OutboxStats> RedisOutbox::Stats() {
   std::vector<Argv> commands;
   for (const std::string& stream : streams_) {
     commands.push_back({"XLEN", stream});
     commands.push_back({"XRANGE", stream, "-", "+", "COUNT", "1"});
   }
   std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
-  alerts::OutboxStats stats;
+  OutboxStats stats;
   for (size_t i = 0; i + 1 < replies.size(); i += 2) {
     if (absl::Status st = CheckReply(replies[i]); !st.ok()) return st;
     if (absl::Status st = CheckReply(replies[i + 1]); !st.ok()) return st;

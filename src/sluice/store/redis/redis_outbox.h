@@ -52,7 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "sluice/alerts/outbox_source.h"
+#include "sluice/limiter/outbox_source.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/resp.h"
 
@@ -77,20 +77,20 @@ struct RedisOutboxOptions {
 // "<hostname>-<pid>-<8 random hex digits>".
 [[nodiscard]] std::string DefaultConsumerName();
 
-class RedisOutbox final : public alerts::OutboxSource {
+class RedisOutbox final : public OutboxSource {
  public:
   explicit RedisOutbox(RedisOutboxOptions options);
   ~RedisOutbox() override;
   RedisOutbox(const RedisOutbox&) = delete;
   RedisOutbox& operator=(const RedisOutbox&) = delete;
 
-  [[nodiscard]] absl::StatusOr<std::vector<alerts::OutboxItem>> Fetch(size_t max) override;
-  [[nodiscard]] absl::StatusOr<std::vector<alerts::OutboxItem>> Claim(size_t max) override;
-  [[nodiscard]] absl::Status Ack(const alerts::OutboxHandle& handle) override;
-  [[nodiscard]] absl::StatusOr<std::vector<alerts::OutboxHandle>> Renew(
-      std::span<const alerts::OutboxHandle> held) override;
+  [[nodiscard]] absl::StatusOr<std::vector<OutboxItem>> Fetch(size_t max) override;
+  [[nodiscard]] absl::StatusOr<std::vector<OutboxItem>> Claim(size_t max) override;
+  [[nodiscard]] absl::Status Ack(const OutboxHandle& handle) override;
+  [[nodiscard]] absl::StatusOr<std::vector<OutboxHandle>> Renew(
+      std::span<const OutboxHandle> held) override;
   [[nodiscard]] absl::Duration lease() const override { return options_.claim_min_idle; }
-  [[nodiscard]] absl::StatusOr<alerts::OutboxStats> Stats() override;
+  [[nodiscard]] absl::StatusOr<OutboxStats> Stats() override;
 
   [[nodiscard]] const std::string& consumer() const { return options_.consumer; }
   // Unparsable entries removed since construction.
@@ -105,10 +105,10 @@ class RedisOutbox final : public alerts::OutboxSource {
   absl::Status EnsureGroups();
   // Turns XREADGROUP/XAUTOCLAIM entries of `bucket` into items; removes malformed and deleted ones.
   absl::Status TakeEntries(int bucket, const Reply& entries, bool read_counts,
-                           std::vector<alerts::OutboxItem>& out);
-  absl::StatusOr<std::vector<alerts::OutboxItem>> ReadGroup(std::span<const int> buckets,
-                                                            std::span<const std::string> ids,
-                                                            size_t count, bool history);
+                           std::vector<OutboxItem>& out);
+  absl::StatusOr<std::vector<OutboxItem>> ReadGroup(std::span<const int> buckets,
+                                                    std::span<const std::string> ids, size_t count,
+                                                    bool history);
   // NOGROUP: the groups must be created again. Other error replies become Internal.
   absl::Status CheckReply(const absl::StatusOr<Reply>& reply);
 

@@ -100,8 +100,8 @@ class RedisOutboxTest : public ::testing::Test {
 
   // `holder` (consumer `name`) fetches the one event of bucket 1 and then stalls: its lease looks
   // 100 s old.
-  std::optional<alerts::OutboxItem> FetchAndStall(RedisOutbox& holder, const std::string& name) {
-    absl::StatusOr<std::vector<alerts::OutboxItem>> held = holder.Fetch(10);
+  std::optional<OutboxItem> FetchAndStall(RedisOutbox& holder, const std::string& name) {
+    absl::StatusOr<std::vector<OutboxItem>> held = holder.Fetch(10);
     if (!held.ok() || held->size() != 1) {
       ADD_FAILURE() << "expected one entry, got " << (held.ok() ? held->size() : 0) << " "
                     << held.status();
@@ -116,7 +116,7 @@ class RedisOutboxTest : public ::testing::Test {
     return Command({"XPENDING", Stream(bucket), "sluice"}).elements.at(0).integer;
   }
 
-  static std::vector<AlertEvent> Events(const std::vector<alerts::OutboxItem>& items) {
+  static std::vector<AlertEvent> Events(const std::vector<OutboxItem>& items) {
     std::vector<AlertEvent> out;
     for (const auto& item : items) out.push_back(item.event);
     return out;
@@ -132,11 +132,11 @@ TEST_F(RedisOutboxTest, DeliversEntriesWrittenBeforeTheGroupExisted) {
   const std::string id = Add(2, Event("user-1"));
   auto outbox = Outbox("a");
 
-  absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
   ASSERT_TRUE(items.ok()) << items.status();
   ASSERT_EQ(items->size(), 1u);
   EXPECT_EQ((*items)[0].event, Event("user-1")) << "every field parsed back";
-  EXPECT_EQ((*items)[0].handle, (alerts::OutboxHandle{.stream = 2, .id = id}));
+  EXPECT_EQ((*items)[0].handle, (OutboxHandle{.stream = 2, .id = id}));
   EXPECT_EQ((*items)[0].deliveries, 1);
   EXPECT_EQ(Command({"XINFO", "GROUPS", Stream(0)}).elements.size(), 1u)
       << "the group exists on every bucket";
@@ -148,7 +148,7 @@ TEST_F(RedisOutboxTest, FetchHandsOutEachNewEntryOnce) {
   Add(0, Event("user-1"));
   Add(3, Event("user-2"));
 
-  absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_THAT(Events(*items), ::testing::UnorderedElementsAre(Event("user-1"), Event("user-2")));
   EXPECT_THAT(*outbox->Fetch(10), IsEmpty());
@@ -160,7 +160,7 @@ TEST_F(RedisOutboxTest, FetchReturnsAtMostMaxAcrossBuckets) {
 
   size_t total = 0;
   for (int round = 0; round < 10 && total < 6; ++round) {
-    absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(2);
+    absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(2);
     ASSERT_TRUE(items.ok()) << items.status();
     EXPECT_LE(items->size(), 2u);
     total += items->size();
@@ -171,7 +171,7 @@ TEST_F(RedisOutboxTest, FetchReturnsAtMostMaxAcrossBuckets) {
 TEST_F(RedisOutboxTest, AckAcknowledgesAndDeletesTheEntry) {
   Add(1, Event("user-1"));
   auto outbox = Outbox("a");
-  absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
   ASSERT_TRUE(items.ok() && items->size() == 1);
   EXPECT_EQ(PendingCount(1), 1);
 
@@ -185,12 +185,12 @@ TEST_F(RedisOutboxTest, AbandonedEntryIsClaimedByAnotherConsumerAfterTheLease) {
   Add(1, Event("user-1"));
   auto a = Outbox("a");
   auto b = Outbox("b");
-  absl::StatusOr<std::vector<alerts::OutboxItem>> held = a->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> held = a->Fetch(10);
   ASSERT_TRUE(held.ok() && held->size() == 1);
   EXPECT_THAT(*b->Claim(10), IsEmpty()) << "fresh: still leased to a";
 
   AgePending(1, (*held)[0].handle.id, "a");  // a crashed 100 s ago
-  absl::StatusOr<std::vector<alerts::OutboxItem>> claimed = b->Claim(10);
+  absl::StatusOr<std::vector<OutboxItem>> claimed = b->Claim(10);
   ASSERT_TRUE(claimed.ok()) << claimed.status();
   ASSERT_EQ(claimed->size(), 1u);
   EXPECT_EQ((*claimed)[0].event, Event("user-1"));
@@ -203,10 +203,10 @@ TEST_F(RedisOutboxTest, RenewedEntryIsNotClaimed) {
   Add(1, Event("user-1"));
   auto a = Outbox("a");
   auto b = Outbox("b");
-  std::optional<alerts::OutboxItem> held = FetchAndStall(*a, "a");
+  std::optional<OutboxItem> held = FetchAndStall(*a, "a");
   ASSERT_TRUE(held.has_value());
-  const std::vector<alerts::OutboxHandle> handles = {held->handle};
-  absl::StatusOr<std::vector<alerts::OutboxHandle>> lost = a->Renew(handles);
+  const std::vector<OutboxHandle> handles = {held->handle};
+  absl::StatusOr<std::vector<OutboxHandle>> lost = a->Renew(handles);
   ASSERT_TRUE(lost.ok()) << lost.status();
   EXPECT_THAT(*lost, IsEmpty());
   EXPECT_THAT(*b->Claim(10), IsEmpty()) << "renewal reset the idle time";
@@ -220,12 +220,12 @@ TEST_F(RedisOutboxTest, RenewReportsEntriesClaimedByOthersAndDoesNotTakeThemBack
   Add(1, Event("user-1"));
   auto a = Outbox("a");
   auto b = Outbox("b");
-  std::optional<alerts::OutboxItem> held = FetchAndStall(*a, "a");
+  std::optional<OutboxItem> held = FetchAndStall(*a, "a");
   ASSERT_TRUE(held.has_value());
   ASSERT_EQ(b->Claim(10)->size(), 1u);
 
-  const std::vector<alerts::OutboxHandle> handles = {held->handle};
-  absl::StatusOr<std::vector<alerts::OutboxHandle>> lost = a->Renew(handles);
+  const std::vector<OutboxHandle> handles = {held->handle};
+  absl::StatusOr<std::vector<OutboxHandle>> lost = a->Renew(handles);
   ASSERT_TRUE(lost.ok()) << lost.status();
   EXPECT_THAT(*lost, ElementsAre(held->handle));
   const Reply pending = Command({"XPENDING", Stream(1), "sluice", "-", "+", "10"});
@@ -243,10 +243,10 @@ TEST_F(RedisOutboxTest, ANewOutboxWithTheSameConsumerResumesItsPendingEntries) {
   Add(3, Event("user-3"));
   auto after_reload = Outbox("a");
 
-  absl::StatusOr<std::vector<alerts::OutboxItem>> resumed = after_reload->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> resumed = after_reload->Fetch(10);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_THAT(Events(*resumed), ::testing::UnorderedElementsAre(Event("user-1"), Event("user-2")));
-  absl::StatusOr<std::vector<alerts::OutboxItem>> fresh = after_reload->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> fresh = after_reload->Fetch(10);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_THAT(Events(*fresh), ElementsAre(Event("user-3")));
   EXPECT_THAT(*after_reload->Fetch(10), IsEmpty());
@@ -257,7 +257,7 @@ TEST_F(RedisOutboxTest, MalformedEntriesAreRemovedAndCounted) {
   Add(0, Event("user-2"));
   auto outbox = Outbox("a");
 
-  absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_THAT(Events(*items), ElementsAre(Event("user-2")));
   EXPECT_EQ(outbox->malformed(), 1u);
@@ -271,7 +271,7 @@ TEST_F(RedisOutboxTest, StatsCountUndeliveredEntriesAndTheOldest) {
   Add(0, Event("user-2"));
   Add(3, older);
 
-  absl::StatusOr<alerts::OutboxStats> stats = outbox->Stats();
+  absl::StatusOr<OutboxStats> stats = outbox->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->depth, 2);
   EXPECT_EQ(stats->oldest_event, older.occurred_at);
@@ -283,7 +283,7 @@ TEST_F(RedisOutboxTest, RecreatesTheGroupWhenRedisLostIt) {
   Command({"FLUSHALL"});
   EXPECT_FALSE(outbox->Fetch(10).ok()) << "NOGROUP";
   Add(1, Event("user-1"));
-  absl::StatusOr<std::vector<alerts::OutboxItem>> items = outbox->Fetch(10);
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_THAT(Events(*items), ElementsAre(Event("user-1")));
 }

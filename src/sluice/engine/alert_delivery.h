@@ -1,8 +1,8 @@
-// Alert delivery as the server runs it (docs/alerts.md): the store's outbox as an OutboxSource, the
-// configured sinks, and a Dispatcher on its own threads. Built from a validated config at start and
-// again at every reload (new sinks and contacts; a sink disabled by a 410 comes back).
-#ifndef SLUICE_SERVER_ALERT_DELIVERY_H_
-#define SLUICE_SERVER_ALERT_DELIVERY_H_
+// Alert delivery (docs/alerts.md) as `sluice serve` and the library run it: the store back end's
+// outbox, the configured sinks, and a Dispatcher on its own threads. Built from a validated config
+// at start and again at every reload (new sinks and contacts; a sink disabled by a 410 comes back).
+#ifndef SLUICE_ENGINE_ALERT_DELIVERY_H_
+#define SLUICE_ENGINE_ALERT_DELIVERY_H_
 
 #include <memory>
 #include <string>
@@ -10,30 +10,28 @@
 
 #include "sluice/alerts/dead_letters.h"
 #include "sluice/alerts/dispatcher.h"
-#include "sluice/alerts/outbox_source.h"
 #include "sluice/alerts/sink.h"
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
+#include "sluice/engine/store_backend.h"
+#include "sluice/limiter/outbox_source.h"
 #include "sluice/metrics/metrics.h"
 #include "sluice/registry/index.h"
-#include "sluice/store/memory/outbox.h"
-#include "sluice/store/redis/connection.h"
 
-namespace sluice::server {
+namespace sluice::engine {
 
-// What stays the same across reloads.
+// What stays the same across reloads. Everything pointed to must outlive the AlertDelivery.
 struct AlertDeliveryContext {
-  Outbox* memory_outbox = nullptr;  // the memory store's outbox, or
-  bool use_redis = false;           // the Redis store's streams:
-  redis::ConnectionOptions redis_connection;
-  std::string redis_key_prefix;
-  std::string redis_consumer;  // one name per process, so a reload resumes what it held
-  const Clock* clock = nullptr;
+  StoreBackend* backend = nullptr;  // whose outbox is read
+  const Clock* clock = nullptr;     // the host's
   metrics::Registry* registry = nullptr;
   alerts::DeadLetterList* dead_letters = nullptr;
   // Registry subjects' own email and webhook; may be null.
   const registry::Index* registry_index = nullptr;
+  // Sinks of the caller's own (the library's in-process callback), after the configured ones; not
+  // owned. Called on the dispatcher's threads.
+  std::vector<alerts::Sink*> extra_sinks;
 };
 
 class AlertDelivery {
@@ -50,7 +48,7 @@ class AlertDelivery {
   void Stop();
 
  private:
-  std::unique_ptr<alerts::OutboxSource> source_;
+  std::unique_ptr<OutboxSource> source_;
   std::vector<std::unique_ptr<alerts::Sink>> sinks_;
   std::unique_ptr<alerts::Dispatcher> dispatcher_;
 };
@@ -70,6 +68,6 @@ class AlertDelivery {
 // "failed_at"}…],"dropped":N}, oldest first.
 [[nodiscard]] std::string DeadLettersJson(const alerts::DeadLetterList& list);
 
-}  // namespace sluice::server
+}  // namespace sluice::engine
 
-#endif  // SLUICE_SERVER_ALERT_DELIVERY_H_
+#endif  // SLUICE_ENGINE_ALERT_DELIVERY_H_

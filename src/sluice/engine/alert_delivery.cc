@@ -1,4 +1,4 @@
-#include "sluice/server/alert_delivery.h"
+#include "sluice/engine/alert_delivery.h"
 
 #include <map>
 #include <string>
@@ -11,12 +11,10 @@
 #include "sluice/alerts/email_sink.h"
 #include "sluice/alerts/event_json.h"
 #include "sluice/alerts/http_sink.h"
-#include "sluice/alerts/memory_outbox_source.h"
 #include "sluice/alerts/sinks.h"
 #include "sluice/common/strings.h"
-#include "sluice/store/redis/redis_outbox.h"
 
-namespace sluice::server {
+namespace sluice::engine {
 namespace {
 
 // subject -> its email and webhook from keys[] (the first key of a subject that names one).
@@ -91,22 +89,11 @@ std::vector<std::unique_ptr<alerts::Sink>> BuildSinks(const config::AlertsConfig
 }
 
 AlertDelivery::AlertDelivery(const config::Config& cfg, const AlertDeliveryContext& ctx) {
-  if (ctx.use_redis) {
-    // Its own connection, with a looser timeout than decisions: it moves batches, off the
-    // request path.
-    redis::ConnectionOptions connection = ctx.redis_connection;
-    connection.command_timeout = std::chrono::milliseconds(2000);
-    source_ = std::make_unique<redis::RedisOutbox>(
-        redis::RedisOutboxOptions{.connection = connection,
-                                  .key_prefix = ctx.redis_key_prefix,
-                                  .consumer = ctx.redis_consumer,
-                                  .claim_min_idle = cfg.alerts.lease});
-  } else {
-    source_ = std::make_unique<alerts::MemoryOutboxSource>(ctx.memory_outbox);
-  }
+  source_ = ctx.backend->NewOutboxSource(cfg.alerts.lease);
   sinks_ = BuildSinks(cfg.alerts, ctx.clock, alerts::SinkOptions{});
   std::vector<alerts::Sink*> sinks;
   for (const auto& s : sinks_) sinks.push_back(s.get());
+  sinks.insert(sinks.end(), ctx.extra_sinks.begin(), ctx.extra_sinks.end());
   auto contacts = std::make_shared<const Contacts>(ContactsOf(cfg));
   dispatcher_ = std::make_unique<alerts::Dispatcher>(
       source_.get(), std::move(sinks), ctx.clock,
@@ -150,4 +137,4 @@ std::string DeadLettersJson(const alerts::DeadLetterList& list) {
   return out.dump();
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::engine

@@ -1,6 +1,8 @@
-// Where the dispatcher gets alert events from: the store's outbox (docs/alerts.md). One
-// implementation per store: MemoryOutboxSource (alerts/memory_outbox_source.h) over the memory
-// store's Outbox, and RedisOutbox (store/redis/redis_outbox.h) over the per-bucket Redis streams.
+// Where the alert dispatcher gets events from: the store's outbox (docs/alerts.md). It sits beside
+// Store because each store writes its own outbox; the dispatcher (alerts/) only reads through it.
+// One implementation per store: MemoryOutboxSource (store/memory/memory_outbox_source.h) over the
+// memory store's Outbox, and RedisOutbox (store/redis/redis_outbox.h) over the per-bucket Redis
+// streams.
 //
 // The protocol is a lease: Fetch() hands out events the caller now holds; the caller Ack()s each
 // one once every sink is done with it (which removes it from the outbox for good), and Renew()s the
@@ -11,8 +13,8 @@
 //
 // Thread safety: none. A source is used by one thread at a time (the dispatcher's coordinator
 // thread); the Redis source does its network I/O inside these calls.
-#ifndef SLUICE_ALERTS_OUTBOX_SOURCE_H_
-#define SLUICE_ALERTS_OUTBOX_SOURCE_H_
+#ifndef SLUICE_LIMITER_OUTBOX_SOURCE_H_
+#define SLUICE_LIMITER_OUTBOX_SOURCE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +29,7 @@
 #include "absl/time/time.h"
 #include "sluice/limiter/alert_event.h"
 
-namespace sluice::alerts {
+namespace sluice {
 
 // Names one held event. Meaningful only to the source that issued it (Redis: bucket and stream
 // entry id; memory: the outbox sequence number in `id`).
@@ -87,6 +89,6 @@ class OutboxSource {
   virtual void SetWakeup(std::function<void()> wake) { (void)wake; }
 };
 
-}  // namespace sluice::alerts
+}  // namespace sluice
 
-#endif  // SLUICE_ALERTS_OUTBOX_SOURCE_H_
+#endif  // SLUICE_LIMITER_OUTBOX_SOURCE_H_

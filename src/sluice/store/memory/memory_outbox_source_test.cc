@@ -1,4 +1,4 @@
-#include "sluice/alerts/memory_outbox_source.h"
+#include "sluice/store/memory/memory_outbox_source.h"
 
 #include <atomic>
 #include <chrono>

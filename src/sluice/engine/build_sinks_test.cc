@@ -1,4 +1,4 @@
-#include "sluice/server/alert_delivery.h"
+#include "sluice/engine/alert_delivery.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "sluice/config/config.h"
 #include "sluice/limiter/sample_alert_event.h"
 
-namespace sluice::server {
+namespace sluice::engine {
 namespace {
 
 using alerts::DecodeWebhookSecret;
@@ -103,4 +103,4 @@ TEST_F(BuildSinksTest, RetryAfterIsHonouredBeyondMaxDelayUpToTheSinkBound) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::engine

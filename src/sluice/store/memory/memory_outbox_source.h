@@ -5,8 +5,8 @@
 // never ends. Events stay in the Outbox (and in its snapshot) until acked: a restarted process —
 // or a new source after a reload — starts reading from the beginning again, so every event that
 // was not acked before the kill or the reload is delivered again.
-#ifndef SLUICE_ALERTS_MEMORY_OUTBOX_SOURCE_H_
-#define SLUICE_ALERTS_MEMORY_OUTBOX_SOURCE_H_
+#ifndef SLUICE_STORE_MEMORY_MEMORY_OUTBOX_SOURCE_H_
+#define SLUICE_STORE_MEMORY_MEMORY_OUTBOX_SOURCE_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "sluice/alerts/outbox_source.h"
+#include "sluice/limiter/outbox_source.h"
 #include "sluice/store/memory/outbox.h"
 
-namespace sluice::alerts {
+namespace sluice {
 
 class MemoryOutboxSource final : public OutboxSource {
  public:
@@ -39,6 +39,6 @@ class MemoryOutboxSource final : public OutboxSource {
   uint64_t last_seq_ = 0;  // the largest sequence number handed out
 };
 
-}  // namespace sluice::alerts
+}  // namespace sluice
 
-#endif  // SLUICE_ALERTS_MEMORY_OUTBOX_SOURCE_H_
+#endif  // SLUICE_STORE_MEMORY_MEMORY_OUTBOX_SOURCE_H_

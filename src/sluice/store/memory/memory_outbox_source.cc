@@ -1,4 +1,4 @@
-#include "sluice/alerts/memory_outbox_source.h"
+#include "sluice/store/memory/memory_outbox_source.h"
 
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace sluice::alerts {
+namespace sluice {
 
 absl::StatusOr<std::vector<OutboxItem>> MemoryOutboxSource::Fetch(size_t max) {
   std::vector<OutboxItem> items;
@@ -45,4 +45,4 @@ absl::StatusOr<OutboxStats> MemoryOutboxSource::Stats() {
   return stats;
 }
 
-}  // namespace sluice::alerts
+}  // namespace sluice

@@ -1,0 +1,379 @@
+#include "sluice/engine/store_backend.h"
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "sluice/common/log.h"
+#include "sluice/registry/sqlite_backend.h"
+#include "sluice/store/memory/maintainer.h"
+#include "sluice/store/memory/memory_outbox_source.h"
+#include "sluice/store/memory/memory_store.h"
+#include "sluice/store/memory/snapshot.h"
+#include "sluice/store/memory/snapshot_file.h"
+#include "sluice/store/redis/clock_sync.h"
+#include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/redis_outbox.h"
+#include "sluice/store/redis/redis_registry.h"
+#include "sluice/store/redis/redis_store.h"
+
+namespace sluice::engine {
+namespace {
+
+// Over-limit cache entries with a remote store (docs/architecture.md); ~200 bytes each.
+constexpr size_t kOverLimitCacheCapacity = 100'000;
+// How long a Redis registry start waits for its first full load (it keeps trying after).
+constexpr auto kRedisRegistryStartTimeout = std::chrono::milliseconds(2000);
+// Admin writes and outbox batches may wait longer than a decision.
+constexpr auto kRedisBackgroundTimeout = std::chrono::milliseconds(2000);
+
+// What the store exports to /metrics, the same names whichever store runs (a dashboard need not
+// know); a value the store does not have reads 0.
+struct StoreGauges {
+  std::function<double()> memory_subjects = [] { return 0.0; };
+  std::function<double()> outbox_depth = [] { return 0.0; };
+  std::function<double()> events_recorded = [] { return 0.0; };
+  std::function<double()> events_refused = [] { return 0.0; };
+  std::function<double()> snapshot_failures = [] { return 0.0; };
+  std::function<double()> late_admissions = [] { return 0.0; };
+  std::function<double()> refunds = [] { return 0.0; };
+  std::function<double()> registry_write_failures = [] { return 0.0; };
+  std::function<double()> registry_full_loads = [] { return 0.0; };
+};
+
+void Register(metrics::Registry& r, StoreGauges g, const registry::Index* index,
+              const OverLimitCacheStats* overlimit) {
+  r.AddCallbackGauge("sluice_memory_subjects", "Subjects with live counters in the memory store.",
+                     std::move(g.memory_subjects));
+  r.AddCallbackGauge("sluice_outbox_depth",
+                     "Alert events waiting for delivery in the memory store's outbox.",
+                     std::move(g.outbox_depth));
+  r.AddCallbackCounter("sluice_alert_events_recorded_total",
+                       "Alert events recorded in the outbox by this process's decisions.",
+                       std::move(g.events_recorded));
+  r.AddCallbackCounter(
+      "sluice_outbox_refused_total",
+      "Thresholds not recorded because the outbox was full (they stay armed and fire later).",
+      std::move(g.events_refused));
+  r.AddCallbackCounter("sluice_snapshot_failures_total", "Snapshot saves that failed since start.",
+                       std::move(g.snapshot_failures));
+  r.AddCallbackCounter(
+      "sluice_redis_late_admissions_total",
+      "Admissions whose reply came after the decision had been answered degraded (Redis ran the "
+      "script, then stalled); each is taken back.",
+      std::move(g.late_admissions));
+  r.AddCallbackCounter("sluice_redis_refunds_total", "Late admissions taken back by refund.lua.",
+                       std::move(g.refunds));
+  r.AddCallbackCounter("sluice_overlimit_cache_hits_total",
+                       "Denials answered from the over-limit cache without asking the store.",
+                       [overlimit] { return static_cast<double>(overlimit->hits.load()); });
+  r.AddCallbackCounter("sluice_overlimit_cache_full_total",
+                       "Denials not remembered because the over-limit cache was full.",
+                       [overlimit] { return static_cast<double>(overlimit->full.load()); });
+  r.AddCallbackGauge("sluice_registry_subjects", "Subjects in the registry (this instance's copy).",
+                     [index] { return static_cast<double>(index->subject_count()); });
+  r.AddCallbackGauge("sluice_registry_keys", "API keys in the registry (this instance's copy).",
+                     [index] { return static_cast<double>(index->key_count()); });
+  r.AddCallbackCounter(
+      "sluice_registry_write_failures_total",
+      "Registry changes that could not be written (answered 503; nothing was changed).",
+      std::move(g.registry_write_failures));
+  r.AddCallbackCounter(
+      "sluice_registry_full_loads_total",
+      "Times the Redis registry was loaded whole (at start, and when its change log could not "
+      "bridge a gap: a restart, a flush, a trim).",
+      std::move(g.registry_full_loads));
+}
+
+// Starts `backend` on `index`, logging how long the load took.
+absl::Status StartRegistry(registry::Backend& backend, registry::Index& index, bool log) {
+  const absl::Time start = absl::Now();
+  absl::Status s = backend.Start(&index);
+  if (log && s.ok()) {
+    Log(LogLevel::kInfo, "registry loaded")
+        .Int("subjects", static_cast<int64_t>(index.subject_count()))
+        .Int("keys", static_cast<int64_t>(index.key_count()))
+        .Int("ms", absl::ToInt64Milliseconds(absl::Now() - start));
+  }
+  return s;
+}
+
+class MemoryBackend final : public StoreBackend {
+ public:
+  // Takes the snapshot's lock, loads it and the registry; starts the maintainer.
+  absl::Status Open(const config::Config& cfg, const StoreBackendOptions& options) {
+    snapshot_path_ = cfg.store.memory.snapshot_path;
+    if (!snapshot_path_.empty()) {
+      if (absl::Status s = LoadState(options.log); !s.ok()) return s;
+    }
+    if (options.open_registry) {
+      const std::string& path = cfg.store.memory.registry_path;
+      absl::StatusOr<std::unique_ptr<registry::SqliteBackend>> opened =
+          registry::SqliteBackend::Open({.path = path.empty() ? ":memory:" : path});
+      if (!opened.ok()) {
+        return absl::Status(opened.status().code(),
+                            absl::StrCat("cannot open the registry: ", opened.status().message()));
+      }
+      if (path.empty() && options.log) {
+        Log(LogLevel::kWarn,
+            "store.memory.registry_path is not set: subjects and keys created through the admin "
+            "API are kept in memory and lost at exit");
+      }
+      sqlite_ = opened->get();
+      registry_ = *std::move(opened);
+      if (absl::Status s = StartRegistry(*registry_, index_, options.log); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("cannot load the registry: ", s.message()));
+      }
+    }
+    maintainer_.emplace(
+        &store_, &clock_,
+        MemoryStoreMaintainer::Options{.snapshot_path = snapshot_path_,
+                                       .snapshot_interval = cfg.store.memory.snapshot_interval,
+                                       .on_error = [](const absl::Status& s) {
+                                         Log(LogLevel::kWarn, "snapshot save failed").Error(s);
+                                       }});
+    return absl::OkStatus();
+  }
+
+  std::string_view kind() const override { return "memory"; }
+  Store* store() override { return &store_; }
+  const Clock* clock() const override { return &clock_; }
+  const Clock* system_clock() const override { return &clock_; }
+  LimiterOptions limiter_options(config::OnStoreError on_store_error) override {
+    // An in-process store answers a denial as fast as the cache would.
+    return LimiterOptions{.on_store_error = on_store_error,
+                          .overlimit_cache_capacity = 0,
+                          .overlimit_stats = &overlimit_stats_};
+  }
+  registry::Index* index() override { return &index_; }
+  registry::Backend* registry_backend() override { return registry_.get(); }
+  std::unique_ptr<OutboxSource> NewOutboxSource(absl::Duration /*claim_after*/) override {
+    return std::make_unique<MemoryOutboxSource>(&store_.outbox());
+  }
+  void RegisterMetrics(metrics::Registry& registry) override {
+    StoreGauges g;
+    g.memory_subjects = [this] { return static_cast<double>(store_.subject_count()); };
+    g.outbox_depth = [this] { return static_cast<double>(store_.outbox().size()); };
+    g.events_recorded = [this] { return static_cast<double>(store_.outbox().recorded()); };
+    g.events_refused = [this] { return static_cast<double>(store_.outbox().refused()); };
+    g.snapshot_failures = [this] { return static_cast<double>(maintainer_->failed_saves()); };
+    g.registry_write_failures = [this] {
+      if (sqlite_ == nullptr) return 0.0;
+      const registry::SqliteBackend::Stats st = sqlite_->stats();
+      return static_cast<double>(st.failed + st.queue_full);
+    };
+    Register(registry, std::move(g), &index_, &overlimit_stats_);
+  }
+  void Attach(size_t /*i*/) override {}
+  bool WaitForStore(absl::Duration /*timeout*/) override { return true; }
+
+  absl::Status Stop() override {
+    if (registry_ != nullptr) registry_->Stop();
+    return maintainer_.has_value() ? maintainer_->Stop() : absl::OkStatus();
+  }
+
+  ~MemoryBackend() override {
+    if (absl::Status s = Stop(); !s.ok()) Log(LogLevel::kError, "final snapshot failed").Error(s);
+  }
+
+ private:
+  absl::Status LoadState(bool log) {
+    // Held until the back end is gone, after the final snapshot: a second process on the same
+    // file would overwrite this one's counters every interval.
+    absl::StatusOr<SnapshotLock> lock = SnapshotLock::Acquire(snapshot_path_);
+    if (!lock.ok()) {
+      return absl::Status(lock.status().code(),
+                          absl::StrCat("cannot lock snapshot: ", lock.status().message()));
+    }
+    snapshot_lock_.emplace(*std::move(lock));
+    // Only now is it certain that no other writer is using them.
+    if (absl::StatusOr<size_t> removed = RemoveStaleSnapshotTemps(snapshot_path_); !removed.ok()) {
+      if (log) {
+        Log(LogLevel::kWarn, "cannot remove stale snapshot temporary files")
+            .Error(removed.status());
+      }
+    } else if (*removed > 0 && log) {
+      Log(LogLevel::kInfo, "removed stale snapshot temporary files")
+          .Str("path", snapshot_path_)
+          .Int("files", static_cast<int64_t>(*removed));
+    }
+    SnapshotStats stats;
+    absl::Status s = LoadSnapshot(snapshot_path_, store_, &stats, {.now = clock_.Now()});
+    if (s.ok()) {
+      if (log) {
+        Log(LogLevel::kInfo, "snapshot loaded")
+            .Str("path", snapshot_path_)
+            .Int("subjects", static_cast<int64_t>(stats.subjects))
+            .Int("pending_alerts", static_cast<int64_t>(stats.events))
+            .Int("dropped_subjects", static_cast<int64_t>(stats.dropped_subjects))
+            .Int("dropped_alerts", static_cast<int64_t>(stats.dropped_events));
+      }
+      return absl::OkStatus();
+    }
+    if (absl::IsNotFound(s)) {
+      if (log) Log(LogLevel::kInfo, "no snapshot yet; starting empty").Str("path", snapshot_path_);
+      return absl::OkStatus();
+    }
+    // Starting empty would hand every subject a fresh quota and drop undelivered alerts.
+    return absl::Status(s.code(), absl::StrCat("cannot load snapshot: ", s.message()));
+  }
+
+  SystemClock clock_;
+  MemoryStore store_;
+  std::string snapshot_path_;
+  std::optional<SnapshotLock> snapshot_lock_;
+  std::optional<MemoryStoreMaintainer> maintainer_;
+  OverLimitCacheStats overlimit_stats_;
+  registry::Index index_;
+  std::unique_ptr<registry::Backend> registry_;
+  const registry::SqliteBackend* sqlite_ = nullptr;  // registry_, when opened
+};
+
+// The calling thread's back end and connection: set by Attach() on a loop's thread.
+thread_local const void* t_redis_owner = nullptr;
+thread_local redis::Connection* t_redis_connection = nullptr;
+
+class RedisBackend final : public StoreBackend {
+ public:
+  RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection)
+      : connection_(std::move(connection)),
+        key_prefix_(cfg.store.redis.key_prefix),
+        consumer_(redis::DefaultConsumerName()),
+        redis_clock_(&clock_),
+        store_(
+            [this]() -> redis::Connection* {
+              return t_redis_owner == this ? t_redis_connection : nullptr;
+            },
+            {.key_prefix = cfg.store.redis.key_prefix,
+             .redis_clock = &redis_clock_,
+             .decision_deadline = cfg.store.redis.timeout,
+             .clock_error = absl::Milliseconds(1),
+             .sync_state = &redis_clock_}) {}
+
+  absl::Status Open(const StoreBackendOptions& options) {
+    if (options.loops.empty()) {
+      return absl::InvalidArgumentError("the Redis store needs at least one event loop");
+    }
+    // Each loop's thread talks to Redis over its own connection; the first also measures Redis's
+    // clock. Redis answering is worth waiting for briefly before a start is announced: until then
+    // every decision is answered per on_store_error.
+    for (boost::asio::io_context* io : options.loops) {
+      connections_.push_back(std::make_unique<redis::Connection>(*io, connection_));
+    }
+    clock_sync_ = std::make_unique<redis::ClockSync>(
+        *options.loops.front(), connections_.front().get(), &clock_, &redis_clock_,
+        redis::ClockSyncOptions{.on_first_sample = [this] { answered_.Notify(); }});
+    if (options.open_registry) {
+      // Its own connection and thread; admin writes may wait longer than decisions, and never
+      // trip the decisions' circuit breaker.
+      redis::RedisRegistryOptions ro{.key_prefix = key_prefix_,
+                                     .start_timeout = kRedisRegistryStartTimeout};
+      ro.connection = connection_;
+      ro.connection.command_timeout = kRedisBackgroundTimeout;
+      ro.connection.breaker_failures = 0;
+      auto backend = std::make_unique<redis::RedisRegistry>(std::move(ro));
+      redis_registry_ = backend.get();
+      registry_ = std::move(backend);
+      if (absl::Status s = StartRegistry(*registry_, index_, options.log); !s.ok()) {
+        // Like decisions, the Redis registry does not hold the start hostage: its keys are
+        // refused until it has loaded, which it keeps trying to do.
+        if (options.log) {
+          Log(LogLevel::kWarn, "the registry is not loaded yet; its keys are refused until it is")
+              .Error(s);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string_view kind() const override { return "redis"; }
+  Store* store() override { return &store_; }
+  const Clock* clock() const override { return &redis_clock_; }
+  const Clock* system_clock() const override { return &clock_; }
+  LimiterOptions limiter_options(config::OnStoreError on_store_error) override {
+    return LimiterOptions{.on_store_error = on_store_error,
+                          .overlimit_cache_capacity = kOverLimitCacheCapacity,
+                          .overlimit_stats = &overlimit_stats_};
+  }
+  registry::Index* index() override { return &index_; }
+  registry::Backend* registry_backend() override { return registry_.get(); }
+  std::unique_ptr<OutboxSource> NewOutboxSource(absl::Duration claim_after) override {
+    // Its own connection, with a looser timeout than decisions: it moves batches, off the
+    // request path.
+    redis::ConnectionOptions connection = connection_;
+    connection.command_timeout = kRedisBackgroundTimeout;
+    return std::make_unique<redis::RedisOutbox>(
+        redis::RedisOutboxOptions{.connection = connection,
+                                  .key_prefix = key_prefix_,
+                                  .consumer = consumer_,
+                                  .claim_min_idle = claim_after});
+  }
+  void RegisterMetrics(metrics::Registry& registry) override {
+    StoreGauges g;
+    g.events_recorded = [this] { return static_cast<double>(store_.events_recorded()); };
+    g.events_refused = [this] { return static_cast<double>(store_.events_refused()); };
+    g.late_admissions = [this] { return static_cast<double>(store_.late_admissions()); };
+    g.refunds = [this] { return static_cast<double>(store_.refunds()); };
+    g.registry_full_loads = [this] {
+      return redis_registry_ == nullptr ? 0.0 : static_cast<double>(redis_registry_->full_loads());
+    };
+    Register(registry, std::move(g), &index_, &overlimit_stats_);
+  }
+  void Attach(size_t i) override {
+    t_redis_owner = this;
+    t_redis_connection = connections_.at(i).get();
+    t_redis_connection->Start();
+    if (i == 0) clock_sync_->Start();
+  }
+  bool WaitForStore(absl::Duration timeout) override {
+    return answered_.WaitForNotificationWithTimeout(timeout);
+  }
+  absl::Status Stop() override {
+    clock_sync_.reset();
+    connections_.clear();
+    if (registry_ != nullptr) registry_->Stop();
+    return absl::OkStatus();
+  }
+  ~RedisBackend() override { (void)Stop(); }
+
+ private:
+  const redis::ConnectionOptions connection_;
+  const std::string key_prefix_;
+  const std::string consumer_;  // one per process: a reload's new outbox reader resumes
+  SystemClock clock_;
+  // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the
+  // offset measured with TIME (redis::ClockSync).
+  OffsetClock redis_clock_;
+  redis::RedisStore store_;
+  std::vector<std::unique_ptr<redis::Connection>> connections_;
+  std::unique_ptr<redis::ClockSync> clock_sync_;
+  absl::Notification answered_;
+  OverLimitCacheStats overlimit_stats_;
+  registry::Index index_;
+  std::unique_ptr<registry::Backend> registry_;
+  const redis::RedisRegistry* redis_registry_ = nullptr;  // registry_, when opened
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Config& cfg,
+                                                               StoreBackendOptions options) {
+  if (cfg.store.type == config::StoreType::kRedis) {
+    absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(cfg.store.redis.url);
+    if (!parsed.ok()) return parsed.status();
+    // SLUICE_REDIS_PASSWORD_FILE (config::ApplyEnvironment) replaces the URL's password.
+    if (!cfg.store.redis.password.empty()) parsed->password = cfg.store.redis.password;
+    parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
+    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed));
+    if (absl::Status s = backend->Open(options); !s.ok()) return s;
+    return std::unique_ptr<StoreBackend>(std::move(backend));
+  }
+  auto backend = std::make_unique<MemoryBackend>();
+  if (absl::Status s = backend->Open(cfg, options); !s.ok()) return s;
+  return std::unique_ptr<StoreBackend>(std::move(backend));
+}
+
+}  // namespace sluice::engine
