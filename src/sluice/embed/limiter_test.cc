@@ -342,7 +342,8 @@ TEST_F(SnapshotTest, ASecondLimiterOnTheSameSnapshotIsRefused) {
   ASSERT_NE(first, nullptr);
   Result<std::unique_ptr<Limiter>> second = Limiter::Open(WithSnapshot());
   ASSERT_FALSE(second.ok());
-  EXPECT_THAT(second.status().message(), HasSubstr("lock"));
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another process"));
 }
 
 TEST_F(SnapshotTest, DamagedSnapshotIsDataLoss) {
