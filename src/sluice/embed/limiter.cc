@@ -163,11 +163,10 @@ class Limiter::Impl {
                             [this, plan, set = std::move(set)](
                                 absl::StatusOr<std::vector<sluice::LimitUsage>> usage) mutable {
                               Leave leave(this);
-                              const Plan* p = limiter_->plans().Find(plan);
                               if (!usage.ok()) return set(embed::FromAbsl(usage.status()));
-                              if (p == nullptr)
-                                return set(Status(StatusCode::kInternal, "plan vanished"));
-                              set(embed::ToPublic(*p, *usage, backend_->clock()->Now()));
+                              // Found: the limiter has just resolved it.
+                              const Plan& p = *limiter_->plans().Find(plan);
+                              set(embed::ToPublic(p, *usage, backend_->clock()->Now()));
                             });
           });
         });
