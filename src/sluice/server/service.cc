@@ -376,6 +376,12 @@ int Serve(const std::string& config_path) {
     return config::kExitConfigError;
   }
 
+  // Before any thread starts (libcurl's global state).
+  if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
+    Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
+    return kExitFailure;
+  }
+
   metrics::Registry registry;
   http::HttpMetrics http_metrics(registry);
   backend.RegisterMetrics(registry);
@@ -472,10 +478,6 @@ int Serve(const std::string& config_path) {
   }
 
   // Alert delivery runs on its own threads (docs/alerts.md); a reload rebuilds it.
-  if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
-    Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
-    return kExitFailure;
-  }
   const engine::AlertDeliveryContext alert_context{.backend = &backend,
                                                    .clock = backend.system_clock(),
                                                    .registry = &registry,
