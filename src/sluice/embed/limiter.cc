@@ -89,6 +89,11 @@ class Limiter::Impl {
                                                      bool log) {
     absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
     if (!plans.ok()) return plans.status();
+    const bool deliver = on_alert || !cfg.alerts.sinks.empty() || !cfg.keys.empty();
+    // libcurl's process-wide set-up is not thread-safe: done before this starts any thread.
+    if (deliver) {
+      if (absl::Status s = alerts::GlobalInit(); !s.ok()) return s;
+    }
     auto impl = std::unique_ptr<Impl>(new Impl(std::move(cfg)));
     const bool redis = impl->cfg_.store.type == config::StoreType::kRedis;
     engine::StoreBackendOptions options{.open_registry = false, .log = log};
@@ -114,9 +119,7 @@ class Limiter::Impl {
       // Not an error if it does not answer: decisions are degraded until it does.
       (void)b.WaitForStore(kRedisStartWait);
     }
-    const bool deliver = on_alert || !impl->cfg_.alerts.sinks.empty() || !impl->cfg_.keys.empty();
     if (deliver) {
-      if (absl::Status s = alerts::GlobalInit(); !s.ok()) return s;
       engine::AlertDeliveryContext context{
           .backend = &b, .clock = b.system_clock(), .registry_index = b.index()};
       if (on_alert) {

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -366,6 +367,28 @@ TEST_F(SnapshotTest, DamagedSnapshotIsDataLoss) {
   Result<std::unique_ptr<Limiter>> limiter = Limiter::Open(WithSnapshot());
   ASSERT_FALSE(limiter.ok());
   EXPECT_EQ(limiter.status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(SnapshotTest, OpenFileReadsSluiceYaml) {
+  const std::string path = dir_ + "/sluice.yaml";
+  std::ofstream(path) << "plans:\n  free:\n    limits:\n"
+                         "      - { name: per_window, quota: 2, window: 1000000h }\n";
+  Result<std::unique_ptr<Limiter>> limiter = Limiter::OpenFile(path);
+  ASSERT_TRUE(limiter.ok()) << limiter.status().message();
+  EXPECT_THAT((*limiter)->plans(), ElementsAre("free"));
+  EXPECT_TRUE((*limiter)->Decide({.subject = "u", .plan = "free", .cost = 2})->allowed);
+  EXPECT_FALSE((*limiter)->Decide({.subject = "u", .plan = "free"})->allowed);
+}
+
+TEST_F(SnapshotTest, OpenFileNamesTheFileAndTheField) {
+  const std::string path = dir_ + "/sluice.yaml";
+  std::ofstream(path) << "plans:\n  free:\n    limits:\n"
+                         "      - { name: per_window, quota: 0, window: 1m }\n";
+  Result<std::unique_ptr<Limiter>> limiter = Limiter::OpenFile(path);
+  ASSERT_FALSE(limiter.ok());
+  EXPECT_EQ(limiter.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter.status().message(),
+            path + ": plans.free.limits[0].quota: must be between 1 and 1000000000000000, got 0");
 }
 
 // Alert events received by the callback, waited for with a deadline.
