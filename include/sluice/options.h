@@ -93,8 +93,9 @@ struct Options {
   // With neither webhooks nor a callback no alert thread runs (events stay in the store's bounded
   // outbox, then are refused and counted).
   AlertOptions alerts;
-  // Write the library's own log lines (snapshot loaded, Redis not answering, ...) to stderr as
-  // JSON, as `sluice serve` does.
+  // Write the store's start-up log lines (snapshot loaded, ...) to stderr as JSON, as `sluice
+  // serve` does. The Redis connection's own lines (a failed connection, the measured clock offset)
+  // are written either way.
   bool log = false;
 };
 
