@@ -1,6 +1,7 @@
 #include "sluice/store/memory/maintainer.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -18,13 +19,14 @@ MemoryStoreMaintainer::~MemoryStoreMaintainer() { (void)Stop(); }
 
 absl::Status MemoryStoreMaintainer::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return final_status_;
     stopping_ = true;
   }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   absl::Status s = options_.snapshot_path.empty() ? absl::OkStatus() : SaveNow();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   stopped_ = true;
   final_status_ = s;
   return s;
@@ -32,7 +34,7 @@ absl::Status MemoryStoreMaintainer::Stop() {
 
 absl::Status MemoryStoreMaintainer::SaveNow() {
   absl::Status s = SaveSnapshot(*store_, options_.snapshot_path);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (s.ok()) {
     ++saves_;
   } else {
@@ -52,9 +54,10 @@ void MemoryStoreMaintainer::Run() {
   absl::Time next_save = absl::Now() + options_.snapshot_interval;
   for (;;) {
     {
-      absl::MutexLock lock(&mu_);
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), tick)) return;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (wake_.wait_for(lock, absl::ToChronoNanoseconds(tick), [this] { return stopping_; })) {
+        return;
+      }
     }
     const absl::Time now = absl::Now();
     if (now >= next_sweep) {
@@ -70,12 +73,12 @@ void MemoryStoreMaintainer::Run() {
 }
 
 uint64_t MemoryStoreMaintainer::saves() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return saves_;
 }
 
 uint64_t MemoryStoreMaintainer::failed_saves() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return failed_saves_;
 }
 
