@@ -27,16 +27,6 @@
 #include "sluice/options.h"
 #include "sluice/status.h"
 
-#if defined(__SANITIZE_THREAD__)
-// Debian's abseil is not built with ThreadSanitizer, so TSan does not see absl::Mutex lock, unlock
-// or the evaluation of a waiter's Condition, and reports every access the mutex orders as a race.
-// The memory store's maintainer (which every memory-store Limiter runs) guards its state with one:
-// its reports, and those through absl::Mutex's unlock, are suppressed; nothing else is.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:MemoryStoreMaintainer\nrace:Mutex::UnlockSlow\n";
-}
-#endif
-
 namespace sluice::lib {
 namespace {
 
