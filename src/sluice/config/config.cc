@@ -3,8 +3,10 @@
 // A section is read in two steps: first its map is checked for unknown and repeated field names
 // (yaml-cpp 0.7 keeps a repeated key without a word, so every pair is looked at here), then each
 // field is read by a typed reader that leaves the default in place when the field is absent or
-// written without a value. Errors are built as "<key.path>: <what is wrong>"; ParseConfig prefixes
-// the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a password or
+// written without a value. Whether the values make sense (names, ranges, uniqueness, references,
+// time zones, URLs, secrets) is then checked on the whole Config by Validate(), which a Config
+// built in code goes through too. Errors are built as "<key.path>: <what is wrong>"; ParseConfig
+// prefixes the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a password or
 // a Slack token): only names, numbers and other values that are safe to log.
 #include "sluice/config/config.h"
 
