@@ -6,8 +6,8 @@
 // written without a value. Whether the values make sense (names, ranges, uniqueness, references,
 // time zones, URLs, secrets) is then checked on the whole Config by Validate(), which a Config
 // built in code goes through too. Errors are built as "<key.path>: <what is wrong>"; ParseConfig
-// prefixes the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a password or
-// a Slack token): only names, numbers and other values that are safe to log.
+// prefixes the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a
+// password or a Slack token): only names, numbers and other values that are safe to log.
 #include "sluice/config/config.h"
 
 #include <arpa/inet.h>
