@@ -1,24 +1,16 @@
-// libsluice: the public entry point. Include this header to embed sluice in a C++ program:
+// libsluice: sluice's rate limiter embedded in a C++20 program (docs/library.md). Include this
+// header, link sluice::sluice (CMake) or `pkg-config --libs sluice`.
 //
-//   absl::StatusOr<sluice::config::Config> cfg = sluice::config::LoadConfigFile("sluice.yaml");
-//   absl::StatusOr<sluice::PlanSet> plans = sluice::PlanSet::FromConfig(*cfg);
-//   sluice::SystemClock clock;
-//   sluice::MemoryStore store;
-//   sluice::Limiter limiter(std::move(*plans), &store, &clock, {});
-//   limiter.Decide({.subject = "user-42", .plan = "free", .cost = 1},
-//                  [](absl::StatusOr<sluice::Decision> d) { /* d->allowed, d->limits ... */ });
-//
-// Thread-safety, ownership and callback rules are stated on each class.
+// Everything public is in namespace sluice::lib and in these headers, which use only the standard
+// library:
+//   sluice/status.h   Status and Result<T>: the error model (no exceptions)
+//   sluice/options.h  Options: plans, store (memory or Redis), store-error policy, alerts
+//   sluice/limiter.h  Limiter: Open, Decide, DecideAsync, Usage, ResetUsage, Close
 #ifndef SLUICE_SLUICE_H_
 #define SLUICE_SLUICE_H_
 
-#include "sluice/common/clock.h"
-#include "sluice/config/config.h"
-#include "sluice/limiter/decision.h"
-#include "sluice/limiter/limiter.h"
-#include "sluice/limiter/plan.h"
-#include "sluice/limiter/store.h"
-#include "sluice/store/memory/memory_store.h"
-#include "sluice/store/memory/snapshot.h"
+#include "sluice/limiter.h"
+#include "sluice/options.h"
+#include "sluice/status.h"
 
 #endif  // SLUICE_SLUICE_H_

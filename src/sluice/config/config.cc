@@ -3,9 +3,11 @@
 // A section is read in two steps: first its map is checked for unknown and repeated field names
 // (yaml-cpp 0.7 keeps a repeated key without a word, so every pair is looked at here), then each
 // field is read by a typed reader that leaves the default in place when the field is absent or
-// written without a value. Errors are built as "<key.path>: <what is wrong>"; ParseConfig prefixes
-// the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a password or
-// a Slack token): only names, numbers and other values that are safe to log.
+// written without a value. Whether the values make sense (names, ranges, uniqueness, references,
+// time zones, URLs, secrets) is then checked on the whole Config by Validate(), which a Config
+// built in code goes through too. Errors are built as "<key.path>: <what is wrong>"; ParseConfig
+// prefixes the source. Messages never quote API keys, tokens, secrets or URLs (a URL may carry a
+// password or a Slack token): only names, numbers and other values that are safe to log.
 #include "sluice/config/config.h"
 
 #include <arpa/inet.h>
@@ -375,23 +377,6 @@ absl::Status ReadDuration(const Field& field, absl::Duration& out) {
   return absl::OkStatus();
 }
 
-// Reads a duration that must lie in [min, max] (inclusive); "must be at most 10s, got 1h".
-absl::Status ReadBoundedDuration(const Field& field, absl::Duration min, absl::Duration max,
-                                 absl::Duration& out) {
-  absl::Duration value = out;
-  SLUICE_RETURN_IF_ERROR(ReadDuration(field, value));
-  if (value < min) {
-    return Error(field.path, absl::StrCat("must be at least ", absl::FormatDuration(min), ", got ",
-                                          absl::FormatDuration(value)));
-  }
-  if (value > max) {
-    return Error(field.path, absl::StrCat("must be at most ", absl::FormatDuration(max), ", got ",
-                                          absl::FormatDuration(value)));
-  }
-  out = value;
-  return absl::OkStatus();
-}
-
 // Reads a string that must be one of `choices`; `what` names it in the error ("store type").
 template <typename E>
 absl::Status ReadEnum(const Field& field, absl::string_view what,
@@ -431,16 +416,7 @@ absl::Status ForEachItem(const Field& field, Fn&& each) {
 // ---------------------------------------------------------------------------------------------
 // Sections.
 
-absl::Status ReadListenAddress(const Field& field, std::string& out) {
-  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
-  if (IsValidListenAddress(out)) return absl::OkStatus();
-  return Error(field.path, absl::StrCat("bad address ", Quote(out),
-                                        " (want ip:port, e.g. 127.0.0.1:8080 or [::1]:8080, "
-                                        "port 1-65535)"));
-}
-
 absl::Status ParseAdminTokens(const Field& field, std::vector<AdminTokenConfig>& tokens) {
-  std::unordered_set<std::string> names, secrets;
   return ForEachItem(field, [&](const Field& item, size_t) {
     Fields f;
     SLUICE_RETURN_IF_ERROR(ReadFields(item, {"name", "token", "token_sha256", "access"}, f));
@@ -448,16 +424,6 @@ absl::Status ParseAdminTokens(const Field& field, std::vector<AdminTokenConfig>&
     const Field name = f.Get("name");
     SLUICE_RETURN_IF_ERROR(Require(name));
     SLUICE_RETURN_IF_ERROR(ReadString(name, token.name));
-    if (!IsValidName(token.name, kMaxNameLength)) {
-      return Error(name.path, absl::StrCat("bad token name ", Quote(token.name),
-                                           " (want 1-64 characters of A-Z a-z 0-9 _ . -)"));
-    }
-    if (token.name == "admin") {
-      return Error(name.path, "the name \"admin\" is server.admin_token's (pick another)");
-    }
-    if (!names.insert(token.name).second) {
-      return Error(name.path, absl::StrCat("duplicate token name ", Quote(token.name)));
-    }
     const Field plain = f.Get("token");
     const Field hashed = f.Get("token_sha256");
     if (plain.absent() == hashed.absent()) {
@@ -465,22 +431,6 @@ absl::Status ParseAdminTokens(const Field& field, std::vector<AdminTokenConfig>&
     }
     SLUICE_RETURN_IF_ERROR(ReadString(plain, token.token));
     SLUICE_RETURN_IF_ERROR(ReadString(hashed, token.token_sha256));
-    if (!plain.absent()) {
-      if (token.token.size() < 16 || token.token.size() > 512 ||
-          !AllOf(token.token, IsVisibleAscii)) {
-        return Error(plain.path, "must be 16-512 printable ASCII characters without spaces");
-      }
-      if (!secrets.insert("p" + token.token).second) {
-        return Error(plain.path, "the same token is given twice");
-      }
-    } else {
-      if (token.token_sha256.size() != 64 || !AllOf(token.token_sha256, IsLowerHex)) {
-        return Error(hashed.path, "must be 64 lowercase hex characters (a SHA-256 digest)");
-      }
-      if (!secrets.insert("h" + token.token_sha256).second) {
-        return Error(hashed.path, "the same token is given twice");
-      }
-    }
     bool write = false;
     SLUICE_RETURN_IF_ERROR(
         ReadEnum(f.Get("access"), "access", {{"read", false}, {"write", true}}, write));
@@ -572,24 +522,11 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
        "shutdown_delay", "admin_tokens", "authorize_prefix", "access_log"},
       f));
   SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
-  SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("listen"), server.listen));
-  SLUICE_RETURN_IF_ERROR(ReadListenAddress(f.Get("admin_listen"), server.admin_listen));
-  if (server.admin_listen == server.listen) {
-    return Error(f.Get("admin_listen").path, "must differ from server.listen");
-  }
-  const Field token = f.Get("admin_token");
-  SLUICE_RETURN_IF_ERROR(ReadString(token, server.admin_token));
-  if (!AllOf(server.admin_token, IsVisibleAscii)) {
-    return Error(token.path, "must be printable ASCII without spaces");
-  }
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("listen"), server.listen));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_listen"), server.admin_listen));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_token"), server.admin_token));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("threads"), 0, 1024, server.threads));
-  const Field header = f.Get("api_key_header");
-  SLUICE_RETURN_IF_ERROR(ReadString(header, server.api_key_header));
-  if (!IsHttpToken(server.api_key_header)) {
-    return Error(header.path, absl::StrCat("bad header name ", Quote(server.api_key_header),
-                                           " (want an HTTP token: letters, digits and "
-                                           "!#$%&'*+-.^_`|~)"));
-  }
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("api_key_header"), server.api_key_header));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("deny_status"), 400, 499, server.deny_status));
   SLUICE_RETURN_IF_ERROR(ReadAuthorizePrefix(f.Get("authorize_prefix"), server.authorize_prefix));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("max_connections"), 1, 1'000'000, server.max_connections));
@@ -605,23 +542,10 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
   } else {
     SLUICE_RETURN_IF_ERROR(ReadDuration(delay, server.shutdown_delay));
   }
-  if (server.shutdown_delay > absl::Minutes(10)) {
-    return Error(delay.path, absl::StrCat("must be at most 10m, got ",
-                                          absl::FormatDuration(server.shutdown_delay)));
-  }
   SLUICE_RETURN_IF_ERROR(ParseAdminTokens(f.Get("admin_tokens"), server.admin_tokens));
-  // Checked against the plans once they are read (ParseRoot).
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("anonymous_plan"), server.anonymous_plan));
   return ForEachItem(f.Get("trusted_proxies"), [&](const Field& item, size_t) {
-    std::string cidr;
-    SLUICE_RETURN_IF_ERROR(ReadString(item, cidr));
-    if (!IsValidCidr(cidr)) {
-      return Error(item.path, absl::StrCat("bad CIDR ", Quote(cidr),
-                                           " (want an IPv4 or IPv6 address or CIDR, e.g. "
-                                           "10.0.0.0/8 or fd00::/8)"));
-    }
-    server.trusted_proxies.push_back(std::move(cidr));
-    return absl::OkStatus();
+    return ReadString(item, server.trusted_proxies.emplace_back());
   });
 }
 
@@ -649,27 +573,14 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
       ReadFields(f.Get("memory"), {"snapshot_path", "snapshot_interval", "registry_path"}, memory));
   SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("snapshot_path"), store.memory.snapshot_path));
   SLUICE_RETURN_IF_ERROR(ReadString(memory.Get("registry_path"), store.memory.registry_path));
-  if (!store.memory.registry_path.empty() &&
-      store.memory.registry_path == store.memory.snapshot_path) {
-    return Error(memory.Get("registry_path").path, "must differ from snapshot_path");
-  }
-  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(memory.Get("snapshot_interval"), kMinSnapshotInterval,
-                                             kMaxSnapshotInterval, store.memory.snapshot_interval));
+  SLUICE_RETURN_IF_ERROR(
+      ReadDuration(memory.Get("snapshot_interval"), store.memory.snapshot_interval));
 
   Fields redis;
   SLUICE_RETURN_IF_ERROR(ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix"}, redis));
-  const Field url = redis.Get("url");
-  SLUICE_RETURN_IF_ERROR(ReadString(url, store.redis.url));
-  SLUICE_RETURN_IF_ERROR(CheckRedisUrl(url.path, store.redis.url));
-  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(redis.Get("timeout"), kMinRedisTimeout,
-                                             kMaxRedisTimeout, store.redis.timeout));
-  const Field prefix = redis.Get("key_prefix");
-  SLUICE_RETURN_IF_ERROR(ReadString(prefix, store.redis.key_prefix));
-  if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
-    return Error(prefix.path, absl::StrCat("bad key prefix ", Quote(store.redis.key_prefix),
-                                           " (want 1-32 characters of A-Z a-z 0-9 _ . -)"));
-  }
-  return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
+  return ReadString(redis.Get("key_prefix"), store.redis.key_prefix);
 }
 
 absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
@@ -684,10 +595,6 @@ absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
     return absl::OkStatus();
   };
   SLUICE_RETURN_IF_ERROR(ForEachItem(field, read_percentage));
-  if (alert_at.size() > kMaxAlertThresholds) {
-    return Error(field.path, absl::StrCat("at most ", kMaxAlertThresholds, " percentages, got ",
-                                          alert_at.size()));
-  }
   std::sort(alert_at.begin(), alert_at.end());
   return absl::OkStatus();
 }
@@ -698,10 +605,6 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
   const Field name = f.Get("name");
   SLUICE_RETURN_IF_ERROR(Require(name));
   SLUICE_RETURN_IF_ERROR(ReadString(name, limit.name));
-  if (!IsValidName(limit.name, kMaxNameLength)) {
-    return Error(name.path,
-                 absl::StrCat("bad limit name ", Quote(limit.name), " (want ", kNameRule, ")"));
-  }
   const Field quota = f.Get("quota");
   SLUICE_RETURN_IF_ERROR(Require(quota));
   SLUICE_RETURN_IF_ERROR(ReadInt64(quota, 1, kMaxQuota, limit.quota));
@@ -718,26 +621,10 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
 absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"timezone", "limits"}, f));
-  const Field timezone = f.Get("timezone");
-  SLUICE_RETURN_IF_ERROR(ReadString(timezone, plan.timezone));
-  if (!IsKnownTimeZone(plan.timezone)) {
-    return Error(timezone.path, absl::StrCat("unknown time zone ", Quote(plan.timezone)));
-  }
-  const Field limits = f.Get("limits");
-  std::unordered_set<std::string> limit_names;
-  const auto read_limit = [&](const Field& item, size_t) {
-    LimitConfig limit;
-    SLUICE_RETURN_IF_ERROR(ParseLimit(item, limit));
-    if (!limit_names.insert(limit.name).second) {
-      return Error(absl::StrCat(item.path, ".name"),
-                   absl::StrCat("duplicate limit name ", Quote(limit.name)));
-    }
-    plan.limits.push_back(std::move(limit));
-    return absl::OkStatus();
-  };
-  SLUICE_RETURN_IF_ERROR(ForEachItem(limits, read_limit));
-  if (plan.limits.empty()) return Error(limits.path, "at least one limit is required");
-  return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("timezone"), plan.timezone));
+  return ForEachItem(f.Get("limits"), [&](const Field& item, size_t) {
+    return ParseLimit(item, plan.limits.emplace_back());
+  });
 }
 
 absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
@@ -746,39 +633,21 @@ absl::Status ParsePlans(const Field& field, std::vector<PlanConfig>& plans) {
                  absl::StrCat("expected a map of plan names, got ", KindOf(*field.node)));
   }
   if (!field.absent()) {
-    std::unordered_set<std::string> names;
     for (const auto& [key, value] : field.node->pairs) {
       if (!key->IsScalar()) return Error(field.path, "plan names must be plain strings");
       PlanConfig plan;
       plan.name = key->Scalar();
       const std::string path = absl::StrCat(field.path, ".", absl::CHexEscape(plan.name));
-      if (!IsValidName(plan.name, kMaxNameLength)) {
-        return Error(path,
-                     absl::StrCat("bad plan name ", Quote(plan.name), " (want ", kNameRule, ")"));
-      }
-      if (!names.insert(plan.name).second) {
-        return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
-      }
       SLUICE_RETURN_IF_ERROR(ParsePlan(Field{value, path}, plan));
       plans.push_back(std::move(plan));
     }
   }
-  if (plans.empty()) return Error(field.path, "at least one plan is required");
   return absl::OkStatus();
 }
 
-absl::Status ParseKeys(const Field& field, const Config& config, std::vector<KeyConfig>& keys) {
-  // Where each key (or hash) was first seen, to name the earlier entry without quoting the key. The
-  // views point into the document, which outlives this call.
-  std::unordered_map<std::string_view, size_t> seen_keys;
-  std::unordered_map<std::string_view, size_t> seen_hashes;
-  std::unordered_set<std::string_view> plan_names;
-  for (const PlanConfig& plan : config.plans) plan_names.insert(plan.name);
-  if (!field.absent() && field.node->IsSequence()) {
-    keys.reserve(field.node->items.size());
-    seen_hashes.reserve(field.node->items.size());
-  }
-  return ForEachItem(field, [&](const Field& item, size_t index) {
+absl::Status ParseKeys(const Field& field, std::vector<KeyConfig>& keys) {
+  if (!field.absent() && field.node->IsSequence()) keys.reserve(field.node->items.size());
+  return ForEachItem(field, [&](const Field& item, size_t) {
     Fields f;
     SLUICE_RETURN_IF_ERROR(ReadFields(
         item, {"key", "key_sha256", "subject", "plan", "email", "webhook", "webhook_secret"}, f));
@@ -790,74 +659,18 @@ absl::Status ParseKeys(const Field& field, const Config& config, std::vector<Key
     }
     SLUICE_RETURN_IF_ERROR(ReadString(plain, key.key));
     SLUICE_RETURN_IF_ERROR(ReadString(hashed, key.key_sha256));
-    if (!plain.absent()) {
-      if (key.key.empty() || key.key.size() > kMaxApiKeyLength || !AllOf(key.key, IsVisibleAscii)) {
-        return Error(plain.path, "must be 1-512 printable ASCII characters without spaces");
-      }
-      const auto [it, inserted] = seen_keys.emplace(plain.node->Scalar(), index);
-      if (!inserted) {
-        return Error(plain.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
-      }
-    } else {
-      if (key.key_sha256.size() != 64 || !AllOf(key.key_sha256, IsLowerHex)) {
-        return Error(hashed.path, "must be 64 lowercase hex characters (a SHA-256 digest)");
-      }
-      const auto [it, inserted] = seen_hashes.emplace(hashed.node->Scalar(), index);
-      if (!inserted) {
-        return Error(hashed.path, absl::StrCat("duplicate key (same as keys[", it->second, "])"));
-      }
-    }
     const Field subject = f.Get("subject");
     SLUICE_RETURN_IF_ERROR(Require(subject));
     SLUICE_RETURN_IF_ERROR(ReadString(subject, key.subject));
-    if (!IsValidSubject(key.subject)) {
-      return Error(subject.path,
-                   absl::StrCat("bad subject ", Quote(key.subject),
-                                " (want 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -)"));
-    }
     const Field plan = f.Get("plan");
     SLUICE_RETURN_IF_ERROR(Require(plan));
     SLUICE_RETURN_IF_ERROR(ReadString(plan, key.plan));
-    if (!plan_names.contains(key.plan)) {
-      return Error(plan.path, absl::StrCat("unknown plan ", Quote(key.plan)));
-    }
-    const Field email = f.Get("email");
-    SLUICE_RETURN_IF_ERROR(ReadString(email, key.email));
-    if (!key.email.empty() && !IsValidEmail(key.email)) {
-      return Error(email.path, absl::StrCat("bad email address ", Quote(key.email),
-                                            " (want exactly one @ with text on both sides)"));
-    }
-    const Field webhook = f.Get("webhook");
-    SLUICE_RETURN_IF_ERROR(ReadString(webhook, key.webhook));
-    if (!key.webhook.empty() && !IsUrl(key.webhook, {"http://", "https://"})) {
-      return Error(webhook.path, "must be an http:// or https:// URL");
-    }
-    const Field webhook_secret = f.Get("webhook_secret");
-    SLUICE_RETURN_IF_ERROR(ReadString(webhook_secret, key.webhook_secret));
-    if (!key.webhook_secret.empty() && !IsWebhookSecret(key.webhook_secret)) {
-      return Error(webhook_secret.path,
-                   "must be \"whsec_\" followed by base64 (Standard Webhooks)");
-    }
-    if (!key.webhook_secret.empty() && key.webhook.empty()) {
-      return Error(webhook_secret.path, "set without a webhook to sign");
-    }
+    SLUICE_RETURN_IF_ERROR(ReadString(f.Get("email"), key.email));
+    SLUICE_RETURN_IF_ERROR(ReadString(f.Get("webhook"), key.webhook));
+    SLUICE_RETURN_IF_ERROR(ReadString(f.Get("webhook_secret"), key.webhook_secret));
     keys.push_back(std::move(key));
     return absl::OkStatus();
   });
-}
-
-absl::Status ReadEmail(const Field& field, std::string& out) {
-  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
-  if (IsValidEmail(out)) return absl::OkStatus();
-  return Error(field.path, absl::StrCat("bad email address ", Quote(out),
-                                        " (want exactly one @ with text on both sides)"));
-}
-
-absl::Status ReadHttpUrl(const Field& field, std::string& out) {
-  SLUICE_RETURN_IF_ERROR(Require(field));
-  SLUICE_RETURN_IF_ERROR(ReadString(field, out));
-  if (IsUrl(out, {"http://", "https://"})) return absl::OkStatus();
-  return Error(field.path, "must be an http:// or https:// URL");
 }
 
 std::vector<absl::string_view> FieldsOfSink(SinkConfig::Type type) {
@@ -892,31 +705,17 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
     }
   }
   switch (sink.type) {
-    case SinkConfig::Type::kWebhook: {
-      SLUICE_RETURN_IF_ERROR(ReadHttpUrl(f.Get("url"), sink.url));
-      const Field secret = f.Get("secret");
-      SLUICE_RETURN_IF_ERROR(ReadString(secret, sink.secret));
-      if (!sink.secret.empty() && !IsWebhookSecret(sink.secret)) {
-        return Error(secret.path, "must be \"whsec_\" followed by base64 (Standard Webhooks)");
-      }
-      return absl::OkStatus();
-    }
+    case SinkConfig::Type::kWebhook:
+      SLUICE_RETURN_IF_ERROR(ReadString(f.Get("url"), sink.url));
+      return ReadString(f.Get("secret"), sink.secret);
     case SinkConfig::Type::kSlack:
-      return ReadHttpUrl(f.Get("url"), sink.url);
-    case SinkConfig::Type::kEmail: {
-      const Field smtp_url = f.Get("smtp_url");
-      SLUICE_RETURN_IF_ERROR(Require(smtp_url));
-      SLUICE_RETURN_IF_ERROR(ReadString(smtp_url, sink.smtp_url));
-      if (!IsUrl(sink.smtp_url, {"smtp://", "smtps://"})) {
-        return Error(smtp_url.path, "must be an smtp:// or smtps:// URL");
-      }
-      SLUICE_RETURN_IF_ERROR(Require(f.Get("from")));
-      SLUICE_RETURN_IF_ERROR(ReadEmail(f.Get("from"), sink.from));
+      return ReadString(f.Get("url"), sink.url);
+    case SinkConfig::Type::kEmail:
+      SLUICE_RETURN_IF_ERROR(ReadString(f.Get("smtp_url"), sink.smtp_url));
+      SLUICE_RETURN_IF_ERROR(ReadString(f.Get("from"), sink.from));
       return ForEachItem(f.Get("to"), [&](const Field& item, size_t) {
-        SLUICE_RETURN_IF_ERROR(ReadEmail(item, sink.to.emplace_back()));
-        return absl::OkStatus();
+        return ReadString(item, sink.to.emplace_back());
       });
-    }
   }
   return absl::OkStatus();
 }
@@ -924,8 +723,7 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry", "lease"}, f));
-  SLUICE_RETURN_IF_ERROR(
-      ReadBoundedDuration(f.Get("lease"), kMinAlertLease, kMaxAlertLease, alerts.lease));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("lease"), alerts.lease));
   SLUICE_RETURN_IF_ERROR(ForEachItem(f.Get("sinks"), [&](const Field& item, size_t) {
     return ParseSink(item, alerts.sinks.emplace_back());
   }));
@@ -933,17 +731,8 @@ absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   SLUICE_RETURN_IF_ERROR(
       ReadFields(f.Get("retry"), {"max_attempts", "first_delay", "max_delay"}, retry));
   SLUICE_RETURN_IF_ERROR(ReadInt(retry.Get("max_attempts"), 1, 100, alerts.retry.max_attempts));
-  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(retry.Get("first_delay"), kMinRetryDelay,
-                                             kMaxRetryFirstDelay, alerts.retry.first_delay));
-  SLUICE_RETURN_IF_ERROR(ReadBoundedDuration(retry.Get("max_delay"), kMinRetryDelay,
-                                             kMaxRetryMaxDelay, alerts.retry.max_delay));
-  if (alerts.retry.max_delay < alerts.retry.first_delay) {
-    return Error(retry.Get("max_delay").path,
-                 absl::StrCat("must be at least first_delay (",
-                              absl::FormatDuration(alerts.retry.first_delay), "), got ",
-                              absl::FormatDuration(alerts.retry.max_delay)));
-  }
-  return absl::OkStatus();
+  SLUICE_RETURN_IF_ERROR(ReadDuration(retry.Get("first_delay"), alerts.retry.first_delay));
+  return ReadDuration(retry.Get("max_delay"), alerts.retry.max_delay);
 }
 
 absl::Status ParseRoot(const Value& root, Config& config) {
@@ -960,13 +749,11 @@ absl::Status ParseRoot(const Value& root, Config& config) {
                                   {{"allow", OnStoreError::kAllow}, {"deny", OnStoreError::kDeny}},
                                   config.on_store_error));
   SLUICE_RETURN_IF_ERROR(ParsePlans(f.Get("plans"), config.plans));
-  SLUICE_RETURN_IF_ERROR(ParseKeys(f.Get("keys"), config, config.keys));
+  SLUICE_RETURN_IF_ERROR(ParseKeys(f.Get("keys"), config.keys));
   SLUICE_RETURN_IF_ERROR(ParseAlerts(f.Get("alerts"), config.alerts));
-  const std::string& anonymous = config.server.anonymous_plan;
-  if (!anonymous.empty() && config.FindPlan(anonymous) == nullptr) {
-    return Error("server.anonymous_plan", absl::StrCat("unknown plan ", Quote(anonymous)));
-  }
-  return absl::OkStatus();
+  // What the file says is read; whether it makes sense is the same question for a Config built in
+  // code, so one function answers both.
+  return Validate(config);
 }
 
 std::string AtMark(const YAML::Mark& mark, absl::string_view what) {
@@ -1180,6 +967,332 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, FileLimit l
   return text;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Validation of a built Config (the loader's and a program's alike). Each check names the field
+// as the file would: "plans.free.limits[1].quota".
+
+absl::Status CheckRange(absl::string_view path, int64_t value, int64_t min, int64_t max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return Error(path, absl::StrCat("must be between ", min, " and ", max, ", got ", value));
+}
+
+absl::Status CheckDuration(absl::string_view path, absl::Duration value, absl::Duration min,
+                           absl::Duration max) {
+  if (value < min) {
+    return Error(path, absl::StrCat("must be at least ", absl::FormatDuration(min), ", got ",
+                                    absl::FormatDuration(value)));
+  }
+  if (value > max) {
+    return Error(path, absl::StrCat("must be at most ", absl::FormatDuration(max), ", got ",
+                                    absl::FormatDuration(value)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckListenAddress(absl::string_view path, absl::string_view address) {
+  if (IsValidListenAddress(address)) return absl::OkStatus();
+  return Error(path, absl::StrCat("bad address ", Quote(address),
+                                  " (want ip:port, e.g. 127.0.0.1:8080 or [::1]:8080, "
+                                  "port 1-65535)"));
+}
+
+absl::Status CheckEmail(absl::string_view path, absl::string_view email) {
+  if (IsValidEmail(email)) return absl::OkStatus();
+  return Error(path, absl::StrCat("bad email address ", Quote(email),
+                                  " (want exactly one @ with text on both sides)"));
+}
+
+absl::Status CheckHttpUrl(absl::string_view path, absl::string_view url) {
+  if (IsUrl(url, {"http://", "https://"})) return absl::OkStatus();
+  return Error(path, "must be an http:// or https:// URL");
+}
+
+absl::Status CheckWebhookSecret(absl::string_view path, absl::string_view secret) {
+  if (IsWebhookSecret(secret)) return absl::OkStatus();
+  return Error(path, "must be \"whsec_\" followed by base64 (Standard Webhooks)");
+}
+
+absl::Status ValidateAdminTokens(const std::vector<AdminTokenConfig>& tokens) {
+  std::unordered_set<std::string> names, secrets;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const AdminTokenConfig& token = tokens[i];
+    const std::string path = absl::StrCat("server.admin_tokens[", i, "]");
+    const std::string name_path = absl::StrCat(path, ".name");
+    if (!IsValidName(token.name, kMaxNameLength)) {
+      return Error(name_path, absl::StrCat("bad token name ", Quote(token.name),
+                                           " (want 1-64 characters of A-Z a-z 0-9 _ . -)"));
+    }
+    if (token.name == "admin") {
+      return Error(name_path, "the name \"admin\" is server.admin_token's (pick another)");
+    }
+    if (!names.insert(token.name).second) {
+      return Error(name_path, absl::StrCat("duplicate token name ", Quote(token.name)));
+    }
+    // Both empty is a plaintext token that is too short (`token: ""` in a file).
+    if (!token.token.empty() && !token.token_sha256.empty()) {
+      return Error(path, "set exactly one of token and token_sha256");
+    }
+    if (token.token_sha256.empty()) {
+      const std::string plain_path = absl::StrCat(path, ".token");
+      if (token.token.size() < 16 || token.token.size() > 512 ||
+          !AllOf(token.token, IsVisibleAscii)) {
+        return Error(plain_path, "must be 16-512 printable ASCII characters without spaces");
+      }
+      if (!secrets.insert("p" + token.token).second) {
+        return Error(plain_path, "the same token is given twice");
+      }
+    } else {
+      const std::string hashed_path = absl::StrCat(path, ".token_sha256");
+      if (token.token_sha256.size() != 64 || !AllOf(token.token_sha256, IsLowerHex)) {
+        return Error(hashed_path, "must be 64 lowercase hex characters (a SHA-256 digest)");
+      }
+      if (!secrets.insert("h" + token.token_sha256).second) {
+        return Error(hashed_path, "the same token is given twice");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateServer(const ServerConfig& server) {
+  SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.listen", server.listen));
+  SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.admin_listen", server.admin_listen));
+  if (server.admin_listen == server.listen) {
+    return Error("server.admin_listen", "must differ from server.listen");
+  }
+  if (!AllOf(server.admin_token, IsVisibleAscii)) {
+    return Error("server.admin_token", "must be printable ASCII without spaces");
+  }
+  SLUICE_RETURN_IF_ERROR(CheckRange("server.threads", server.threads, 0, 1024));
+  if (!IsHttpToken(server.api_key_header)) {
+    return Error("server.api_key_header",
+                 absl::StrCat("bad header name ", Quote(server.api_key_header),
+                              " (want an HTTP token: letters, digits and !#$%&'*+-.^_`|~)"));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckRange("server.deny_status", server.deny_status, 400, 499));
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange("server.max_connections", server.max_connections, 1, 1'000'000));
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange("server.admin_max_connections", server.admin_max_connections, 1, 1'000'000));
+  // Zero is a valid delay here (stop at once), unlike the other durations.
+  SLUICE_RETURN_IF_ERROR(CheckDuration("server.shutdown_delay", server.shutdown_delay,
+                                       absl::ZeroDuration(), absl::Minutes(10)));
+  SLUICE_RETURN_IF_ERROR(ValidateAdminTokens(server.admin_tokens));
+  for (size_t i = 0; i < server.trusted_proxies.size(); ++i) {
+    const std::string& cidr = server.trusted_proxies[i];
+    if (!IsValidCidr(cidr)) {
+      return Error(absl::StrCat("server.trusted_proxies[", i, "]"),
+                   absl::StrCat("bad CIDR ", Quote(cidr),
+                                " (want an IPv4 or IPv6 address or CIDR, e.g. 10.0.0.0/8 or "
+                                "fd00::/8)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateStore(const StoreConfig& store) {
+  if (!store.memory.registry_path.empty() &&
+      store.memory.registry_path == store.memory.snapshot_path) {
+    return Error("store.memory.registry_path", "must differ from snapshot_path");
+  }
+  SLUICE_RETURN_IF_ERROR(CheckDuration("store.memory.snapshot_interval",
+                                       store.memory.snapshot_interval, kMinSnapshotInterval,
+                                       kMaxSnapshotInterval));
+  SLUICE_RETURN_IF_ERROR(CheckRedisUrl(store.redis.url_source, store.redis.url));
+  SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.timeout", store.redis.timeout, kMinRedisTimeout,
+                                       kMaxRedisTimeout));
+  if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
+    return Error("store.redis.key_prefix",
+                 absl::StrCat("bad key prefix ", Quote(store.redis.key_prefix),
+                              " (want 1-32 characters of A-Z a-z 0-9 _ . -)"));
+  }
+  return absl::OkStatus();
+}
+
+// A window built in code may skip ParseWindow; the limiter relies on what it guarantees.
+absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
+  if (window.kind != WindowSpec::Kind::kFixed) return absl::OkStatus();
+  const absl::Duration length = window.length;
+  if (length < absl::Seconds(1) || length > kMaxWindowCount * absl::Hours(1) ||
+      length % absl::Seconds(1) != absl::ZeroDuration()) {
+    return Error(
+        path, absl::StrCat("bad window ", Quote(window.text), " (want Ns, Nm, Nh, day or month)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLimit(absl::string_view path, const LimitConfig& limit) {
+  if (!IsValidName(limit.name, kMaxNameLength)) {
+    return Error(absl::StrCat(path, ".name"),
+                 absl::StrCat("bad limit name ", Quote(limit.name), " (want ", kNameRule, ")"));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".quota"), limit.quota, 1, kMaxQuota));
+  SLUICE_RETURN_IF_ERROR(ValidateWindow(absl::StrCat(path, ".window"), limit.window));
+  const std::string alert_at = absl::StrCat(path, ".alert_at");
+  if (limit.alert_at.size() > kMaxAlertThresholds) {
+    return Error(alert_at, absl::StrCat("at most ", kMaxAlertThresholds, " percentages, got ",
+                                        limit.alert_at.size()));
+  }
+  for (size_t i = 0; i < limit.alert_at.size(); ++i) {
+    const std::string item = absl::StrCat(alert_at, "[", i, "]");
+    SLUICE_RETURN_IF_ERROR(CheckRange(item, limit.alert_at[i], 1, 100));
+    if (i > 0 && limit.alert_at[i] == limit.alert_at[i - 1]) {
+      return Error(item, absl::StrCat("duplicate percentage ", limit.alert_at[i]));
+    }
+    if (i > 0 && limit.alert_at[i] < limit.alert_at[i - 1]) {
+      return Error(item, "percentages must be in increasing order");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePlans(const std::vector<PlanConfig>& plans) {
+  if (plans.empty()) return Error("plans", "at least one plan is required");
+  std::unordered_set<std::string> names;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    const PlanConfig& plan = plans[p];
+    // Named as in the file ("plans.free"); by position when there is no name to show.
+    const std::string path = plan.name.empty()
+                                 ? absl::StrCat("plans[", p, "]")
+                                 : absl::StrCat("plans.", absl::CHexEscape(plan.name));
+    if (!IsValidName(plan.name, kMaxNameLength)) {
+      return Error(path,
+                   absl::StrCat("bad plan name ", Quote(plan.name), " (want ", kNameRule, ")"));
+    }
+    if (!names.insert(plan.name).second) {
+      return Error(path, absl::StrCat("duplicate plan name ", Quote(plan.name)));
+    }
+    if (!IsKnownTimeZone(plan.timezone)) {
+      return Error(absl::StrCat(path, ".timezone"),
+                   absl::StrCat("unknown time zone ", Quote(plan.timezone)));
+    }
+    const std::string limits = absl::StrCat(path, ".limits");
+    if (plan.limits.empty()) return Error(limits, "at least one limit is required");
+    std::unordered_set<std::string> limit_names;
+    for (size_t l = 0; l < plan.limits.size(); ++l) {
+      const std::string item = absl::StrCat(limits, "[", l, "]");
+      SLUICE_RETURN_IF_ERROR(ValidateLimit(item, plan.limits[l]));
+      if (!limit_names.insert(plan.limits[l].name).second) {
+        return Error(absl::StrCat(item, ".name"),
+                     absl::StrCat("duplicate limit name ", Quote(plan.limits[l].name)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKeys(const Config& config) {
+  // Where each key (or hash) was first seen, to name the earlier entry without quoting the key.
+  std::unordered_map<std::string_view, size_t> seen_keys;
+  std::unordered_map<std::string_view, size_t> seen_hashes;
+  seen_hashes.reserve(config.keys.size());
+  std::unordered_set<std::string_view> plan_names;
+  for (const PlanConfig& plan : config.plans) plan_names.insert(plan.name);
+  for (size_t i = 0; i < config.keys.size(); ++i) {
+    const KeyConfig& key = config.keys[i];
+    // Paths are built only for an error: a file may hold 150,000 keys.
+    const auto at = [i](absl::string_view field) { return absl::StrCat("keys[", i, "]", field); };
+    // Both empty is a plaintext key that is empty (`key: ""` in a file).
+    if (!key.key.empty() && !key.key_sha256.empty()) {
+      return Error(at(""), "set exactly one of key and key_sha256");
+    }
+    if (key.key_sha256.empty()) {
+      if (key.key.empty() || key.key.size() > kMaxApiKeyLength || !AllOf(key.key, IsVisibleAscii)) {
+        return Error(at(".key"), "must be 1-512 printable ASCII characters without spaces");
+      }
+      const auto [it, inserted] = seen_keys.emplace(key.key, i);
+      if (!inserted) {
+        return Error(at(".key"), absl::StrCat("duplicate key (same as keys[", it->second, "])"));
+      }
+    } else {
+      if (key.key_sha256.size() != 64 || !AllOf(key.key_sha256, IsLowerHex)) {
+        return Error(at(".key_sha256"), "must be 64 lowercase hex characters (a SHA-256 digest)");
+      }
+      const auto [it, inserted] = seen_hashes.emplace(key.key_sha256, i);
+      if (!inserted) {
+        return Error(at(".key_sha256"),
+                     absl::StrCat("duplicate key (same as keys[", it->second, "])"));
+      }
+    }
+    if (!IsValidSubject(key.subject)) {
+      return Error(at(".subject"),
+                   absl::StrCat("bad subject ", Quote(key.subject),
+                                " (want 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -)"));
+    }
+    if (!plan_names.contains(key.plan)) {
+      return Error(at(".plan"), absl::StrCat("unknown plan ", Quote(key.plan)));
+    }
+    if (!key.email.empty() && !IsValidEmail(key.email)) {
+      return CheckEmail(at(".email"), key.email);
+    }
+    if (!key.webhook.empty() && !IsUrl(key.webhook, {"http://", "https://"})) {
+      return CheckHttpUrl(at(".webhook"), key.webhook);
+    }
+    if (!key.webhook_secret.empty()) {
+      if (!IsWebhookSecret(key.webhook_secret)) {
+        return CheckWebhookSecret(at(".webhook_secret"), key.webhook_secret);
+      }
+      if (key.webhook.empty()) return Error(at(".webhook_secret"), "set without a webhook to sign");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every sink needs its address; "" is what a file that leaves it out reads as.
+absl::Status RequireSet(absl::string_view path, absl::string_view value) {
+  return value.empty() ? Error(path, "missing required field") : absl::OkStatus();
+}
+
+absl::Status ValidateSink(absl::string_view path, const SinkConfig& sink) {
+  const std::string url = absl::StrCat(path, ".url");
+  if (sink.type != SinkConfig::Type::kEmail) SLUICE_RETURN_IF_ERROR(RequireSet(url, sink.url));
+  switch (sink.type) {
+    case SinkConfig::Type::kWebhook:
+      SLUICE_RETURN_IF_ERROR(CheckHttpUrl(url, sink.url));
+      if (!sink.secret.empty()) {
+        SLUICE_RETURN_IF_ERROR(CheckWebhookSecret(absl::StrCat(path, ".secret"), sink.secret));
+      }
+      return absl::OkStatus();
+    case SinkConfig::Type::kSlack:
+      return CheckHttpUrl(url, sink.url);
+    case SinkConfig::Type::kEmail: {
+      const std::string smtp_url = absl::StrCat(path, ".smtp_url");
+      SLUICE_RETURN_IF_ERROR(RequireSet(smtp_url, sink.smtp_url));
+      if (!IsUrl(sink.smtp_url, {"smtp://", "smtps://"})) {
+        return Error(smtp_url, "must be an smtp:// or smtps:// URL");
+      }
+      SLUICE_RETURN_IF_ERROR(RequireSet(absl::StrCat(path, ".from"), sink.from));
+      SLUICE_RETURN_IF_ERROR(CheckEmail(absl::StrCat(path, ".from"), sink.from));
+      for (size_t i = 0; i < sink.to.size(); ++i) {
+        SLUICE_RETURN_IF_ERROR(CheckEmail(absl::StrCat(path, ".to[", i, "]"), sink.to[i]));
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAlerts(const AlertsConfig& alerts) {
+  SLUICE_RETURN_IF_ERROR(
+      CheckDuration("alerts.lease", alerts.lease, kMinAlertLease, kMaxAlertLease));
+  for (size_t i = 0; i < alerts.sinks.size(); ++i) {
+    SLUICE_RETURN_IF_ERROR(ValidateSink(absl::StrCat("alerts.sinks[", i, "]"), alerts.sinks[i]));
+  }
+  const RetryConfig& retry = alerts.retry;
+  SLUICE_RETURN_IF_ERROR(CheckRange("alerts.retry.max_attempts", retry.max_attempts, 1, 100));
+  SLUICE_RETURN_IF_ERROR(CheckDuration("alerts.retry.first_delay", retry.first_delay,
+                                       kMinRetryDelay, kMaxRetryFirstDelay));
+  SLUICE_RETURN_IF_ERROR(
+      CheckDuration("alerts.retry.max_delay", retry.max_delay, kMinRetryDelay, kMaxRetryMaxDelay));
+  if (retry.max_delay < retry.first_delay) {
+    return Error(
+        "alerts.retry.max_delay",
+        absl::StrCat("must be at least first_delay (", absl::FormatDuration(retry.first_delay),
+                     "), got ", absl::FormatDuration(retry.max_delay)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const PlanConfig* Config::FindPlan(std::string_view name) const {
@@ -1187,6 +1300,19 @@ const PlanConfig* Config::FindPlan(std::string_view name) const {
     if (plan.name == name) return &plan;
   }
   return nullptr;
+}
+
+absl::Status Validate(const Config& config) {
+  SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
+  SLUICE_RETURN_IF_ERROR(ValidateStore(config.store));
+  SLUICE_RETURN_IF_ERROR(ValidatePlans(config.plans));
+  SLUICE_RETURN_IF_ERROR(ValidateKeys(config));
+  SLUICE_RETURN_IF_ERROR(ValidateAlerts(config.alerts));
+  const std::string& anonymous = config.server.anonymous_plan;
+  if (!anonymous.empty() && config.FindPlan(anonymous) == nullptr) {
+    return Error("server.anonymous_plan", absl::StrCat("unknown plan ", Quote(anonymous)));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view source) {

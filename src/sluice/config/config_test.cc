@@ -1242,5 +1242,123 @@ TEST_F(EnvironmentTest, UrlErrorComesBeforeThePasswordFileIsRead) {
   EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL"));
 }
 
+// Validate on configurations built in code, as the library builds them.
+class ValidateTest : public ::testing::Test {
+ protected:
+  ValidateTest() {
+    PlanConfig free{.name = "free"};
+    free.limits.push_back(LimitConfig{
+        .name = "per_minute", .quota = 5, .window = *ParseWindow("1m"), .alert_at = {80, 100}});
+    free.limits.push_back(
+        LimitConfig{.name = "daily", .quota = 100, .window = *ParseWindow("day")});
+    cfg_.plans.push_back(std::move(free));
+  }
+
+  std::string ErrorOf() const { return std::string(Validate(cfg_).message()); }
+
+  Config cfg_;
+};
+
+TEST_F(ValidateTest, AcceptsAHandBuiltConfig) { EXPECT_TRUE(Validate(cfg_).ok()); }
+
+TEST_F(ValidateTest, AcceptsWhatTheLoaderBuilt) {
+  absl::StatusOr<Config> cfg = ParseConfig(kFull, "full.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(Validate(*cfg).ok());
+}
+
+TEST_F(ValidateTest, QuotaOutOfRangeNamesPlanAndLimit) {
+  cfg_.plans[0].limits[1].quota = 0;
+  EXPECT_EQ(ErrorOf(), "plans.free.limits[1].quota: must be between 1 and 1000000000000000, got 0");
+  EXPECT_TRUE(absl::IsInvalidArgument(Validate(cfg_)));
+}
+
+TEST_F(ValidateTest, NoPlansIsRefused) {
+  cfg_.plans.clear();
+  EXPECT_EQ(ErrorOf(), "plans: at least one plan is required");
+}
+
+TEST_F(ValidateTest, PlanWithoutNameIsNamedByPosition) {
+  cfg_.plans[0].name.clear();
+  EXPECT_EQ(ErrorOf(), "plans[0]: bad plan name \"\" (want 1-64 characters of A-Z a-z 0-9 _ . -)");
+}
+
+TEST_F(ValidateTest, DuplicatePlanIsRefused) {
+  cfg_.plans.push_back(cfg_.plans[0]);
+  EXPECT_EQ(ErrorOf(), "plans.free: duplicate plan name \"free\"");
+}
+
+TEST_F(ValidateTest, DuplicateLimitIsRefused) {
+  cfg_.plans[0].limits[1].name = "per_minute";
+  EXPECT_EQ(ErrorOf(), "plans.free.limits[1].name: duplicate limit name \"per_minute\"");
+}
+
+TEST_F(ValidateTest, PlanWithoutLimitsIsRefused) {
+  cfg_.plans[0].limits.clear();
+  EXPECT_EQ(ErrorOf(), "plans.free.limits: at least one limit is required");
+}
+
+TEST_F(ValidateTest, UnknownTimeZoneIsRefused) {
+  cfg_.plans[0].timezone = "Mars/Olympus";
+  EXPECT_EQ(ErrorOf(), "plans.free.timezone: unknown time zone \"Mars/Olympus\"");
+}
+
+TEST_F(ValidateTest, WindowNotBuiltByParseWindowIsChecked) {
+  cfg_.plans[0].limits[0].window = WindowSpec{.length = absl::Milliseconds(500), .text = "0.5s"};
+  EXPECT_EQ(ErrorOf(),
+            "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day or month)");
+}
+
+TEST_F(ValidateTest, AlertPercentagesMustBeInRangeAndIncreasing) {
+  cfg_.plans[0].limits[0].alert_at = {80, 101};
+  EXPECT_EQ(ErrorOf(), "plans.free.limits[0].alert_at[1]: must be between 1 and 100, got 101");
+  cfg_.plans[0].limits[0].alert_at = {80, 80};
+  EXPECT_EQ(ErrorOf(), "plans.free.limits[0].alert_at[1]: duplicate percentage 80");
+  cfg_.plans[0].limits[0].alert_at = {100, 80};
+  EXPECT_EQ(ErrorOf(), "plans.free.limits[0].alert_at[1]: percentages must be in increasing order");
+}
+
+TEST_F(ValidateTest, StoreSettingsAreChecked) {
+  cfg_.store.redis.timeout = absl::Seconds(11);
+  EXPECT_EQ(ErrorOf(), "store.redis.timeout: must be at most 10s, got 11s");
+  cfg_.store.redis.timeout = absl::Milliseconds(20);
+  cfg_.store.redis.url = "http://x";
+  EXPECT_EQ(ErrorOf(), "store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  cfg_.store.redis.url = "redis://127.0.0.1:6379/0";
+  cfg_.store.redis.key_prefix = "";
+  EXPECT_THAT(ErrorOf(), StartsWith("store.redis.key_prefix: bad key prefix \"\""));
+  cfg_.store.redis.key_prefix = "sl";
+  cfg_.store.memory.snapshot_interval = absl::Milliseconds(10);
+  EXPECT_EQ(ErrorOf(), "store.memory.snapshot_interval: must be at least 100ms, got 10ms");
+}
+
+TEST_F(ValidateTest, SinksAreChecked) {
+  cfg_.alerts.sinks.push_back(SinkConfig{.type = SinkConfig::Type::kWebhook});
+  EXPECT_EQ(ErrorOf(), "alerts.sinks[0].url: missing required field");
+  cfg_.alerts.sinks[0].url = "ftp://x";
+  EXPECT_EQ(ErrorOf(), "alerts.sinks[0].url: must be an http:// or https:// URL");
+  cfg_.alerts.sinks[0].url = "https://example.com/hook";
+  cfg_.alerts.sinks[0].secret = "not-a-secret";
+  EXPECT_EQ(ErrorOf(),
+            "alerts.sinks[0].secret: must be \"whsec_\" followed by base64 (Standard Webhooks)");
+  cfg_.alerts.sinks[0].secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  EXPECT_TRUE(Validate(cfg_).ok());
+}
+
+TEST_F(ValidateTest, KeysAreCheckedAgainstThePlans) {
+  cfg_.keys.push_back(KeyConfig{.key = "k1", .subject = "user-1", .plan = "gold"});
+  EXPECT_EQ(ErrorOf(), "keys[0].plan: unknown plan \"gold\"");
+  cfg_.keys[0].plan = "free";
+  cfg_.keys.push_back(KeyConfig{.key = "k1", .subject = "user 2", .plan = "free"});
+  EXPECT_EQ(ErrorOf(), "keys[1].key: duplicate key (same as keys[0])");
+  cfg_.keys[1].key = "k2";
+  EXPECT_THAT(ErrorOf(), StartsWith("keys[1].subject: bad subject \"user 2\""));
+}
+
+TEST_F(ValidateTest, AnonymousPlanMustExist) {
+  cfg_.server.anonymous_plan = "anon";
+  EXPECT_EQ(ErrorOf(), "server.anonymous_plan: unknown plan \"anon\"");
+}
+
 }  // namespace
 }  // namespace sluice::config

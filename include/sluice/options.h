@@ -1,0 +1,104 @@
+// What a libsluice Limiter is built from (sluice/limiter.h): plans and their limits, the store,
+// the store-error policy and where alerts go. Every field has a default except the plans. The
+// options are checked by the same validation as sluice.yaml (docs/configuration.md), and an error
+// names the field the way the file would: "plans.free.limits[1].window: bad window \"5x\" (want
+// Ns, Nm, Nh, day or month)".
+//
+// Only the standard library is used, so this header compiles with nothing but the install prefix
+// on the include path.
+#ifndef SLUICE_OPTIONS_H_
+#define SLUICE_OPTIONS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace sluice::lib {
+
+// One limit of a plan: at most `quota` units per window (docs/semantics.md).
+struct LimitOptions {
+  std::string name;   // 1-64 of [A-Za-z0-9_.-], unique within the plan
+  int64_t quota = 0;  // 1..10^15
+  // "Ns", "Nm", "Nh" (aligned to the Unix epoch), "day" or "month" (local midnight in the plan's
+  // time zone).
+  std::string window;
+  // Alert thresholds, percentages 1..100 of the quota (at most 16, any order, no repeats).
+  std::vector<int> alert_at;
+};
+
+struct PlanOptions {
+  std::string name;                  // 1-64 of [A-Za-z0-9_.-], unique
+  std::string timezone = "UTC";      // an IANA name; decides where `day` and `month` begin
+  std::vector<LimitOptions> limits;  // at least one
+};
+
+// Counters in this process. With a snapshot path they survive a restart: loaded when the limiter
+// opens, saved every `snapshot_interval` and when it closes.
+struct MemoryStoreOptions {
+  std::string snapshot_path;                          // "": nothing is saved
+  std::chrono::milliseconds snapshot_interval{1000};  // 100ms..1h
+};
+
+// Counters in Redis, shared by every process that uses the same server and key prefix.
+struct RedisStoreOptions {
+  std::string url = "redis://127.0.0.1:6379/0";  // redis://[user:password@]host:port/db
+  std::string password;                          // "": the URL's
+  std::string key_prefix = "sl";                 // 1-32 of [A-Za-z0-9_.-]
+  // How long a decision waits for Redis before it is answered per `on_store_error` (1ms..10s).
+  std::chrono::milliseconds timeout{20};
+};
+
+// What a decision answers when the store cannot answer in time (the Decision says `degraded`).
+enum class OnStoreError { kAllow, kDeny };
+
+// A quota alert: `subject` reached `threshold`% of `limit` in the window [window_start,
+// window_end). Each threshold fires at most once per subject, limit, window and quota.
+struct AlertEvent {
+  std::string id;  // "qa_" + 32 hex digits, stable for the same alert in any process
+  std::string subject;
+  std::string plan;
+  std::string limit;
+  int threshold = 0;  // percent
+  int64_t used = 0;   // the counter when it fired
+  int64_t quota = 0;
+  std::chrono::system_clock::time_point window_start;
+  std::chrono::system_clock::time_point window_end;
+  std::chrono::system_clock::time_point occurred_at;
+};
+
+// Receives alert events on one of the library's alert threads (never a thread that called
+// Decide); may be called from several of them at once, so it must be thread-safe. It should return
+// quickly. An event is delivered at least once: after a crash it may come again, with the same id.
+// An exception it throws is caught and counts as a failed delivery that is not retried.
+using AlertCallback = std::function<void(const AlertEvent&)>;
+
+// A Standard Webhooks receiver (docs/alerts.md): POSTs the event as JSON, retried with backoff.
+struct WebhookOptions {
+  std::string url;     // http:// or https://
+  std::string secret;  // "whsec_" + base64; "": unsigned
+};
+
+struct AlertOptions {
+  std::vector<WebhookOptions> webhooks;
+  AlertCallback callback;  // empty: none
+};
+
+struct Options {
+  std::vector<PlanOptions> plans;  // at least one
+  std::variant<MemoryStoreOptions, RedisStoreOptions> store = MemoryStoreOptions{};
+  OnStoreError on_store_error = OnStoreError::kAllow;
+  // With neither webhooks nor a callback no alert thread runs (events stay in the store's bounded
+  // outbox, then are refused and counted).
+  AlertOptions alerts;
+  // Write the store's start-up log lines (snapshot loaded, ...) to stderr as JSON, as `sluice
+  // serve` does. The Redis connection's own lines (a failed connection, the measured clock offset)
+  // are written either way.
+  bool log = false;
+};
+
+}  // namespace sluice::lib
+
+#endif  // SLUICE_OPTIONS_H_

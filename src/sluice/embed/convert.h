@@ -1,0 +1,38 @@
+// Between libsluice's public types (include/sluice/) and the internal ones: Options to a
+// config::Config (validated like sluice.yaml), absl::Status to lib::Status, internal decisions,
+// usage and alert events to their public copies.
+#ifndef SLUICE_EMBED_CONVERT_H_
+#define SLUICE_EMBED_CONVERT_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sluice/config/config.h"
+#include "sluice/limiter.h"
+#include "sluice/limiter/alert_event.h"
+#include "sluice/limiter/decision.h"
+#include "sluice/limiter/plan.h"
+#include "sluice/limiter/store.h"
+#include "sluice/options.h"
+#include "sluice/status.h"
+
+namespace sluice::embed {
+
+// The configuration `options` describe, validated by config::Validate. Errors are InvalidArgument
+// naming the field as sluice.yaml would ("plans.free.limits[0].window: bad window ...").
+[[nodiscard]] absl::StatusOr<config::Config> ToConfig(const lib::Options& options);
+
+[[nodiscard]] lib::Status FromAbsl(const absl::Status& status);
+
+[[nodiscard]] lib::Decision ToPublic(const Decision& decision);
+[[nodiscard]] lib::AlertEvent ToPublic(const AlertEvent& event);
+// `usage` as the Store reported it for `plan`'s limits, with each limit's window at `now`.
+[[nodiscard]] std::vector<lib::LimitUsage> ToPublic(const Plan& plan,
+                                                    const std::vector<LimitUsage>& usage,
+                                                    absl::Time now);
+
+}  // namespace sluice::embed
+
+#endif  // SLUICE_EMBED_CONVERT_H_
