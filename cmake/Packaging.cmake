@@ -34,7 +34,10 @@ set(SLUICE_DEV_PACKAGE_DEPENDS
     libhiredis-dev
     libcurl4-openssl-dev
     libssl-dev
-    libsqlite3-dev)
+    libsqlite3-dev
+    # sluiceConfig.cmake finds hiredis through pkg-config, and sluice.pc needs it; neither cmake
+    # nor libhiredis-dev depends on it.
+    "pkgconf | pkg-config")
 
 # --- component sluice ----------------------------------------------------------------------------
 

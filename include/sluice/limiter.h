@@ -21,7 +21,10 @@
 // thread before DecideAsync returns; with Redis on the library's I/O thread. A callback running on
 // the I/O thread must not make a blocking call on the same Limiter (Decide, Usage, ResetUsage,
 // Close): they would wait for the thread they block, and are refused with
-// kFailedPrecondition instead. It may call DecideAsync.
+// kFailedPrecondition instead. It may call DecideAsync. No callback may call Close() (refused
+// with kFailedPrecondition) or destroy its Limiter (the process aborts with a message: there is
+// no safe way on), and none may throw: an exception leaving a callback that runs on the I/O
+// thread ends the process.
 //
 // Lifetime. The Limiter owns everything it started; its destructor calls Close(). A Decision owns
 // its data (strings are copies) and outlives the Limiter.
@@ -107,7 +110,9 @@ class Limiter {
   // calling thread; with Redis it is asked on the I/O thread and waited for, at most about the
   // store timeout (then the answer is degraded). Errors: kInvalidArgument for a bad subject or
   // cost, kNotFound for an unknown plan (the message names the field), kFailedPrecondition after
-  // Close() or on the I/O thread. A store failure is not an error: it is a degraded Decision.
+  // Close() or on the I/O thread, and kDeadlineExceeded if the I/O thread is so busy that no
+  // answer came a second after the store timeout. A store failure is not an error: it is a
+  // degraded Decision.
   [[nodiscard]] Result<Decision> Decide(const Request& request);
 
   // The same, answered through `done` (see Callbacks above): never blocks on Redis. `done` must
@@ -128,7 +133,7 @@ class Limiter {
   // the alert calls in progress, leaves undelivered alerts in the store, and with a snapshot path
   // saves the final snapshot — its failure is the Status returned. Later calls are refused with
   // kFailedPrecondition (DecideAsync's callback gets that error). Idempotent.
-  // REQUIRES: not called from a callback of this Limiter.
+  // From a callback of this Limiter or its I/O thread: kFailedPrecondition, nothing closed.
   Status Close();
 
   // "memory" or "redis".

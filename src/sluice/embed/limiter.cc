@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +46,24 @@ constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 constexpr absl::Duration kBlockingMargin = absl::Seconds(1);
 
 Status Closed() { return Status(StatusCode::kFailedPrecondition, "the limiter is closed"); }
+// The Limiter whose DecideAsync callback the calling thread is running (null outside one): Close()
+// there would wait for the call it is part of, and destroying the Limiter would pull the frames
+// still running out from under it.
+thread_local const void* t_in_callback_of = nullptr;
+
+class InCallback {
+ public:
+  explicit InCallback(const void* limiter) : previous_(t_in_callback_of) {
+    t_in_callback_of = limiter;
+  }
+  ~InCallback() { t_in_callback_of = previous_; }
+  InCallback(const InCallback&) = delete;
+  InCallback& operator=(const InCallback&) = delete;
+
+ private:
+  const void* previous_;
+};
+
 Status OnLoopThread() {
   return Status(StatusCode::kFailedPrecondition,
                 "blocking call on the limiter's I/O thread (use DecideAsync there)");
@@ -81,7 +101,14 @@ class Pending {
 
 class Limiter::Impl {
  public:
-  ~Impl() { (void)Close(); }
+  ~Impl() {
+    if (t_in_callback_of == this || OnIoThread()) {
+      // Waiting here would deadlock and going on would free what the caller still runs in.
+      std::fputs("sluice::lib::Limiter destroyed from its own callback or I/O thread\n", stderr);
+      std::abort();
+    }
+    (void)Close();
+  }
 
   // Opens the back end `cfg` names (validated), starts its threads, then alert delivery when
   // there is anywhere to deliver to.
@@ -142,6 +169,7 @@ class Limiter::Impl {
       limiter_->Decide({.subject = subject, .plan = plan, .cost = cost},
                        [this, done = std::move(done)](absl::StatusOr<sluice::Decision> d) mutable {
                          Leave leave(this);
+                         const InCallback in_callback(this);
                          if (d.ok()) {
                            done(embed::ToPublic(*d));
                          } else {
@@ -192,6 +220,9 @@ class Limiter::Impl {
 
   Status Close() {
     if (OnIoThread()) return OnLoopThread();
+    if (t_in_callback_of == this) {
+      return Status(StatusCode::kFailedPrecondition, "Close() from the limiter's own callback");
+    }
     {
       std::unique_lock lock(mu_);
       if (closed_) return close_status_;

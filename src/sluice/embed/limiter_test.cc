@@ -234,6 +234,26 @@ TEST_F(MemoryLimiterTest, CallsAfterCloseAreRefused) {
   EXPECT_EQ(async, StatusCode::kFailedPrecondition);
 }
 
+TEST_F(MemoryLimiterTest, CloseFromItsOwnCallbackIsRefusedInsteadOfHanging) {
+  std::optional<StatusCode> inside;
+  limiter_->DecideAsync({.subject = "user-1", .plan = "free"},
+                        [&](Result<Decision>) { inside = limiter_->Close().code(); });
+  EXPECT_EQ(inside, StatusCode::kFailedPrecondition);
+  // Nothing was closed: the limiter still decides, and closes from outside.
+  EXPECT_TRUE(Decide("user-1").allowed);
+  EXPECT_TRUE(limiter_->Close().ok());
+}
+
+TEST_F(MemoryLimiterTest, DestroyingItFromItsOwnCallbackAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the maintainer thread runs
+  EXPECT_DEATH(
+      {
+        limiter_->DecideAsync({.subject = "user-1", .plan = "free"},
+                              [&](Result<Decision>) { limiter_.reset(); });
+      },
+      "destroyed from its own callback");
+}
+
 TEST_F(MemoryLimiterTest, DescribesItself) {
   EXPECT_EQ(limiter_->store_kind(), "memory");
   EXPECT_THAT(limiter_->plans(), ElementsAre("free"));

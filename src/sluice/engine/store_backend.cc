@@ -117,6 +117,7 @@ class MemoryBackend final : public StoreBackend {
  public:
   // Takes the snapshot's lock, loads it and the registry; starts the maintainer.
   absl::Status Open(const config::Config& cfg, const StoreBackendOptions& options) {
+    log_ = options.log;
     snapshot_path_ = cfg.store.memory.snapshot_path;
     if (!snapshot_path_.empty()) {
       if (absl::Status s = LoadState(options.log); !s.ok()) return s;
@@ -144,13 +145,15 @@ class MemoryBackend final : public StoreBackend {
         &store_, &clock_,
         MemoryStoreMaintainer::Options{.snapshot_path = snapshot_path_,
                                        .snapshot_interval = cfg.store.memory.snapshot_interval,
-                                       .on_error = [](const absl::Status& s) {
-                                         Log(LogLevel::kWarn, "snapshot save failed").Error(s);
+                                       .on_error = [log = options.log](const absl::Status& s) {
+                                         if (log)
+                                           Log(LogLevel::kWarn, "snapshot save failed").Error(s);
                                        }});
     return absl::OkStatus();
   }
 
   std::string_view kind() const override { return "memory"; }
+  std::string address() const override { return snapshot_path_; }
   Store* store() override { return &store_; }
   const Clock* clock() const override { return &clock_; }
   const Clock* system_clock() const override { return &clock_; }
@@ -184,12 +187,18 @@ class MemoryBackend final : public StoreBackend {
   bool WaitForStore(absl::Duration /*timeout*/) override { return true; }
 
   absl::Status Stop() override {
+    stopped_ = true;
     if (registry_ != nullptr) registry_->Stop();
     return maintainer_.has_value() ? maintainer_->Stop() : absl::OkStatus();
   }
 
+  // A caller that never called Stop() (an early return) still gets the final snapshot; one that
+  // did has its status already.
   ~MemoryBackend() override {
-    if (absl::Status s = Stop(); !s.ok()) Log(LogLevel::kError, "final snapshot failed").Error(s);
+    if (stopped_) return;
+    if (absl::Status s = Stop(); !s.ok() && log_) {
+      Log(LogLevel::kError, "final snapshot failed").Error(s);
+    }
   }
 
  private:
@@ -236,6 +245,8 @@ class MemoryBackend final : public StoreBackend {
 
   SystemClock clock_;
   MemoryStore store_;
+  bool log_ = true;
+  bool stopped_ = false;
   std::string snapshot_path_;
   std::optional<SnapshotLock> snapshot_lock_;
   std::optional<MemoryStoreMaintainer> maintainer_;
@@ -308,6 +319,9 @@ class RedisBackend final : public StoreBackend {
   }
 
   std::string_view kind() const override { return "redis"; }
+  std::string address() const override {
+    return absl::StrCat(connection_.host, ":", connection_.port);
+  }
   Store* store() override { return &store_; }
   const Clock* clock() const override { return &redis_clock_; }
   const Clock* system_clock() const override { return &clock_; }

@@ -57,6 +57,9 @@ class StoreBackend {
 
   // "memory" or "redis".
   [[nodiscard]] virtual std::string_view kind() const = 0;
+  // For log lines: Redis's host:port (never the URL, which may hold a password), or the memory
+  // store's snapshot path ("" without one).
+  [[nodiscard]] virtual std::string address() const = 0;
   [[nodiscard]] virtual Store* store() = 0;
   // The clock windows are decided by: the host's, or with Redis the host's shifted by the offset
   // measured against Redis's TIME.

@@ -26,8 +26,10 @@ bool AccessLog::Wants(const config::AccessLogConfig& cfg, bool allowed, bool deg
 }
 
 bool AccessLog::Admit(int max_per_second, int64_t now_seconds) {
+  // The second only moves forward: a thread that read the clock before being preempted (an older
+  // second) counts against the current one instead of restarting the count.
   int64_t second = second_.load(std::memory_order_relaxed);
-  if (second != now_seconds &&
+  if (now_seconds > second &&
       second_.compare_exchange_strong(second, now_seconds, std::memory_order_relaxed)) {
     count_.store(0, std::memory_order_relaxed);
   }

@@ -72,5 +72,17 @@ TEST(AccessLogTest, ANewSecondAdmitsAgain) {
   EXPECT_EQ(dropped.value(), 4u);
 }
 
+TEST(AccessLogTest, AStragglerFromAnEarlierSecondDoesNotRestartTheCount) {
+  metrics::Counter dropped;
+  AccessLog log(&dropped);
+  EXPECT_TRUE(log.Admit(2, 101));
+  EXPECT_TRUE(log.Admit(2, 101));
+  // A thread that read the clock in second 100 and was preempted arrives late: it is counted
+  // against second 101, which is full, and does not open a new budget for it or for 101.
+  EXPECT_FALSE(log.Admit(2, 100));
+  EXPECT_FALSE(log.Admit(2, 101));
+  EXPECT_EQ(dropped.value(), 2u);
+}
+
 }  // namespace
 }  // namespace sluice::http

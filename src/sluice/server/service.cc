@@ -359,6 +359,12 @@ int Serve(const std::string& config_path) {
     context_ptrs.push_back(contexts.back().get());
   }
 
+  // Before any thread starts (libcurl's global state).
+  if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
+    Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
+    return kExitFailure;
+  }
+
   // The store, its clock and the registry of subjects and keys (every decision reads the index;
   // the registry keeps it durably: an SQLite file with the memory store, Redis with Redis).
   absl::StatusOr<std::unique_ptr<engine::StoreBackend>> opened =
@@ -383,12 +389,6 @@ int Serve(const std::string& config_path) {
   if (!initial.ok()) {
     Log(LogLevel::kError, "invalid configuration").Error(initial.status());
     return config::kExitConfigError;
-  }
-
-  // Before any thread starts (libcurl's global state).
-  if (absl::Status s = alerts::GlobalInit(); !s.ok()) {
-    Log(LogLevel::kError, "cannot initialise libcurl").Error(s);
-    return kExitFailure;
   }
 
   backend.RegisterMetrics(registry);
@@ -481,7 +481,8 @@ int Serve(const std::string& config_path) {
   // decision is answered per on_store_error.
   const bool store_late = !backend.WaitForStore(kRedisStartWait);
   if (store_late) {
-    Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does");
+    Log(LogLevel::kWarn, "redis has not answered yet; deciding per on_store_error until it does")
+        .Str("redis", backend.address());
   }
 
   // Alert delivery runs on its own threads (docs/alerts.md); a reload rebuilds it.
