@@ -178,3 +178,77 @@ class Service:
         status, headers, body = self.request("POST", "/v1/check", json.dumps(payload),
                                              {"Content-Type": "application/json"})
         return status, headers, json.loads(body) if body else None
+
+
+def parse_rate_limit_items(value):
+    """A RateLimit or RateLimit-Policy value as a dict:
+    '"a";q=1;w=60, "b";q=2' -> {'a': {'q': 1, 'w': 60}, 'b': {'q': 2}}"""
+    import json
+    out = {}
+    for item in value.split(","):
+        parts = item.strip().split(";")
+        out[json.loads(parts[0])] = {k: int(v) for k, v in (p.split("=") for p in parts[1:])}
+    return out
+
+
+def example_with_ports(path, replacements):
+    """The text of the shipped example at `path` with each (old, new, count) replaced; fails if the
+    example no longer has exactly `count` places `old`, so a gateway test always runs the file
+    users get."""
+    with open(path) as f:
+        text = f.read()
+    for old, new, count in replacements:
+        if text.count(old) != count:
+            raise AssertionError(f"{path}: expected {count} x {old!r}, found {text.count(old)}")
+        text = text.replace(old, new)
+    return text
+
+
+class GatewayUpstream:
+    """A toy application behind a gateway on a free loopback port: records every request as
+    (method, path, {lower-case header: value}) and answers with `answer(method, path, headers)`,
+    which returns (status, content type, body bytes). Bodies of requests are read and dropped."""
+
+    def __init__(self, answer):
+        import http.server
+        import threading
+        self.requests = []
+        self.lock = threading.Lock()
+        upstream = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle_one(self):
+                seen = {k.lower(): v for k, v in self.headers.items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                with upstream.lock:
+                    upstream.requests.append((self.command, self.path, seen))
+                status, content_type, body = answer(self.command, self.path, seen)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._stop = serve_in_background(self.server)
+
+    def count(self):
+        with self.lock:
+            return len(self.requests)
+
+    def last(self):
+        with self.lock:
+            return self.requests[-1]
+
+    def stop(self):
+        self._stop()

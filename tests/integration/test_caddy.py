@@ -11,12 +11,10 @@ test starts at least a minute before the hour ends (`harness.clear_of_window_end
 request of a test falls into one window.
 """
 import http.client
-import http.server
 import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 import socket
 import unittest
@@ -40,79 +38,20 @@ keys:
 """
 
 
-def parse_items(value):
-    """'"a";q=1;w=60' -> {'a': {'q': 1, 'w': 60}}"""
-    out = {}
-    for item in value.split(","):
-        parts = item.strip().split(";")
-        out[json.loads(parts[0])] = {k: int(v) for k, v in (p.split("=") for p in parts[1:])}
-    return out
-
-
-class Upstream:
-    """A toy application behind Caddy: records every request and answers with the request
-    headers it got, as JSON."""
-
-    def __init__(self):
-        self.requests = []  # (method, path, {lower-case header: value})
-        self.lock = threading.Lock()
-        upstream = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def answer(self):
-                seen = {k.lower(): v for k, v in self.headers.items()}
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                with upstream.lock:
-                    upstream.requests.append((self.command, self.path, seen))
-                body = json.dumps(seen).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_DELETE = answer
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self._stop = harness.serve_in_background(self.server)
-
-    def count(self):
-        with self.lock:
-            return len(self.requests)
-
-    def last(self):
-        with self.lock:
-            return self.requests[-1]
-
-    def stop(self):
-        self._stop()
+def echo_headers(method, path, headers):
+    """The toy application behind Caddy: answers with the request headers it got, as JSON."""
+    return 200, "application/json", json.dumps(headers).encode()
 
 
 def caddyfile(sluice_port, caddy_port, upstream_port):
-    """The example's text with its ports replaced; fails if the example no longer has exactly the
-    places this test expects, so the test always runs the shipped file."""
-    with open(EXAMPLE) as f:
-        text = f.read()
-    replacements = [
+    """The example's text with its ports replaced."""
+    return harness.example_with_ports(EXAMPLE, [
         ("http://127.0.0.1:8000 {", f"http://127.0.0.1:{caddy_port} {{", 1),
         # The example's own toy upstream (a Caddy site); moved out of the way.
         ("http://127.0.0.1:8001 {", f"http://127.0.0.1:{harness.free_port()} {{", 1),
         ("reverse_proxy 127.0.0.1:8001 {", f"reverse_proxy 127.0.0.1:{upstream_port} {{", 1),
         ("forward_auth 127.0.0.1:8080 {", f"forward_auth 127.0.0.1:{sluice_port} {{", 1),
-    ]
-    for old, new, count in replacements:
-        if text.count(old) != count:
-            raise AssertionError(f"{EXAMPLE}: expected {count} x {old!r}, found {text.count(old)}")
-        text = text.replace(old, new)
-    return text
+    ])
 
 
 class Caddy:
@@ -172,7 +111,7 @@ class CaddyForwardAuthTest(unittest.TestCase):
         self.dir = harness.tempdir()
         self.addCleanup(self.dir.cleanup)
 
-        self.upstream = Upstream()
+        self.upstream = harness.GatewayUpstream(echo_headers)
         self.addCleanup(self.upstream.stop)
 
         self.svc = harness.Service(PLANS, self.dir.name)  # deny_status stays 429
@@ -200,9 +139,9 @@ class CaddyForwardAuthTest(unittest.TestCase):
             conn.close()
 
     def assert_limits(self, headers, remaining):
-        self.assertEqual(parse_items(headers["ratelimit-policy"]),
+        self.assertEqual(harness.parse_rate_limit_items(headers["ratelimit-policy"]),
                          {"hourly": {"q": QUOTA, "w": WINDOW}})
-        state = parse_items(headers["ratelimit"])["hourly"]
+        state = harness.parse_rate_limit_items(headers["ratelimit"])["hourly"]
         self.assertEqual(state["r"], remaining)
         self.assertTrue(1 <= state["t"] <= WINDOW, state)
         self.assertEqual(headers["x-ratelimit-limit"], str(QUOTA))
@@ -249,7 +188,7 @@ class CaddyForwardAuthTest(unittest.TestCase):
             retry_after = int(headers["retry-after"])
             self.assertTrue(1 <= retry_after <= WINDOW, retry_after)
             self.assert_limits(headers, 0)
-            self.assertEqual(parse_items(headers["ratelimit"])["hourly"]["t"], retry_after)
+            self.assertEqual(harness.parse_rate_limit_items(headers["ratelimit"])["hourly"]["t"], retry_after)
             problem = json.loads(body)
             self.assertEqual(problem["status"], 429)
             self.assertTrue(problem["type"].endswith("#quota-exceeded"), problem)

@@ -7,14 +7,12 @@ fresh requests. Each test also starts at least a minute before the next hour bou
 `harness.clear_of_window_end`), so every request of a test falls into one window.
 """
 import http.client
-import http.server
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import unittest
 
@@ -37,73 +35,22 @@ keys:
 """
 
 
-def parse_items(value):
-    """'"a";q=1;w=60, "b";q=2' -> {'a': {'q': 1, 'w': 60}, 'b': {'q': 2}}"""
-    out = {}
-    for item in value.split(","):
-        parts = item.strip().split(";")
-        out[json.loads(parts[0])] = {k: int(v) for k, v in (p.split("=") for p in parts[1:])}
-    return out
-
-
-class Upstream:
-    """A toy application behind nginx: records every request it receives and greets the
-    Sluice-Subject nginx set. GET /forbidden answers 403 (the application's own refusal)."""
-
-    def __init__(self):
-        self.requests = []  # (path, {lower-case header: value})
-        self.lock = threading.Lock()
-        upstream = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                with upstream.lock:
-                    upstream.requests.append(
-                        (self.path, {k.lower(): v for k, v in self.headers.items()}))
-                status = 403 if self.path == "/forbidden" else 200
-                body = f"hello {self.headers.get('Sluice-Subject', '')}\n".encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self._stop = harness.serve_in_background(self.server)
-
-    def count(self):
-        with self.lock:
-            return len(self.requests)
-
-    def last(self):
-        with self.lock:
-            return self.requests[-1]
-
-    def stop(self):
-        self._stop()
+def greet(method, path, headers):
+    """The toy application behind nginx: greets the Sluice-Subject nginx set; GET /forbidden
+    answers 403 (the application's own refusal)."""
+    status = 403 if path == "/forbidden" else 200
+    return status, "text/plain", f"hello {headers.get('sluice-subject', '')}\n".encode()
 
 
 def nginx_config(sluice_port, nginx_port, upstream_port):
-    """The example's text with its ports replaced; fails if the example no longer has exactly the
-    places this test expects, so the test always runs the shipped file."""
-    with open(EXAMPLE) as f:
-        text = f.read()
-    replacements = [
+    """The example's text with its ports replaced."""
+    return harness.example_with_ports(EXAMPLE, [
         ("listen 127.0.0.1:8000;", f"listen 127.0.0.1:{nginx_port};", 1),
         # The example's own toy upstream (an nginx server block); moved out of the way.
         ("listen 127.0.0.1:8001;", f"listen 127.0.0.1:{harness.free_port()};", 1),
         ("proxy_pass http://127.0.0.1:8001;", f"proxy_pass http://127.0.0.1:{upstream_port};", 2),
         ("server 127.0.0.1:8080;", f"server 127.0.0.1:{sluice_port};", 1),
-    ]
-    for old, new, count in replacements:
-        if text.count(old) != count:
-            raise AssertionError(f"{EXAMPLE}: expected {count} x {old!r}, found {text.count(old)}")
-        text = text.replace(old, new)
-    return text
+    ])
 
 
 class Nginx:
@@ -160,7 +107,7 @@ class NginxAuthRequestTest(unittest.TestCase):
         self.dir = harness.tempdir()
         self.addCleanup(self.dir.cleanup)
 
-        self.upstream = Upstream()
+        self.upstream = harness.GatewayUpstream(greet)
         self.addCleanup(self.upstream.stop)
 
         # nginx auth_request passes only 401 and 403 from the subrequest: sluice denies with 403.
@@ -189,9 +136,9 @@ class NginxAuthRequestTest(unittest.TestCase):
             conn.close()
 
     def assert_limits(self, headers, remaining):
-        self.assertEqual(parse_items(headers["ratelimit-policy"]),
+        self.assertEqual(harness.parse_rate_limit_items(headers["ratelimit-policy"]),
                          {"hourly": {"q": QUOTA, "w": WINDOW}})
-        state = parse_items(headers["ratelimit"])["hourly"]
+        state = harness.parse_rate_limit_items(headers["ratelimit"])["hourly"]
         self.assertEqual(state["r"], remaining)
         self.assertTrue(1 <= state["t"] <= WINDOW, state)
         self.assertEqual(headers["x-ratelimit-limit"], str(QUOTA))
@@ -204,7 +151,7 @@ class NginxAuthRequestTest(unittest.TestCase):
         self.assertEqual(body, b"hello demo-user\n")
         self.assert_limits(headers, QUOTA - 1)
         self.assertNotIn("retry-after", headers)
-        path, seen = self.upstream.last()
+        _, path, seen = self.upstream.last()
         self.assertEqual(path, "/orders?id=7")
         self.assertEqual(seen["sluice-subject"], "demo-user")
         self.assertEqual(seen["sluice-plan"], "demo")
@@ -229,7 +176,7 @@ class NginxAuthRequestTest(unittest.TestCase):
             retry_after = int(headers["retry-after"])
             self.assertTrue(1 <= retry_after <= WINDOW, retry_after)
             self.assert_limits(headers, 0)
-            self.assertEqual(parse_items(headers["ratelimit"])["hourly"]["t"], retry_after)
+            self.assertEqual(harness.parse_rate_limit_items(headers["ratelimit"])["hourly"]["t"], retry_after)
             problem = json.loads(body)
             self.assertEqual(problem["status"], 429)
             self.assertTrue(problem["type"].endswith("#quota-exceeded"), problem)
@@ -251,7 +198,7 @@ class NginxAuthRequestTest(unittest.TestCase):
         self.assertEqual(status, 200)
         # Sluice-Cost: 0 would be a free peek; nginx replaces it with the location's cost.
         self.assert_limits(headers, QUOTA - 1)
-        _, seen = self.upstream.last()
+        _, _, seen = self.upstream.last()
         self.assertEqual((seen["sluice-subject"], seen["sluice-plan"]), ("demo-user", "demo"))
 
     def test_expensive_location_costs_five(self):
