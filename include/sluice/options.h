@@ -22,8 +22,8 @@ namespace sluice::lib {
 struct LimitOptions {
   std::string name;   // 1-64 of [A-Za-z0-9_.-], unique within the plan
   int64_t quota = 0;  // 1..10^15
-  // "Ns", "Nm", "Nh" (aligned to the Unix epoch), "day" or "month" (local midnight in the plan's
-  // time zone).
+  // "Ns", "Nm", "Nh" (aligned to the Unix epoch, at most 31 days: "744h"), "day" or "month"
+  // (local midnight in the plan's time zone).
   std::string window;
   // Alert thresholds, percentages 1..100 of the quota (at most 16, any order, no repeats).
   std::vector<int> alert_at;

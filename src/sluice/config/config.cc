@@ -71,7 +71,11 @@ constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
-constexpr int64_t kMaxWindowCount = 1'000'000;
+constexpr int64_t kMaxWindowCount = 1'000'000;  // digits of Ns/Nm/Nh parsed before the cap below
+// The longest fixed window: as long as the longest month. Every counter then expires within 31
+// days and a grace period, which the memory store's snapshot relies on (it drops records that
+// claim to live longer) and which keeps every expiry far inside its 32-bit seconds.
+const absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
 
 // The variables ApplyEnvironment reads.
@@ -1113,7 +1117,7 @@ absl::Status ValidateStore(const StoreConfig& store) {
 absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
   if (window.kind != WindowSpec::Kind::kFixed) return absl::OkStatus();
   const absl::Duration length = window.length;
-  if (length < absl::Seconds(1) || length > kMaxWindowCount * absl::Hours(1) ||
+  if (length < absl::Seconds(1) || length > kMaxFixedWindow ||
       length % absl::Seconds(1) != absl::ZeroDuration()) {
     return Error(
         path, absl::StrCat("bad window ", Quote(window.text), " (want Ns, Nm, Nh, day or month)"));
@@ -1438,6 +1442,11 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
     if (text.back() == 's') unit = absl::Seconds(1);
     if (text.back() == 'm') unit = absl::Minutes(1);
     if (text.back() == 'h') unit = absl::Hours(1);
+    if (unit != absl::ZeroDuration() && count * unit > kMaxFixedWindow) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad window ", Quote(text),
+          ": a fixed window is at most 31 days (744h); use month for a monthly quota"));
+    }
     if (unit != absl::ZeroDuration()) {
       return WindowSpec{
           .kind = WindowSpec::Kind::kFixed, .length = count * unit, .text = std::string(text)};

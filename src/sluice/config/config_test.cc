@@ -559,6 +559,21 @@ TEST(ParseWindowTest, FixedWindowsKeepTheirTextAndLength) {
       (WindowSpec{.kind = WindowSpec::Kind::kFixed, .length = absl::Hours(24), .text = "24h"}));
 }
 
+TEST(ParseWindowTest, AFixedWindowIsAtMostThirtyOneDays) {
+  for (const char* text : {"744h", "44640m", "2678400s"}) {
+    absl::StatusOr<WindowSpec> w = ParseWindow(text);
+    ASSERT_TRUE(w.ok()) << text;
+    EXPECT_EQ(w->length, absl::Hours(24 * 31)) << text;
+  }
+  for (const char* text : {"745h", "44641m", "2678401s", "1000000h"}) {
+    EXPECT_EQ(ParseWindow(text).status(),
+              absl::InvalidArgumentError(absl::StrCat(
+                  "bad window \"", text,
+                  "\": a fixed window is at most 31 days (744h); use month for a monthly quota")))
+        << text;
+  }
+}
+
 TEST(ParseWindowTest, DayAndMonthAreCalendarPeriods) {
   EXPECT_EQ(*ParseWindow("day"), (WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"}));
   EXPECT_EQ(*ParseWindow("month"), (WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"}));

@@ -1,6 +1,6 @@
 // libsluice's Limiter (include/sluice/limiter.h) over the memory store, through the public API
-// only. Windows are "1000000h" (epoch-aligned, ending in 2084) unless a test is about windows, so
-// that no test can straddle a window's end.
+// only. Windows are "744h" (31 days, epoch-aligned) unless a test is about windows, so that a
+// test straddles a window's end only if it runs across that instant (once a month).
 #include "sluice/limiter.h"
 
 #include <gmock/gmock.h>
@@ -34,7 +34,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-constexpr char kLongWindow[] = "1000000h";
+constexpr char kLongWindow[] = "744h";
 
 // One plan "free": `per_window` 5 per long window, alerting at 80% and 100%, and `big` 1000.
 Options FreeOptions() {
@@ -382,7 +382,7 @@ TEST_F(SnapshotTest, DamagedSnapshotIsDataLoss) {
 TEST_F(SnapshotTest, OpenFileReadsSluiceYaml) {
   const std::string path = dir_ + "/sluice.yaml";
   std::ofstream(path) << "plans:\n  free:\n    limits:\n"
-                         "      - { name: per_window, quota: 2, window: 1000000h }\n";
+                         "      - { name: per_window, quota: 2, window: 744h }\n";
   Result<std::unique_ptr<Limiter>> limiter = Limiter::OpenFile(path);
   ASSERT_TRUE(limiter.ok()) << limiter.status().message();
   EXPECT_THAT((*limiter)->plans(), ElementsAre("free"));

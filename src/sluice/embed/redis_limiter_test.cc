@@ -27,9 +27,9 @@ using ::testing::ElementsAre;
 
 Options RedisOptions(uint16_t port, OnStoreError on_error = OnStoreError::kAllow) {
   Options options;
-  options.plans.push_back(PlanOptions{
-      .name = "free",
-      .limits = {LimitOptions{.name = "per_window", .quota = 5, .window = "1000000h"}}});
+  options.plans.push_back(
+      PlanOptions{.name = "free",
+                  .limits = {LimitOptions{.name = "per_window", .quota = 5, .window = "744h"}}});
   // Generous for a sanitizer build on a loaded machine; a healthy answer takes well under 1 ms.
   options.store = RedisStoreOptions{.url = "redis://127.0.0.1:" + std::to_string(port) + "/0",
                                     .timeout = std::chrono::milliseconds(500)};
