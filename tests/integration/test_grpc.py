@@ -193,16 +193,38 @@ class RateLimitServiceTest(GrpcCase):
                 self.client.call(req, timeout=10)
             self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, message)
             self.assertIn(message, caught.exception.details())
-        # Bytes that are no message, and a message over the size bound, are refused by gRPC.
+        # Bytes that are no message at all.
         with self.assertRaises(grpc.RpcError) as caught:
             self.client.raw(b"\xff\xff\xff\xff", timeout=10)
-        self.assertNotEqual(caught.exception.code(), grpc.StatusCode.OK)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not a valid envoy.service.ratelimit.v3.RateLimitRequest",
+                      caught.exception.details())
+        # A message over the size bound is refused by gRPC.
         with self.assertRaises(grpc.RpcError) as caught:
             self.client.call(request([("api_key", "k" * 100_000)]), timeout=10)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
         # And the service goes on answering.
         res = self.client.call(request([("api_key", "key-free")]), timeout=10)
         self.assertEqual(res.overall_code, OK)
+
+    def test_another_method_is_unimplemented(self):
+        other = self.client.channel.unary_unary(
+            "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
+            request_serializer=rls.RateLimitRequest.SerializeToString,
+            response_deserializer=rls.RateLimitResponse.FromString)
+        with self.assertRaises(grpc.RpcError) as caught:
+            other(request([("api_key", "key-free")]), timeout=10)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+
+    def test_a_reload_applies_new_descriptor_keys(self):
+        self.svc.rewrite(PLANS + "envoy:\n  descriptor_keys: { api_key: x-api-key }\n")
+        self.svc.server.proc.send_signal(signal.SIGHUP)
+        self.svc.server.wait_for_line("configuration reloaded")
+        res = self.client.call(request([("x-api-key", "key-free")]), timeout=10)
+        self.assertEqual((res.overall_code, headers(res)["Sluice-Subject"]), (OK, "user-1"))
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.call(request([("api_key", "key-free")]), timeout=10)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_calls_are_counted_by_outcome(self):
         self.client.call(request([("api_key", "key-free")]), timeout=10)

@@ -1,7 +1,9 @@
 #include "sluice/grpc/rls_server.h"
 
 #include <grpc/support/log.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <chrono>
 #include <utility>
@@ -9,7 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/grpc/mapping.h"
@@ -29,7 +31,12 @@ void LogGrpc(gpr_log_func_args* args) {
 
 }  // namespace
 
-class RateLimitServiceImpl final : public rlsv3::RateLimitService::CallbackService {
+class RlsCall;
+
+// A generic (byte buffer) service rather than the generated typed one: sluice parses the request
+// itself, so a body that is no RateLimitRequest is INVALID_ARGUMENT naming the problem (the typed
+// handler answers such a body with a bare status of gRPC's choosing).
+class RateLimitServiceImpl final : public grpc::CallbackGenericService {
  public:
   RateLimitServiceImpl(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
                        const registry::Index* index, metrics::Registry* metrics,
@@ -42,105 +49,34 @@ class RateLimitServiceImpl final : public rlsv3::RateLimitService::CallbackServi
         requests_(metrics->AddCounterFamily(
             "sluice_grpc_requests_total",
             "Envoy Rate Limit Service calls by outcome: ok, over_limit (a decision or a refused "
-            "key), or the gRPC error (invalid_argument, resource_exhausted).",
+            "key), or the gRPC error (invalid_argument, resource_exhausted, unimplemented).",
             {"code"})),
         ok_(requests_.WithLabels({"ok"})),
         over_limit_(requests_.WithLabels({"over_limit"})),
         invalid_(requests_.WithLabels({"invalid_argument"})),
-        exhausted_(requests_.WithLabels({"resource_exhausted"})) {}
+        exhausted_(requests_.WithLabels({"resource_exhausted"})),
+        unimplemented_(requests_.WithLabels({"unimplemented"})) {}
 
-  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
-                                            const rlsv3::RateLimitRequest* req,
-                                            rlsv3::RateLimitResponse* res) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
-      exhausted_.Inc();
-      Finish(reactor, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   "too many rate limit calls in flight"));
-      return reactor;
-    }
-    std::shared_ptr<const http::Frontend> fe = frontend_->Get();
-    absl::StatusOr<Query> query = ParseRequest(*req, fe->envoy.descriptor_keys);
-    if (!query.ok()) {
-      invalid_.Inc();
-      Finish(reactor, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   std::string(query.status().message())));
-      return reactor;
-    }
-    // A Redis decision starts on an event loop's thread (its connection is that loop's).
-    boost::asio::io_context* loop =
-        loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
-    boost::asio::post(
-        *loop, [this, fe = std::move(fe), query = *std::move(query), reactor, res]() mutable {
-          Decide(std::move(fe), std::move(query), reactor, res);
-        });
-    return reactor;
-  }
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override;
 
   [[nodiscard]] int64_t in_flight() const { return in_flight_.load(); }
 
  private:
+  friend class RlsCall;
+
   // What a decision in flight keeps alive: the Frontend (its Limiter's plans) and the target (its
   // effective plan), both referred to by the Decision.
-  struct Call {
+  struct Decision {
     std::shared_ptr<const http::Frontend> fe;
     Query query;
     http::Target target;
     std::chrono::steady_clock::time_point start;
   };
 
-  void Finish(grpc::ServerUnaryReactor* reactor, grpc::Status status) {
-    in_flight_.fetch_sub(1);
-    reactor->Finish(std::move(status));
-  }
-
+  // On a gRPC thread: checks the request, then hands the decision to an event loop.
+  void Handle(RlsCall* call, const rlsv3::RateLimitRequest& req);
   // On an event loop: resolves who is asking, as /v1/authorize and /v1/check do, and decides.
-  void Decide(std::shared_ptr<const http::Frontend> fe, Query query,
-              grpc::ServerUnaryReactor* reactor, rlsv3::RateLimitResponse* res) {
-    auto call = std::make_shared<Call>();
-    call->fe = std::move(fe);
-    call->query = std::move(query);
-    const http::Frontend& frontend = *call->fe;
-    const absl::Time now = frontend.limiter->clock().Now();
-    http::Refusal refusal;
-    const bool resolved =
-        !call->query.api_key.empty()
-            ? http::ResolveKey(frontend, index_, call->query.api_key, now, &call->target, &refusal)
-            : http::ResolveSubject(frontend, index_, call->query.subject, call->query.plan, now,
-                                   &call->target, &refusal);
-    if (!resolved) {
-      if (refusal.status == 400) {
-        invalid_.Inc();
-        Finish(reactor, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refusal.detail));
-        return;
-      }
-      *res = RefusalResponse(refusal, call->query.descriptors);
-      over_limit_.Inc();
-      Finish(reactor, grpc::Status::OK);
-      return;
-    }
-    call->start = std::chrono::steady_clock::now();
-    const DecisionRequest request{.subject = call->target.subject,
-                                  .plan = call->target.plan,
-                                  .cost = call->query.cost,
-                                  .effective_plan = call->target.effective};
-    frontend.limiter->Decide(request, [this, call, reactor, res](absl::StatusOr<Decision> d) {
-      http_metrics_->ObserveDecisionSeconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - call->start).count());
-      if (!d.ok()) {
-        // A subject or plan the limiter refuses (the message names the field).
-        invalid_.Inc();
-        Finish(reactor,
-               grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(d.status().message())));
-        return;
-      }
-      http_metrics_->CountDecision(call->target.plan, *d);
-      *res = DecisionResponse(*d, call->query.descriptors,
-                              {.subject = call->target.subject, .plan = call->target.plan});
-      (d->allowed ? ok_ : over_limit_).Inc();
-      Finish(reactor, grpc::Status::OK);
-    });
-  }
+  void Decide(RlsCall* call, std::shared_ptr<const http::Frontend> fe, Query query);
 
   const http::FrontendHolder* frontend_;
   http::HttpMetrics* http_metrics_;
@@ -152,9 +88,149 @@ class RateLimitServiceImpl final : public rlsv3::RateLimitService::CallbackServi
   metrics::Counter& over_limit_;
   metrics::Counter& invalid_;
   metrics::Counter& exhausted_;
+  metrics::Counter& unimplemented_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<size_t> next_loop_{0};
 };
+
+// One ShouldRateLimit call: reads the one request message, answers once. Deletes itself when gRPC
+// is done with it (after Reply or Fail, which every path reaches exactly once).
+class RlsCall final : public grpc::ServerGenericBidiReactor {
+ public:
+  static constexpr std::string_view kMethod =
+      "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+  RlsCall(RateLimitServiceImpl* service, const grpc::GenericCallbackServerContext& ctx)
+      : service_(service) {
+    if (ctx.method() != kMethod) {
+      service_->unimplemented_.Inc();
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          absl::StrCat("sluice serves only ", ToAbsl(kMethod))));
+      return;
+    }
+    counted_ = true;
+    if (service_->in_flight_.fetch_add(1) >= service_->options_.max_in_flight) {
+      service_->exhausted_.Inc();
+      Fail(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "too many rate limit calls in flight"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      service_->invalid_.Inc();
+      Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message"));
+      return;
+    }
+    rlsv3::RateLimitRequest req;
+    if (!grpc::SerializationTraits<rlsv3::RateLimitRequest>::Deserialize(&request_, &req).ok()) {
+      service_->invalid_.Inc();
+      Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "request: not a valid envoy.service.ratelimit.v3.RateLimitRequest"));
+      return;
+    }
+    service_->Handle(this, req);
+  }
+
+  void Reply(const rlsv3::RateLimitResponse& res) {
+    bool own = false;
+    grpc::Status s =
+        grpc::SerializationTraits<rlsv3::RateLimitResponse>::Serialize(res, &response_, &own);
+    if (!s.ok()) {
+      Fail(std::move(s));
+      return;
+    }
+    Done();
+    StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+
+  void Fail(grpc::Status status) {
+    Done();
+    Finish(std::move(status));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Done() {
+    if (counted_) service_->in_flight_.fetch_sub(1);
+    counted_ = false;
+  }
+
+  RateLimitServiceImpl* service_;
+  bool counted_ = false;  // in in_flight_
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+};
+
+grpc::ServerGenericBidiReactor* RateLimitServiceImpl::CreateReactor(
+    grpc::GenericCallbackServerContext* ctx) {
+  return new RlsCall(this, *ctx);
+}
+
+void RateLimitServiceImpl::Handle(RlsCall* call, const rlsv3::RateLimitRequest& req) {
+  std::shared_ptr<const http::Frontend> fe = frontend_->Get();
+  absl::StatusOr<Query> query = ParseRequest(req, fe->envoy.descriptor_keys);
+  if (!query.ok()) {
+    invalid_.Inc();
+    call->Fail(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(query.status().message())));
+    return;
+  }
+  // A Redis decision starts on an event loop's thread (its connection is that loop's).
+  boost::asio::io_context* loop =
+      loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
+  boost::asio::post(*loop, [this, call, fe = std::move(fe), query = *std::move(query)]() mutable {
+    Decide(call, std::move(fe), std::move(query));
+  });
+}
+
+void RateLimitServiceImpl::Decide(RlsCall* call, std::shared_ptr<const http::Frontend> fe,
+                                  Query query) {
+  auto state = std::make_shared<Decision>();
+  state->fe = std::move(fe);
+  state->query = std::move(query);
+  const http::Frontend& frontend = *state->fe;
+  const absl::Time now = frontend.limiter->clock().Now();
+  http::Refusal refusal;
+  const bool resolved =
+      !state->query.api_key.empty()
+          ? http::ResolveKey(frontend, index_, state->query.api_key, now, &state->target, &refusal)
+          : http::ResolveSubject(frontend, index_, state->query.subject, state->query.plan, now,
+                                 &state->target, &refusal);
+  if (!resolved) {
+    if (refusal.status == 400) {  // the request's fault: no plan for an unknown subject
+      invalid_.Inc();
+      call->Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refusal.detail));
+      return;
+    }
+    over_limit_.Inc();
+    call->Reply(RefusalResponse(refusal, state->query.descriptors));
+    return;
+  }
+  state->start = std::chrono::steady_clock::now();
+  const DecisionRequest request{.subject = state->target.subject,
+                                .plan = state->target.plan,
+                                .cost = state->query.cost,
+                                .effective_plan = state->target.effective};
+  frontend.limiter->Decide(request, [this, call, state](absl::StatusOr<sluice::Decision> d) {
+    http_metrics_->ObserveDecisionSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+    if (!d.ok()) {
+      // A subject or plan the limiter refuses (the message names the field).
+      invalid_.Inc();
+      call->Fail(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(d.status().message())));
+      return;
+    }
+    http_metrics_->CountDecision(state->target.plan, *d);
+    (d->allowed ? ok_ : over_limit_).Inc();
+    call->Reply(DecisionResponse(*d, state->query.descriptors,
+                                 {.subject = state->target.subject, .plan = state->target.plan}));
+  });
+}
 
 RlsServer::RlsServer(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
                      const registry::Index* index, metrics::Registry* metrics,
@@ -172,7 +248,7 @@ absl::Status RlsServer::Start(const std::string& address) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(max_message_bytes_);
-  builder.RegisterService(service_.get());
+  builder.RegisterCallbackGenericService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();

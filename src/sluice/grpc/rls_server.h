@@ -1,9 +1,10 @@
 // The Envoy Rate Limit Service v3 front end (envoy.service.ratelimit.v3.RateLimitService/
-// ShouldRateLimit) on gRPC's callback API. A call is parsed on a gRPC thread, then decided on one
-// of the data plane's event loops (round robin: a Redis decision must start on a loop's own
-// thread, where its connection lives) through the current Frontend's Limiter, exactly as
-// /v1/authorize and /v1/check decide; the reactor finishes from the decision's callback, so a
-// decision waiting on Redis holds no gRPC thread.
+// ShouldRateLimit) on gRPC's callback API (a generic service: the request is parsed here, so a
+// malformed one is INVALID_ARGUMENT; every other method is UNIMPLEMENTED). A call is parsed on a
+// gRPC thread, then decided on one of the data plane's event loops (round robin: a Redis decision
+// must start on a loop's own thread, where its connection lives) through the current Frontend's
+// Limiter, exactly as /v1/authorize and /v1/check decide; the reactor finishes from the decision's
+// callback, so a decision waiting on Redis holds no gRPC thread.
 //
 // Thread safety: Start, BeginShutdown and FinishShutdown from one thread; in_flight() from any.
 #ifndef SLUICE_GRPC_RLS_SERVER_H_
