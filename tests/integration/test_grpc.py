@@ -251,6 +251,19 @@ class GrpcShutdownTest(GrpcCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
 
 
+class GrpcPortTest(GrpcCase):
+    def test_a_second_instance_on_the_same_grpc_address_refuses_to_start(self):
+        self.start()
+        d = harness.tempdir()
+        self.addCleanup(d.cleanup)
+        second = harness.Service(PLANS, d.name,
+                                 extra_server=f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n')
+        server = harness.Server(second.config_path)
+        self.addCleanup(server.kill)
+        server.wait_for_line("cannot start the gRPC rate limit service")
+        self.assertEqual(server.proc.wait(timeout=10), 1)
+
+
 class GrpcOffTest(unittest.TestCase):
     def test_without_grpc_listen_nothing_listens(self):
         d = harness.tempdir()

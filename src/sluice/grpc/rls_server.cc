@@ -248,6 +248,9 @@ absl::Status RlsServer::Start(const std::string& address) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(max_message_bytes_);
+  // gRPC sets SO_REUSEPORT by default: a second sluice on the same address would then share the
+  // port silently and see half of the calls (and, with the memory store, double every quota).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterCallbackGenericService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
