@@ -523,11 +523,12 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
       field,
       {"listen", "admin_listen", "admin_token", "threads", "api_key_header", "deny_status",
        "anonymous_plan", "trusted_proxies", "max_connections", "admin_max_connections",
-       "shutdown_delay", "admin_tokens", "authorize_prefix", "access_log"},
+       "shutdown_delay", "admin_tokens", "authorize_prefix", "access_log", "grpc_listen"},
       f));
   SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_listen"), server.admin_listen));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("grpc_listen"), server.grpc_listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_token"), server.admin_token));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("threads"), 0, 1024, server.threads));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("api_key_header"), server.api_key_header));
@@ -724,6 +725,32 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
   return absl::OkStatus();
 }
 
+absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys"}, f));
+  Fields k;
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(f.Get("descriptor_keys"), {"api_key", "subject", "plan", "cost"}, k));
+  DescriptorKeys& keys = envoy.descriptor_keys;
+  const std::pair<const char*, std::string*> all[] = {{"api_key", &keys.api_key},
+                                                      {"subject", &keys.subject},
+                                                      {"plan", &keys.plan},
+                                                      {"cost", &keys.cost}};
+  std::unordered_set<std::string> seen;
+  for (const auto& [name, out] : all) {
+    const Field key = k.Get(name);
+    SLUICE_RETURN_IF_ERROR(ReadString(key, *out));
+    if (out->empty() || out->size() > 128 || !AllOf(*out, IsVisibleAscii)) {
+      return Error(key.path, "must be 1-128 printable ASCII characters without spaces");
+    }
+    // One entry key naming two inputs would make a descriptor mean two things.
+    if (!seen.insert(*out).second) {
+      return Error(key.path, absl::StrCat(Quote(*out), " is already another descriptor key"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseAlerts(const Field& field, AlertsConfig& alerts) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"sinks", "retry", "lease"}, f));
@@ -745,8 +772,8 @@ absl::Status ParseRoot(const Value& root, Config& config) {
     return Error("", absl::StrCat("expected a map at the top level, got ", KindOf(root)));
   }
   Fields f;
-  SLUICE_RETURN_IF_ERROR(
-      ReadFields(document, {"server", "store", "on_store_error", "plans", "keys", "alerts"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      document, {"server", "store", "on_store_error", "plans", "keys", "alerts", "envoy"}, f));
   SLUICE_RETURN_IF_ERROR(ParseServer(f.Get("server"), config.server));
   SLUICE_RETURN_IF_ERROR(ParseStore(f.Get("store"), config.store));
   SLUICE_RETURN_IF_ERROR(ReadEnum(f.Get("on_store_error"), "store error policy",
@@ -755,6 +782,7 @@ absl::Status ParseRoot(const Value& root, Config& config) {
   SLUICE_RETURN_IF_ERROR(ParsePlans(f.Get("plans"), config.plans));
   SLUICE_RETURN_IF_ERROR(ParseKeys(f.Get("keys"), config.keys));
   SLUICE_RETURN_IF_ERROR(ParseAlerts(f.Get("alerts"), config.alerts));
+  SLUICE_RETURN_IF_ERROR(ParseEnvoy(f.Get("envoy"), config.envoy));
   // What the file says is read; whether it makes sense is the same question for a Config built in
   // code, so one function answers both.
   return Validate(config);
@@ -1063,6 +1091,13 @@ absl::Status ValidateServer(const ServerConfig& server) {
   SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.admin_listen", server.admin_listen));
   if (server.admin_listen == server.listen) {
     return Error("server.admin_listen", "must differ from server.listen");
+  }
+  // Off unless set; when set, an address like the others and not one of theirs.
+  if (!server.grpc_listen.empty()) {
+    SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.grpc_listen", server.grpc_listen));
+    if (server.grpc_listen == server.listen || server.grpc_listen == server.admin_listen) {
+      return Error("server.grpc_listen", "must differ from server.listen and server.admin_listen");
+    }
   }
   if (!AllOf(server.admin_token, IsVisibleAscii)) {
     return Error("server.admin_token", "must be printable ASCII without spaces");

@@ -43,6 +43,8 @@ struct AccessLogConfig {
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";  // ip:port (no host names); IPv6 as [::1]:8080
   std::string admin_listen = "127.0.0.1:9090";
+  // The Envoy Rate Limit Service (gRPC) listener, ip:port like `listen`; "": off.
+  std::string grpc_listen;
   std::string admin_token;  // a read-write token named "admin"; "" here and in SLUICE_ADMIN_TOKEN
                             // and no admin_tokens: the admin plane refuses all
   std::vector<AdminTokenConfig> admin_tokens;
@@ -158,6 +160,19 @@ struct AlertsConfig {
   absl::Duration lease = absl::Seconds(60);
 };
 
+// How the descriptor entries of an Envoy rate limit request name sluice's inputs
+// (docs/gateways.md). Each key is 1-128 visible ASCII characters; the four are distinct.
+struct DescriptorKeys {
+  std::string api_key = "api_key";
+  std::string subject = "subject";
+  std::string plan = "plan";
+  std::string cost = "cost";
+};
+
+struct EnvoyConfig {
+  DescriptorKeys descriptor_keys;
+};
+
 struct Config {
   std::string path;  // `source` given to ParseConfig: the file path for LoadConfigFile
   ServerConfig server;
@@ -166,6 +181,7 @@ struct Config {
   std::vector<PlanConfig> plans;  // in file order
   std::vector<KeyConfig> keys;
   AlertsConfig alerts;
+  EnvoyConfig envoy;
 
   // The plan named `name`, or nullptr.
   [[nodiscard]] const PlanConfig* FindPlan(std::string_view name) const;

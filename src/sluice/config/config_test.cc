@@ -188,6 +188,9 @@ TEST_F(ConfigTest, OmittedSectionsTakeTheirDefaults) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->server.listen, "127.0.0.1:8080");
   EXPECT_EQ(config->server.admin_listen, "127.0.0.1:9090");
+  EXPECT_EQ(config->server.grpc_listen, "");
+  EXPECT_EQ(config->envoy.descriptor_keys.api_key, "api_key");
+  EXPECT_EQ(config->envoy.descriptor_keys.cost, "cost");
   EXPECT_EQ(config->server.admin_token, "");
   EXPECT_EQ(config->server.threads, 0);
   EXPECT_EQ(config->server.api_key_header, "X-API-Key");
@@ -382,7 +385,7 @@ TEST_F(ConfigTest, UnknownFieldNamesItsPathAndTheExpectedFields) {
 TEST_F(ConfigTest, UnknownTopLevelFieldIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("serv: {}\n")),
             "test.yaml: serv: unknown field (expected one of: server, store, on_store_error, "
-            "plans, keys, alerts)");
+            "plans, keys, alerts, envoy)");
 }
 
 TEST_F(ConfigTest, RepeatedFieldIsRejected) {
@@ -717,6 +720,31 @@ TEST_F(ConfigTest, ListenAcceptsIpv6InBrackets) {
 TEST_F(ConfigTest, AdminListenMustDifferFromListen) {
   EXPECT_EQ(ErrorOf(WithPlan("server: {admin_listen: \"127.0.0.1:8080\"}\n")),
             "test.yaml: server.admin_listen: must differ from server.listen");
+}
+
+TEST_F(ConfigTest, GrpcListenIsAnAddressOfItsOwn) {
+  absl::StatusOr<Config> config = Parse(WithPlan("server: {grpc_listen: \"127.0.0.1:8081\"}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.grpc_listen, "127.0.0.1:8081");
+  EXPECT_THAT(ErrorOf(WithPlan("server: {grpc_listen: \"localhost:8081\"}\n")),
+              HasSubstr("test.yaml: server.grpc_listen: bad address"));
+  EXPECT_EQ(ErrorOf(WithPlan("server: {grpc_listen: \"127.0.0.1:9090\"}\n")),
+            "test.yaml: server.grpc_listen: must differ from server.listen and "
+            "server.admin_listen");
+}
+
+TEST_F(ConfigTest, EnvoyDescriptorKeysAreReadAndMustBeDistinct) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("envoy: {descriptor_keys: {api_key: x-api-key, cost: weight}}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->envoy.descriptor_keys.api_key, "x-api-key");
+  EXPECT_EQ(config->envoy.descriptor_keys.subject, "subject");
+  EXPECT_EQ(config->envoy.descriptor_keys.cost, "weight");
+  EXPECT_EQ(ErrorOf(WithPlan("envoy: {descriptor_keys: {plan: subject}}\n")),
+            "test.yaml: envoy.descriptor_keys.plan: \"subject\" is already another descriptor key");
+  EXPECT_THAT(ErrorOf(WithPlan("envoy: {descriptor_keys: {cost: \"\"}}\n")),
+              HasSubstr("envoy.descriptor_keys.cost: must be 1-128"));
+  EXPECT_THAT(ErrorOf(WithPlan("envoy: {keys: {}}\n")), HasSubstr("envoy"));
 }
 
 TEST_F(ConfigTest, DenyStatusMustBe4xx) {

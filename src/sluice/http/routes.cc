@@ -18,6 +18,7 @@
 #include "sluice/http/check_body.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/render.h"
+#include "sluice/http/resolve.h"
 #include "sluice/http/sha256.h"
 #include "sluice/registry/index.h"
 
@@ -119,75 +120,12 @@ Response Forbidden(std::string_view detail, unsigned version) {
   return Problem(403, kBadRequest, "Forbidden", detail, version, true);
 }
 
-// Who a request is decided as: the subject, its plan's name, and the plan itself when it is not
-// simply the named one (a registry subject's overrides in force).
-struct Target {
-  std::string subject;
-  std::string plan;
-  std::optional<Plan> effective_storage;
-  const Plan* effective = nullptr;
-  std::shared_ptr<const registry::Subject> record;  // keeps `effective`'s source alive
-  uint64_t key_id = 0;  // the registry key that named the subject (for the access log)
-};
-
-// Fills `target` from a registry subject. False (and `error` set) if it may not be decided.
-bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> record, absl::Time now,
-                Target* target, Response* error, unsigned version) {
-  if (record->disabled) {
-    *error = Forbidden(absl::StrCat("subject \"", record->id, "\" is disabled"), version);
-    return false;
-  }
-  target->subject = record->id;
-  target->plan = record->plan;
-  target->effective = EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
-  if (target->effective == nullptr) {
-    // Another instance's configuration may know a plan this one does not (yet).
-    *error = Problem(503, kBadRequest, "Service Unavailable",
-                     absl::StrCat("subject \"", record->id, "\" is on plan \"", record->plan,
-                                  "\", which this instance's configuration does not define"),
-                     version, true);
-    return false;
-  }
-  target->record = std::move(record);
-  return true;
-}
-
-// Resolves an API key through the config file's keys, then the registry. False (and `error` set:
-// 401 unknown or expired, 403 disabled) if the key does not admit a decision.
-bool FromKey(const Frontend& fe, const registry::Index* index, std::string_view key, absl::Time now,
-             Target* target, Response* error, unsigned version) {
-  if (key.size() > kMaxApiKeyLength) {
-    *error = Unauthorized("unknown API key", version);
-    return false;
-  }
-  const std::string digest = Sha256(key);
-  if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
-    target->subject = entry->subject;
-    target->plan = entry->plan;
-    return true;
-  }
-  if (index != nullptr && digest.size() == 32) {
-    registry::Digest d;
-    std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
-    registry::Index::KeyLookup found = index->FindByDigest(d, now);
-    if (found.state == registry::Index::KeyState::kValid) {
-      target->key_id = found.key_id;
-      return FromRecord(fe, std::move(found.subject), now, target, error, version);
-    }
-    if (found.state == registry::Index::KeyState::kExpired) {
-      *error = Unauthorized("API key expired", version);
-      return false;
-    }
-    if (!index->loaded()) {
-      // A shared registry still loading (Redis unreachable at start): the key may be in it.
-      *error = Problem(503, kBadRequest, "Service Unavailable",
-                       "the registry of API keys is still loading; retry shortly", version, true);
-      error->set(bhttp::field::retry_after, "1");
-      return false;
-    }
-  }
-  *error = Unauthorized("unknown API key", version);
-  return false;
+// The answer to a request resolve.h refused.
+Response RefusalResponse(const Refusal& r, unsigned version) {
+  if (r.status == 401) return Unauthorized(r.detail, version);
+  Response res = Problem(r.status, kBadRequest, r.title, r.detail, version, true);
+  if (r.retry_soon) res.set(bhttp::field::retry_after, "1");
+  return res;
 }
 
 }  // namespace
@@ -432,43 +370,12 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, Acc
   if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
   const absl::Time now = fe.limiter->clock().Now();
   Target target;
-  Response error;
-  if (!body->api_key.empty()) {
-    if (!FromKey(fe, registry_, body->api_key, now, &target, &error, req.version())) {
-      co_return error;
-    }
-  } else if (body->plan.empty()) {
-    // A subject alone: its plan from the registry (or from the config file's keys).
-    std::shared_ptr<const registry::Subject> record =
-        registry_ != nullptr ? registry_->FindSubject(body->subject) : nullptr;
-    if (record != nullptr) {
-      if (!FromRecord(fe, std::move(record), now, &target, &error, req.version())) {
-        co_return error;
-      }
-    } else if (const KeyEntry* entry = fe.keys.FindSubject(body->subject)) {
-      target.subject = entry->subject;
-      target.plan = entry->plan;
-    } else {
-      co_return BadRequest(
-          absl::StrCat("plan: required (subject \"", body->subject, "\" is not in the registry)"),
-          req.version());
-    }
-  } else {
-    target.subject = std::move(body->subject);
-    target.plan = std::move(body->plan);
-    // A registry subject named with its own plan keeps its overrides; a disabled one is refused
-    // whatever plan the body names.
-    std::shared_ptr<const registry::Subject> record =
-        registry_ != nullptr ? registry_->FindSubject(target.subject) : nullptr;
-    if (record != nullptr && record->disabled) {
-      co_return Forbidden(absl::StrCat("subject \"", record->id, "\" is disabled"), req.version());
-    }
-    if (record != nullptr && record->plan == target.plan) {
-      if (!FromRecord(fe, std::move(record), now, &target, &error, req.version())) {
-        co_return error;
-      }
-    }
-  }
+  Refusal refusal;
+  const bool resolved = !body->api_key.empty()
+                            ? ResolveKey(fe, registry_, body->api_key, now, &target, &refusal)
+                            : ResolveSubject(fe, registry_, std::move(body->subject),
+                                             std::move(body->plan), now, &target, &refusal);
+  if (!resolved) co_return RefusalResponse(refusal, req.version());
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
       StartDecide(*fe.limiter, {.subject = target.subject,
@@ -519,9 +426,9 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
     co_return Unauthorized("Authorization: want \"Bearer <API key>\"", req.version());
   }
   if (!key.empty()) {
-    Response error;
-    if (!FromKey(fe, registry_, key, fe.limiter->clock().Now(), &target, &error, req.version())) {
-      co_return error;
+    Refusal refusal;
+    if (!ResolveKey(fe, registry_, key, fe.limiter->clock().Now(), &target, &refusal)) {
+      co_return RefusalResponse(refusal, req.version());
     }
   } else if (!fe.server.anonymous_plan.empty()) {
     target.subject = absl::StrCat(

@@ -54,6 +54,7 @@ struct DecisionCounters {
 
 struct Frontend {
   config::ServerConfig server;
+  config::EnvoyConfig envoy;  // the Envoy Rate Limit Service's descriptor keys
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
   // server.admin_tokens plus server.admin_token (or SLUICE_ADMIN_TOKEN) as the read-write token
   // "admin"; empty: every admin request is refused.

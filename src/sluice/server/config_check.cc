@@ -89,6 +89,17 @@ absl::Status CheckListeners(const config::Config& cfg) {
                   absl::StrCat("overlaps server.listen (port ", admin->port(),
                                " on the same or a wildcard address)"));
   }
+  if (cfg.server.grpc_listen.empty()) return absl::OkStatus();
+  absl::StatusOr<ip::tcp::endpoint> grpc = http::ParseEndpoint(cfg.server.grpc_listen);
+  if (!grpc.ok()) return Refuse(cfg, "server.grpc_listen", ToStd(grpc.status().message()));
+  for (const auto& [other, name] :
+       {std::pair{*data, "server.listen"}, std::pair{*admin, "server.admin_listen"}}) {
+    if (Overlap(*grpc, other)) {
+      return Refuse(cfg, "server.grpc_listen",
+                    absl::StrCat("overlaps ", name, " (port ", grpc->port(),
+                                 " on the same or a wildcard address)"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -86,6 +86,15 @@ TEST(CheckServableTest, PlanesOnTheSamePortOfAWildcardOverlap) {
       HasSubstr("overlaps"));
 }
 
+TEST(CheckServableTest, GrpcListenerOverlappingAnotherPlaneIsRefused) {
+  EXPECT_EQ(CheckOf("server: { listen: \"127.0.0.1:8080\", grpc_listen: \"0.0.0.0:8080\" }\n"),
+            "s.yaml: server.grpc_listen: overlaps server.listen (port 8080 on the same or a "
+            "wildcard address)");
+  EXPECT_THAT(CheckOf("server: { admin_listen: \"127.0.0.1:9090\", grpc_listen: \"[::]:9090\" }\n"),
+              HasSubstr("overlaps server.admin_listen"));
+  EXPECT_EQ(CheckOf("server: { grpc_listen: \"127.0.0.1:8081\" }\n"), "OK");
+}
+
 TEST(CheckServableTest, PlanesOnDistinctAddressesOrPortsAreServable) {
   EXPECT_EQ(CheckOf("server: { listen: \"127.0.0.1:8080\", admin_listen: \"127.0.0.2:8080\" }\n"),
             "OK");

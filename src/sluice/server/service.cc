@@ -34,6 +34,7 @@
 #include "sluice/config/config.h"
 #include "sluice/engine/alert_delivery.h"
 #include "sluice/engine/store_backend.h"
+#include "sluice/grpc/rls_server.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
 #include "sluice/http/server.h"
@@ -123,6 +124,7 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
 
   auto fe = std::make_shared<http::Frontend>();
   fe->server = cfg.server;
+  fe->envoy = cfg.envoy;
   fe->on_store_error = cfg.on_store_error;
   // The file's token, else SLUICE_ADMIN_TOKEN, else the file SLUICE_ADMIN_TOKEN_FILE names (read
   // again at each reload, so a rotated credential takes effect with SIGHUP).
@@ -217,6 +219,7 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   };
   if (before.server.listen != after.server.listen) warn("server.listen");
   if (before.server.admin_listen != after.server.admin_listen) warn("server.admin_listen");
+  if (before.server.grpc_listen != after.server.grpc_listen) warn("server.grpc_listen");
   if (before.server.threads != after.server.threads) warn("server.threads");
   if (before.server.max_connections != after.server.max_connections) {
     warn("server.max_connections");
@@ -467,6 +470,19 @@ int Serve(const std::string& config_path) {
     return kExitFailure;
   }
 
+  // The Envoy Rate Limit Service (server.grpc_listen): decides on the same loops, through the
+  // same Frontend, as the data plane.
+  std::optional<rls::RlsServer> rls_server;
+  if (!cfg.server.grpc_listen.empty()) {
+    rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs);
+    if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
+      Log(LogLevel::kError, "cannot start the gRPC rate limit service").Error(s);
+      data_server.ReleaseAcceptors();
+      admin_server.ReleaseAcceptors();
+      return kExitFailure;
+    }
+  }
+
   LoopHeartbeats loop_heartbeats(contexts);
   heartbeats.store(&loop_heartbeats);
 
@@ -503,7 +519,8 @@ int Serve(const std::string& config_path) {
   // A reload may change it (it is read when SIGTERM comes).
   absl::Duration shutdown_delay = cfg.server.shutdown_delay;
   std::function<void()> poll_drain = [&] {
-    if ((data_server.in_flight() == 0 && admin_server.in_flight() == 0) ||
+    if ((data_server.in_flight() == 0 && admin_server.in_flight() == 0 &&
+         (!rls_server || rls_server->in_flight() == 0)) ||
         std::chrono::steady_clock::now() >= drain_deadline) {
       control.stop();
       return;
@@ -559,6 +576,8 @@ int Serve(const std::string& config_path) {
           data_server.StopAccepting();
           admin_server.StopAccepting();
           drain_deadline = std::chrono::steady_clock::now() + kDrainDeadline;
+          // gRPC takes no new calls from here and cancels what is left at the deadline.
+          if (rls_server) rls_server->BeginShutdown(absl::Now() + absl::FromChrono(kDrainDeadline));
           poll_drain();
         };
         const std::string_view name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
@@ -614,6 +633,8 @@ int Serve(const std::string& config_path) {
       .Int("port", data_server.port())
       .Str("admin_listen", cfg.server.admin_listen)
       .Int("admin_port", admin_server.port())
+      .Str("grpc_listen", cfg.server.grpc_listen)
+      .Int("grpc_port", rls_server ? rls_server->port() : 0)
       .Int("threads", threads);
   LogConfigSummary(cfg, "start");  // observability: debug lines only
   // Both planes listen and the wait for Redis has ended (answered, or serving degraded).
@@ -623,6 +644,8 @@ int Serve(const std::string& config_path) {
   pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
   control.run();
 
+  // While the loops still run: the calls in flight finish on them.
+  if (rls_server) rls_server->FinishShutdown();
   for (auto& io : contexts) io->stop();
   for (std::thread& t : workers) t.join();
   heartbeats.store(nullptr);

@@ -1,0 +1,225 @@
+#include "sluice/grpc/mapping.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/common/strings.h"
+#include "sluice/http/check_body.h"
+#include "sluice/http/render.h"
+#include "sluice/limiter/limiter.h"
+
+namespace sluice::rls {
+namespace {
+
+using RateLimit = rlsv3::RateLimitResponse::RateLimit;
+
+absl::Status Invalid(size_t descriptor, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("descriptors[", descriptor, "]: ", ToAbsl(what)));
+}
+
+// Sets `*slot` to `value`, or checks that it already is.
+absl::Status Assign(size_t descriptor, std::string_view key, std::string_view value,
+                    std::string* slot, bool* seen) {
+  if (*seen && *slot != value) {
+    return Invalid(descriptor, absl::StrCat("entry \"", ToAbsl(key),
+                                            "\": a different value than an earlier descriptor's"));
+  }
+  *seen = true;
+  *slot = std::string(value);
+  return absl::OkStatus();
+}
+
+// Every field of a rendered HTTP answer a gateway should pass on; framing fields stay Envoy's.
+void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to) {
+  for (const auto& field : from) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (name == "Content-Length" || name == "Connection") continue;
+    auto* header = to->add_response_headers_to_add();
+    header->set_key(std::string(name));
+    header->set_value(std::string(field.value().data(), field.value().size()));
+  }
+}
+
+void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit,
+                 size_t descriptors, rlsv3::RateLimitResponse* res) {
+  res->set_overall_code(code);
+  for (size_t i = 0; i < descriptors; ++i) {
+    auto* status = res->add_statuses();
+    status->set_code(code);
+    if (limit == nullptr) continue;
+    *status->mutable_current_limit() = CurrentLimit(*limit);
+    status->set_limit_remaining(static_cast<uint32_t>(
+        std::min<int64_t>(limit->remaining, std::numeric_limits<uint32_t>::max())));
+    status->mutable_duration_until_reset()->set_seconds(limit->reset_after);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
+                                   const config::DescriptorKeys& keys) {
+  if (req.descriptors_size() == 0) {
+    return absl::InvalidArgumentError("descriptors: at least one is required");
+  }
+  if (static_cast<size_t>(req.descriptors_size()) > kMaxDescriptors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("descriptors: at most ", kMaxDescriptors, ", got ", req.descriptors_size()));
+  }
+  Query q;
+  q.descriptors = static_cast<size_t>(req.descriptors_size());
+  bool has_key = false, has_subject = false, has_plan = false, has_cost = false;
+  bool has_addend = false;
+  std::string cost_text;
+  uint64_t addend = 0;
+  for (size_t i = 0; i < q.descriptors; ++i) {
+    const auto& descriptor = req.descriptors(static_cast<int>(i));
+    if (descriptor.entries_size() == 0) return Invalid(i, "entries: at least one is required");
+    if (static_cast<size_t>(descriptor.entries_size()) > kMaxEntriesPerDescriptor) {
+      return Invalid(i, absl::StrCat("entries: at most ", kMaxEntriesPerDescriptor, ", got ",
+                                     descriptor.entries_size()));
+    }
+    for (int e = 0; e < descriptor.entries_size(); ++e) {
+      const std::string& key = descriptor.entries(e).key();
+      const std::string& value = descriptor.entries(e).value();
+      if (key.empty() || key.size() > kMaxEntryKeyLength) {
+        return Invalid(
+            i, absl::StrCat("entries[", e, "].key: must be 1 to ", kMaxEntryKeyLength, " bytes"));
+      }
+      if (value.size() > kMaxEntryValueLength) {
+        return Invalid(i, absl::StrCat("entries[", e, "].value: longer than ", kMaxEntryValueLength,
+                                       " bytes"));
+      }
+      absl::Status s = absl::OkStatus();
+      if (key == keys.api_key) {
+        s = Assign(i, key, value, &q.api_key, &has_key);
+      } else if (key == keys.subject) {
+        s = Assign(i, key, value, &q.subject, &has_subject);
+      } else if (key == keys.plan) {
+        s = Assign(i, key, value, &q.plan, &has_plan);
+      } else if (key == keys.cost) {
+        s = Assign(i, key, value, &cost_text, &has_cost);
+      }
+      if (!s.ok()) return s;
+    }
+    if (descriptor.has_hits_addend()) {
+      const uint64_t value = descriptor.hits_addend().value();
+      if (has_addend && value != addend) {
+        return Invalid(i,
+                       "hits_addend: differs from an earlier descriptor's (one request is "
+                       "one decision)");
+      }
+      has_addend = true;
+      addend = value;
+    }
+  }
+  if (has_key && q.api_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("entry \"", keys.api_key, "\": empty"));
+  }
+  if (has_key && (has_subject || has_plan)) {
+    return absl::InvalidArgumentError(absl::StrCat("entry \"", keys.api_key,
+                                                   "\": give either an API key or a subject (and "
+                                                   "plan), not both"));
+  }
+  if (!has_key && !has_subject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("descriptors: no entry \"", keys.api_key, "\" or \"", keys.subject, "\""));
+  }
+  if (has_cost) {
+    absl::StatusOr<int64_t> cost = http::ParseCostHeader(cost_text);
+    if (!cost.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry \"", keys.cost, "\": must be an integer from 0 to ", kMaxCost));
+    }
+    q.cost = *cost;
+    return q;
+  }
+  const uint64_t hits = has_addend ? addend : req.hits_addend();
+  if (hits > static_cast<uint64_t>(kMaxCost)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hits_addend: at most ", kMaxCost, ", got ", hits));
+  }
+  q.cost = hits == 0 ? 1 : static_cast<int64_t>(hits);
+  return q;
+}
+
+RateLimit CurrentLimit(const LimitDecision& limit) {
+  RateLimit out;
+  out.set_name(limit.limit->name);
+  out.set_requests_per_unit(static_cast<uint32_t>(
+      std::min<int64_t>(limit.limit->quota, std::numeric_limits<uint32_t>::max())));
+  const config::WindowSpec& w = limit.limit->window;
+  if (w.kind == config::WindowSpec::Kind::kDay) {
+    out.set_unit(RateLimit::DAY);
+  } else if (w.kind == config::WindowSpec::Kind::kMonth) {
+    out.set_unit(RateLimit::MONTH);
+  } else if (w.length >= absl::Hours(24)) {
+    out.set_unit(RateLimit::DAY);
+  } else if (w.length >= absl::Hours(1)) {
+    out.set_unit(RateLimit::HOUR);
+  } else if (w.length >= absl::Minutes(1)) {
+    out.set_unit(RateLimit::MINUTE);
+  } else {
+    out.set_unit(RateLimit::SECOND);
+  }
+  return out;
+}
+
+rlsv3::RateLimitResponse DecisionResponse(const Decision& d, size_t descriptors, Decided who) {
+  rlsv3::RateLimitResponse res;
+  // The limit each status reports: the first violated one, else the tightest.
+  const LimitDecision* reported = nullptr;
+  for (const LimitDecision& l : d.limits) {
+    if (l.violated) {
+      reported = &l;
+      break;
+    }
+  }
+  if (reported == nullptr && !d.limits.empty()) reported = &d.Tightest();
+  SetStatuses(d.allowed ? rlsv3::RateLimitResponse::OK : rlsv3::RateLimitResponse::OVER_LIMIT,
+              reported, descriptors, &res);
+
+  // The headers and body the HTTP data plane renders for the same decision (routes.cc).
+  http::Response rendered;
+  if (d.allowed) {
+    http::SetRateLimitHeaders(d, rendered);
+  } else if (d.degraded) {
+    rendered =
+        http::Problem(503, "about:blank", "Service Unavailable",
+                      "the rate limit store is unavailable and on_store_error is deny", 11, true);
+    http::SetRateLimitHeaders(d, rendered);
+  } else {
+    rendered = http::QuotaExceeded(d, 429, 11, true);
+  }
+  if (!d.degraded || d.allowed) {
+    rendered.set("Sluice-Subject", std::string(who.subject));
+    rendered.set("Sluice-Plan", std::string(who.plan));
+  }
+  CopyHeaders(rendered, &res);
+  if (!d.allowed) res.set_raw_body(rendered.body());
+  if (d.allowed) {
+    // Who was admitted, for the upstream (as ext_authz's allowed_upstream_headers pass them).
+    for (const auto& [name, value] :
+         {std::pair{"Sluice-Subject", who.subject}, std::pair{"Sluice-Plan", who.plan}}) {
+      auto* header = res.add_request_headers_to_add();
+      header->set_key(name);
+      header->set_value(std::string(value));
+    }
+  }
+  return res;
+}
+
+rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal, size_t descriptors) {
+  rlsv3::RateLimitResponse res;
+  SetStatuses(rlsv3::RateLimitResponse::OVER_LIMIT, nullptr, descriptors, &res);
+  http::Response rendered =
+      http::Problem(refusal.status, "about:blank", refusal.title, refusal.detail, 11, true);
+  if (refusal.status == 401) rendered.set("WWW-Authenticate", "Bearer");
+  if (refusal.retry_soon) rendered.set("Retry-After", "1");
+  CopyHeaders(rendered, &res);
+  res.set_raw_body(rendered.body());
+  return res;
+}
+
+}  // namespace sluice::rls

@@ -1,0 +1,76 @@
+// sluice's own mapping between Envoy's Rate Limit Service v3 messages and a decision
+// (docs/gateways.md): descriptor entries name the API key, or the subject and plan, and the cost;
+// one request is one decision, reported once per descriptor. Pure functions, no I/O.
+#ifndef SLUICE_GRPC_MAPPING_H_
+#define SLUICE_GRPC_MAPPING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "sluice/config/config.h"
+#include "sluice/http/resolve.h"
+#include "sluice/limiter/decision.h"
+
+namespace sluice::rls {
+
+namespace rlsv3 = ::envoy::service::ratelimit::v3;
+
+// Bounds on a request, beyond the server's maximum message size.
+inline constexpr size_t kMaxDescriptors = 64;
+inline constexpr size_t kMaxEntriesPerDescriptor = 16;
+inline constexpr size_t kMaxEntryKeyLength = 128;
+inline constexpr size_t kMaxEntryValueLength = 1024;
+
+// What a RateLimitRequest asks: an API key, or a subject and (optionally) a plan; and a cost.
+struct Query {
+  std::string api_key;
+  std::string subject;
+  std::string plan;
+  int64_t cost = 1;
+  size_t descriptors = 0;  // how many statuses the answer carries
+};
+
+// Reads `req` by `keys`. Entries with other keys are ignored; a key may appear in several
+// descriptors only with one value. The cost is the `cost` entry if there is one (0 to kMaxCost;
+// 0 peeks), else a descriptor's hits_addend (every descriptor that sets one must agree), else the
+// request's hits_addend; a hits_addend of 0 counts as 1, as it does for Envoy. InvalidArgument,
+// naming the descriptor and entry, for a request that breaks a bound, names neither an API key
+// nor a subject, names an API key together with a subject or plan, or carries a bad cost.
+[[nodiscard]] absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
+                                                 const config::DescriptorKeys& keys);
+
+// The limit Envoy is told about: the quota per unit, the unit being the window's when the window
+// is one second, minute, hour, day or month, else the largest of those that fits in the window
+// (a 10-minute window reports MINUTE; the quota is still the window's).
+[[nodiscard]] rlsv3::RateLimitResponse::RateLimit CurrentLimit(const LimitDecision& limit);
+
+// Who was decided, for the Sluice-Subject and Sluice-Plan headers.
+struct Decided {
+  std::string_view subject;
+  std::string_view plan;
+};
+
+// The answer to a decision: OK or OVER_LIMIT overall and in each of `descriptors` statuses (the
+// violated limit, else the tightest: its limit, remaining and time until reset), the IETF
+// RateLimit headers, Retry-After when denied, Sluice-Subject/-Plan (and Sluice-Degraded when the
+// store failed) as response_headers_to_add, Sluice-Subject/-Plan as request_headers_to_add when
+// allowed (for the upstream), and on OVER_LIMIT a problem+json raw_body like the
+// HTTP answer's (429 quota exceeded, or 503 when the store failed under on_store_error deny).
+[[nodiscard]] rlsv3::RateLimitResponse DecisionResponse(const Decision& d, size_t descriptors,
+                                                        Decided who);
+
+// The answer to a request that may not be decided (unknown or expired key, disabled subject,
+// registry loading): OVER_LIMIT — the Rate Limit Service has no code for "unauthorized", and an
+// error status would let Envoy's default (failure_mode_deny: false) admit the request — with the
+// refusal as a problem+json raw_body carrying its HTTP status, and Retry-After: 1 when it is
+// worth retrying soon.
+[[nodiscard]] rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal,
+                                                       size_t descriptors);
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_GRPC_MAPPING_H_

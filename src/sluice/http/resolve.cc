@@ -1,0 +1,103 @@
+#include "sluice/http/resolve.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "sluice/http/key_registry.h"
+#include "sluice/http/registry_api.h"
+#include "sluice/http/routes.h"
+#include "sluice/http/sha256.h"
+#include "sluice/registry/index.h"
+
+namespace sluice::http {
+namespace {
+
+bool Refuse(Refusal* refusal, unsigned status, std::string_view title, std::string detail) {
+  refusal->status = status;
+  refusal->title = std::string(title);
+  refusal->detail = std::move(detail);
+  return false;
+}
+
+bool Disabled(const registry::Subject& record, Refusal* refusal) {
+  return Refuse(refusal, 403, "Forbidden", absl::StrCat("subject \"", record.id, "\" is disabled"));
+}
+
+// Fills `target` from a registry subject. False (and `refusal` set) if it may not be decided.
+bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> record, absl::Time now,
+                Target* target, Refusal* refusal) {
+  if (record->disabled) return Disabled(*record, refusal);
+  target->subject = record->id;
+  target->plan = record->plan;
+  target->effective = EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
+  if (target->effective == nullptr) {
+    // Another instance's configuration may know a plan this one does not (yet).
+    return Refuse(refusal, 503, "Service Unavailable",
+                  absl::StrCat("subject \"", record->id, "\" is on plan \"", record->plan,
+                               "\", which this instance's configuration does not define"));
+  }
+  target->record = std::move(record);
+  return true;
+}
+
+}  // namespace
+
+bool ResolveKey(const Frontend& fe, const registry::Index* index, std::string_view key,
+                absl::Time now, Target* target, Refusal* refusal) {
+  if (key.size() > kMaxApiKeyLength) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
+  const std::string digest = Sha256(key);
+  if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
+    target->subject = entry->subject;
+    target->plan = entry->plan;
+    return true;
+  }
+  if (index != nullptr && digest.size() == 32) {
+    registry::Digest d;
+    std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
+    registry::Index::KeyLookup found = index->FindByDigest(d, now);
+    if (found.state == registry::Index::KeyState::kValid) {
+      target->key_id = found.key_id;
+      return FromRecord(fe, std::move(found.subject), now, target, refusal);
+    }
+    if (found.state == registry::Index::KeyState::kExpired) {
+      return Refuse(refusal, 401, "Unauthorized", "API key expired");
+    }
+    if (!index->loaded()) {
+      // A shared registry still loading (Redis unreachable at start): the key may be in it.
+      refusal->retry_soon = true;
+      return Refuse(refusal, 503, "Service Unavailable",
+                    "the registry of API keys is still loading; retry shortly");
+    }
+  }
+  return Refuse(refusal, 401, "Unauthorized", "unknown API key");
+}
+
+bool ResolveSubject(const Frontend& fe, const registry::Index* index, std::string subject,
+                    std::string plan, absl::Time now, Target* target, Refusal* refusal) {
+  std::shared_ptr<const registry::Subject> record =
+      index != nullptr ? index->FindSubject(subject) : nullptr;
+  if (plan.empty()) {
+    // A subject alone: its plan from the registry (or from the config file's keys).
+    if (record != nullptr) return FromRecord(fe, std::move(record), now, target, refusal);
+    if (const KeyEntry* entry = fe.keys.FindSubject(subject)) {
+      target->subject = entry->subject;
+      target->plan = entry->plan;
+      return true;
+    }
+    return Refuse(
+        refusal, 400, "Bad Request",
+        absl::StrCat("plan: required (subject \"", subject, "\" is not in the registry)"));
+  }
+  // A registry subject named with its own plan keeps its overrides; a disabled one is refused
+  // whatever plan is named.
+  if (record != nullptr && record->disabled) return Disabled(*record, refusal);
+  if (record != nullptr && record->plan == plan) {
+    return FromRecord(fe, std::move(record), now, target, refusal);
+  }
+  target->subject = std::move(subject);
+  target->plan = std::move(plan);
+  return true;
+}
+
+}  // namespace sluice::http
