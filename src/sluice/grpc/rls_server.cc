@@ -225,7 +225,7 @@ void RateLimitServiceImpl::Decide(RlsCall* call, std::shared_ptr<const http::Fro
           grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(d.status().message())));
       return;
     }
-    http_metrics_->CountDecision(state->target.plan, *d);
+    http_metrics_->CountDecision(*state->fe, state->target.plan, *d);
     (d->allowed ? ok_ : over_limit_).Inc();
     call->Reply(DecisionResponse(*d, state->query.descriptors,
                                  {.subject = state->target.subject, .plan = state->target.plan}));
