@@ -71,7 +71,7 @@ constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
-constexpr int64_t kMaxWindowCount = 1'000'000;  // digits of Ns/Nm/Nh parsed before the cap below
+constexpr int64_t kMaxWindowCount = 100'000'000;  // N of Ns/Nm/Nh read before the cap below
 // The longest fixed window: as long as the longest month. Every counter then expires within 31
 // days and a grace period, which the memory store's snapshot relies on (it drops records that
 // claim to live longer) and which keeps every expiry far inside its 32-bit seconds.
