@@ -32,6 +32,7 @@
 #define SLUICE_LIMITER_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -128,6 +129,15 @@ class Limiter {
   // empty `limit` of every limit of the plan. kNotFound for an unknown plan or limit.
   [[nodiscard]] Status ResetUsage(std::string_view subject, std::string_view plan,
                                   std::string_view limit = {});
+
+  // Memory store upkeep on demand; the library also does both in the background (a sweep every
+  // 10 s, a snapshot every snapshot_interval). SaveSnapshot writes the snapshot now, e.g. before
+  // a backup — kFailedPrecondition without a snapshot path, with Redis (Redis keeps the
+  // counters), or after Close(). Sweep drops the counters whose windows have all ended and
+  // returns how many subjects it dropped (0 with Redis, whose keys expire by themselves, and
+  // after Close()). Both may be called from any thread but the I/O thread's callbacks.
+  [[nodiscard]] Status SaveSnapshot();
+  size_t Sweep();
 
   // Stops the threads: waits for decisions in progress (each bounded by the store timeout) and for
   // the alert calls in progress, leaves undelivered alerts in the store, and with a snapshot path

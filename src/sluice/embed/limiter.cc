@@ -247,6 +247,18 @@ class Limiter::Impl {
     return status;
   }
 
+  Status SaveSnapshot() {
+    if (!Enter()) return Closed();
+    Leave leave(this);
+    return embed::FromAbsl(backend_->SaveSnapshot());
+  }
+
+  size_t Sweep() {
+    if (!Enter()) return 0;
+    Leave leave(this);
+    return backend_->Sweep();
+  }
+
   std::string_view store_kind() const {
     return cfg_.store.type == config::StoreType::kRedis ? "redis" : "memory";
   }
@@ -363,6 +375,10 @@ Status Limiter::ResetUsage(std::string_view subject, std::string_view plan,
                            std::string_view limit) {
   return impl_->ResetUsage(subject, plan, limit);
 }
+
+Status Limiter::SaveSnapshot() { return impl_->SaveSnapshot(); }
+
+size_t Limiter::Sweep() { return impl_->Sweep(); }
 
 Status Limiter::Close() { return impl_->Close(); }
 

@@ -319,9 +319,8 @@ class SnapshotTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // A snapshot keeps no counter due to expire more than 32 days ahead (no window is longer than a
-  // month), so these windows are 31 days. If this one ends within a minute, wait for the next:
-  // the test's counters must not reset half-way.
+  // Windows of 31 days, the longest fixed window. If this one ends within a minute, wait for the
+  // next: the test's counters must not reset half-way.
   Options WithSnapshot() const {
     Options options = FreeOptions();
     for (LimitOptions& limit : options.plans[0].limits) limit.window = "744h";
@@ -356,6 +355,34 @@ TEST_F(SnapshotTest, CountersSurviveCloseAndOpen) {
   EXPECT_EQ((*usage)[0].used, 3);
   EXPECT_TRUE(reopened->Decide({.subject = "user-1", .plan = "free", .cost = 2})->allowed);
   EXPECT_FALSE(reopened->Decide({.subject = "user-1", .plan = "free"})->allowed);
+}
+
+TEST_F(SnapshotTest, SaveSnapshotWritesWhatAnotherLimiterLoads) {
+  std::unique_ptr<Limiter> limiter = OpenOrDie(WithSnapshot());
+  ASSERT_NE(limiter, nullptr);
+  AwayFromTheWindowsEnd(*limiter);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(limiter->Decide({.subject = "user-1", .plan = "free"})->allowed);
+  }
+  ASSERT_TRUE(limiter->SaveSnapshot().ok());
+  // A backup of the file, taken while the first limiter still runs, holds both decisions.
+  Options copy = WithSnapshot();
+  copy.store = MemoryStoreOptions{.snapshot_path = dir_ + "/backup.snap"};
+  std::filesystem::copy_file(dir_ + "/state.snap", dir_ + "/backup.snap");
+  std::unique_ptr<Limiter> restored = OpenOrDie(std::move(copy));
+  ASSERT_NE(restored, nullptr);
+  Result<std::vector<LimitUsage>> usage = restored->Usage("user-1", "free");
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ((*usage)[0].used, 2);
+  // Nothing has ended: a sweep keeps every counter.
+  EXPECT_EQ(limiter->Sweep(), 0u);
+  ASSERT_TRUE(limiter->Close().ok());
+  EXPECT_EQ(limiter->SaveSnapshot().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(limiter->Sweep(), 0u);
+}
+
+TEST_F(MemoryLimiterTest, SaveSnapshotWithoutAPathIsFailedPrecondition) {
+  EXPECT_EQ(limiter_->SaveSnapshot().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SnapshotTest, ASecondLimiterOnTheSameSnapshotIsRefused) {

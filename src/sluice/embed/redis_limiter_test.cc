@@ -124,6 +124,11 @@ TEST_F(RedisLimiterTest, UsageAndResetGoThroughRedis) {
   EXPECT_EQ((*usage)[0].used, 0);
 }
 
+TEST_F(RedisLimiterTest, RedisHasNoSnapshotAndNothingToSweep) {
+  EXPECT_EQ(limiter_->SaveSnapshot().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(limiter_->Sweep(), 0u);
+}
+
 TEST_F(RedisLimiterTest, CloseWaitsForAsyncDecisionsInProgress) {
   std::atomic<int> answered{0};
   for (int i = 0; i < 20; ++i) {

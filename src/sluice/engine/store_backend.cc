@@ -183,6 +183,11 @@ class MemoryBackend final : public StoreBackend {
     Register(registry, std::move(g), &index_, &overlimit_stats_);
     (void)RegisterRoundTrips(registry);
   }
+  absl::Status SaveSnapshot() override {
+    if (stopped_) return absl::FailedPreconditionError("the store is stopped");
+    return maintainer_->SaveSnapshotNow();
+  }
+  size_t Sweep() override { return stopped_ ? 0 : maintainer_->SweepNow(); }
   void Attach(size_t /*i*/) override {}
   bool WaitForStore(absl::Duration /*timeout*/) override { return true; }
 
@@ -246,7 +251,7 @@ class MemoryBackend final : public StoreBackend {
   SystemClock clock_;
   MemoryStore store_;
   bool log_ = true;
-  bool stopped_ = false;
+  std::atomic<bool> stopped_{false};
   std::string snapshot_path_;
   std::optional<SnapshotLock> snapshot_lock_;
   std::optional<MemoryStoreMaintainer> maintainer_;
@@ -360,6 +365,11 @@ class RedisBackend final : public StoreBackend {
                             std::memory_order_release);
     }
   }
+  absl::Status SaveSnapshot() override {
+    return absl::FailedPreconditionError(
+        "the Redis store keeps its counters in Redis: no snapshot");
+  }
+  size_t Sweep() override { return 0; }
   void Attach(size_t i) override {
     t_redis_owner = this;
     t_redis_connection = connections_.at(i).get();

@@ -84,6 +84,14 @@ class StoreBackend {
   // refused, snapshot failures, Redis late admissions and refunds, over-limit cache, registry).
   virtual void RegisterMetrics(metrics::Registry& registry) = 0;
 
+  // The memory store's upkeep on demand (its maintainer also does both on its own schedule):
+  // SaveSnapshot writes the snapshot now (FailedPrecondition without store.memory.snapshot_path,
+  // after Stop(), or with Redis, which keeps the counters itself); Sweep drops the entries whose
+  // windows all ended and returns how many (0 with Redis, whose keys expire by themselves).
+  // Thread-safe.
+  virtual absl::Status SaveSnapshot() = 0;
+  virtual size_t Sweep() = 0;
+
   // Call on loops[i]'s thread before it runs: with Redis, makes that thread's decisions use its
   // connection and starts it (and, on the first loop, the clock sync).
   virtual void Attach(size_t i) = 0;

@@ -33,7 +33,21 @@ absl::Status MemoryStoreMaintainer::Stop() {
   return s;
 }
 
+absl::Status MemoryStoreMaintainer::SaveSnapshotNow() {
+  if (options_.snapshot_path.empty()) {
+    return absl::FailedPreconditionError("no snapshot path is set");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::FailedPreconditionError("the store is stopping");
+  }
+  return SaveNow();
+}
+
+size_t MemoryStoreMaintainer::SweepNow() { return store_->Sweep(clock_->Now()); }
+
 absl::Status MemoryStoreMaintainer::SaveNow() {
+  std::lock_guard<std::mutex> one_save(save_mu_);
   SnapshotStats stats;
   const absl::Time start = absl::Now();
   absl::Status s = SaveSnapshot(*store_, options_.snapshot_path, &stats);

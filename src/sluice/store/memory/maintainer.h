@@ -34,6 +34,12 @@ class MemoryStoreMaintainer {
   // Stops the thread and saves a final snapshot; returns that save's status. Idempotent.
   absl::Status Stop();
 
+  // Saves a snapshot now, between the periodic ones (never at the same time as one).
+  // FailedPrecondition without a snapshot path or after Stop(). Thread-safe.
+  absl::Status SaveSnapshotNow();
+  // Sweeps ended windows now; returns the entries dropped. Thread-safe.
+  size_t SweepNow();
+
   [[nodiscard]] uint64_t saves() const;
   [[nodiscard]] uint64_t failed_saves() const;
 
@@ -48,6 +54,7 @@ class MemoryStoreMaintainer {
   // so every user of a memory store can run its tests under TSan.
   mutable std::mutex mu_;
   std::condition_variable wake_;  // signalled when stopping_ is set
+  std::mutex save_mu_;            // one save at a time: they share the temporary file
   bool stopping_ = false;         // guarded by mu_, like the members below
   bool stopped_ = false;
   absl::Status final_status_;
