@@ -85,6 +85,7 @@ def request(*descriptors, hits_addend=0, domain="edge"):
         for key, value in d:
             desc.entries.add(key=key, value=value)
         if addend is not None:
+            desc.hits_addend.SetInParent()  # present even when the value is 0
             desc.hits_addend.value = addend
     return req
 
@@ -154,7 +155,13 @@ class RateLimitServiceTest(GrpcCase):
         res = self.client.call(request(([("api_key", "key-free")], 1), hits_addend=2), timeout=10)
         self.assertEqual(res.statuses[0].limit_remaining, 0)
         res = self.client.call(request([("api_key", "key-free")], hits_addend=0), timeout=10)
-        self.assertEqual(res.overall_code, OVER_LIMIT)  # 0 counts as 1
+        self.assertEqual(res.overall_code, OVER_LIMIT)  # the request's 0 is unset: 1
+
+    def test_a_descriptor_hits_addend_of_zero_peeks(self):
+        self.client.call(request([("api_key", "key-free")]), timeout=10)
+        for _ in range(3):
+            res = self.client.call(request(([("api_key", "key-free")], 0)), timeout=10)
+            self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, 2))
 
     def test_a_cost_entry_of_zero_peeks(self):
         self.client.call(request([("api_key", "key-free")]), timeout=10)

@@ -135,12 +135,14 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
     q.cost = *cost;
     return q;
   }
+  // The request's hits_addend is a plain integer: 0 is "not set", which Envoy means as 1. A
+  // descriptor's is a wrapper, set or not: an explicit 0 peeks.
   const uint64_t hits = has_addend ? addend : req.hits_addend();
   if (hits > static_cast<uint64_t>(kMaxCost)) {
     return absl::InvalidArgumentError(
         absl::StrCat("hits_addend: at most ", kMaxCost, ", got ", hits));
   }
-  q.cost = hits == 0 ? 1 : static_cast<int64_t>(hits);
+  q.cost = hits == 0 && !has_addend ? 1 : static_cast<int64_t>(hits);
   return q;
 }
 

@@ -37,7 +37,8 @@ struct Query {
 // Reads `req` by `keys`. Entries with other keys are ignored; a key may appear in several
 // descriptors only with one value. The cost is the `cost` entry if there is one (0 to kMaxCost;
 // 0 peeks), else a descriptor's hits_addend (every descriptor that sets one must agree), else the
-// request's hits_addend; a hits_addend of 0 counts as 1, as it does for Envoy. InvalidArgument,
+// request's hits_addend. The request's hits_addend of 0 is "not set" and counts as 1, as it does
+// for Envoy; a descriptor's hits_addend set to 0 peeks. InvalidArgument,
 // naming the descriptor and entry, for a request that breaks a bound, names neither an API key
 // nor a subject, names an API key together with a subject or plan, or carries a bad cost.
 [[nodiscard]] absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,

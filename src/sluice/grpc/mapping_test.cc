@@ -81,6 +81,9 @@ TEST_F(ParseRequestTest, ADescriptorHitsAddendOverridesTheRequests) {
   Add({{"api_key", "k"}}).set_hits_addend(5);
   req_.mutable_descriptors(0)->mutable_hits_addend()->set_value(7);
   EXPECT_EQ(Parsed().cost, 7);
+  // A descriptor's hits_addend is a wrapper: set to 0, it peeks.
+  req_.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  EXPECT_EQ(Parsed().cost, 0);
 }
 
 TEST_F(ParseRequestTest, ACostEntryOverridesEveryHitsAddendAndZeroPeeks) {
