@@ -31,17 +31,6 @@ absl::Status Assign(size_t descriptor, std::string_view key, std::string_view va
   return absl::OkStatus();
 }
 
-// Every field of a rendered HTTP answer a gateway should pass on; framing fields stay Envoy's.
-void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to) {
-  for (const auto& field : from) {
-    const std::string_view name(field.name_string().data(), field.name_string().size());
-    if (name == "Content-Length" || name == "Connection") continue;
-    auto* header = to->add_response_headers_to_add();
-    header->set_key(std::string(name));
-    header->set_value(std::string(field.value().data(), field.value().size()));
-  }
-}
-
 void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit,
                  size_t descriptors, rlsv3::RateLimitResponse* res) {
   res->set_overall_code(code);
@@ -57,6 +46,16 @@ void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit
 }
 
 }  // namespace
+
+void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to) {
+  for (const auto& field : from) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (name == "Content-Length" || name == "Connection") continue;
+    auto* header = to->add_response_headers_to_add();
+    header->set_key(std::string(name));
+    header->set_value(std::string(field.value().data(), field.value().size()));
+  }
+}
 
 absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
                                    const config::DescriptorKeys& keys) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "sluice/config/config.h"
+#include "sluice/http/render.h"
 #include "sluice/http/resolve.h"
 #include "sluice/limiter/decision.h"
 
@@ -63,6 +64,10 @@ struct Decided {
 // HTTP answer's (429 quota exceeded, or 503 when the store failed under on_store_error deny).
 [[nodiscard]] rlsv3::RateLimitResponse DecisionResponse(const Decision& d, size_t descriptors,
                                                         Decided who);
+
+// Adds every field of a rendered HTTP answer a gateway should pass on to `to`'s
+// response_headers_to_add; framing fields (Content-Length, Connection) stay Envoy's.
+void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to);
 
 // The answer to a request that may not be decided (unknown or expired key, disabled subject,
 // registry loading): OVER_LIMIT — the Rate Limit Service has no code for "unauthorized", and an
