@@ -2,7 +2,7 @@
 // the store-error policy and where alerts go. Every field has a default except the plans. The
 // options are checked by the same validation as sluice.yaml (docs/configuration.md), and an error
 // names the field the way the file would: "plans.free.limits[1].window: bad window \"5x\" (want
-// Ns, Nm, Nh, day or month)".
+// Ns, Nm, Nh, day, week, month or year)".
 //
 // Only the standard library is used, so this header compiles with nothing but the install prefix
 // on the include path.
@@ -22,8 +22,9 @@ namespace sluice::lib {
 struct LimitOptions {
   std::string name;   // 1-64 of [A-Za-z0-9_.-], unique within the plan
   int64_t quota = 0;  // 1..10^15
-  // "Ns", "Nm", "Nh" (aligned to the Unix epoch, at most 31 days: "744h"), "day" or "month"
-  // (local midnight in the plan's time zone).
+  // "Ns", "Nm", "Nh" (aligned to the Unix epoch, at most 31 days: "744h"), or a calendar period
+  // from local midnight in the plan's time zone: "day", "week" (an ISO week, from Monday),
+  // "month" or "year" (from January 1).
   std::string window;
   // Alert thresholds, percentages 1..100 of the quota (at most 16, any order, no repeats).
   std::vector<int> alert_at;
@@ -31,7 +32,7 @@ struct LimitOptions {
 
 struct PlanOptions {
   std::string name;                  // 1-64 of [A-Za-z0-9_.-], unique
-  std::string timezone = "UTC";      // an IANA name; decides where `day` and `month` begin
+  std::string timezone = "UTC";      // an IANA name; decides where calendar windows begin
   std::vector<LimitOptions> limits;  // at least one
 };
 

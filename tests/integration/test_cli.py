@@ -31,7 +31,7 @@ class CheckConfigTest(unittest.TestCase):
         self.assertEqual(result.returncode, 78)
         self.assertEqual(result.stderr.strip(),
                          f'{path}: plans.free.limits[0].window: bad window "5x" '
-                         "(want Ns, Nm, Nh, day or month)")
+                         "(want Ns, Nm, Nh, day, week, month or year)")
 
     def test_missing_file_exits_78(self):
         result = harness.run("check-config", "-c", os.path.join(self.dir.name, "nope.yaml"))

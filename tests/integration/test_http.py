@@ -278,6 +278,46 @@ class AdminTest(HttpTestCase):
         self.assertEqual(self.admin("GET", "/v1/usage/u")[0], 400)
 
 
+class CalendarWindowTest(unittest.TestCase):
+    """`week` and `year` windows start at Monday / January 1 midnight in the plan's zone."""
+
+    PLANS = """
+plans:
+  cal:
+    timezone: Europe/Paris
+    limits:
+      - { name: weekly, quota: 700, window: week }
+      - { name: yearly, quota: 2, window: year }
+"""
+
+    def test_week_and_year_report_their_real_length_and_deny_until_new_year(self):
+        zone = zoneinfo.ZoneInfo("Europe/Paris")
+        with harness.tempdir() as d, harness.Service(self.PLANS, d) as svc:
+            status, headers, body = svc.check({"subject": "user-9", "plan": "cal", "cost": 2})
+            now = datetime.datetime.now(zone)
+            self.assertEqual(status, 200)
+            self.assertEqual([l["window"] for l in body["limits"]], ["week", "year"])
+            # Aware datetimes of one zone subtract as wall clocks: compare Unix times instead.
+            monday = (now - datetime.timedelta(days=now.weekday())).replace(
+                hour=0, minute=0, second=0, microsecond=0)
+            next_monday = (monday + datetime.timedelta(days=7)).replace(tzinfo=zone)
+            new_year = datetime.datetime(now.year, 1, 1, tzinfo=zone)
+            next_new_year = datetime.datetime(now.year + 1, 1, 1, tzinfo=zone)
+            policy = parse_policy(headers["ratelimit-policy"])
+            self.assertEqual(policy["weekly"]["w"], round(next_monday.timestamp() - monday.timestamp()))
+            self.assertEqual(policy["yearly"]["w"],
+                             round(next_new_year.timestamp() - new_year.timestamp()))
+            weekly, yearly = body["limits"]
+            self.assertAlmostEqual(weekly["reset_after"], next_monday.timestamp() - now.timestamp(),
+                                   delta=2)
+            self.assertAlmostEqual(yearly["reset_after"],
+                                   next_new_year.timestamp() - now.timestamp(), delta=2)
+            status, _, body = svc.check({"subject": "user-9", "plan": "cal", "cost": 1})
+            self.assertEqual((status, body["allowed"], body["violated"]), (200, False, ["yearly"]))
+            self.assertAlmostEqual(body["retry_after"], next_new_year.timestamp() - now.timestamp(),
+                                   delta=2)
+
+
 class LoggingTest(unittest.TestCase):
     def test_requests_are_logged_at_debug_without_keys_or_tokens(self):
         with harness.tempdir() as d, harness.Service(PLANS, d, args=("--log-level", "debug")) as svc:

@@ -72,9 +72,10 @@ constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
 constexpr int64_t kMaxWindowCount = 100'000'000;  // N of Ns/Nm/Nh read before the cap below
-// The longest fixed window: as long as the longest month. Every counter then expires within 31
-// days and a grace period, which the memory store's snapshot relies on (it drops records that
-// claim to live longer) and which keeps every expiry far inside its 32-bit seconds.
+// The longest fixed window: as long as the longest month. No window outlives a leap year (a
+// `year`), so every counter expires within 366 days and a grace period, which the memory store's
+// snapshot relies on (it drops records that claim to live longer) and which keeps every expiry
+// far inside its 32-bit seconds.
 const absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
 
@@ -1150,12 +1151,20 @@ absl::Status ValidateStore(const StoreConfig& store) {
 
 // A window built in code may skip ParseWindow; the limiter relies on what it guarantees.
 absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
-  if (window.kind != WindowSpec::Kind::kFixed) return absl::OkStatus();
+  switch (window.kind) {
+    case WindowSpec::Kind::kDay:
+    case WindowSpec::Kind::kWeek:
+    case WindowSpec::Kind::kMonth:
+    case WindowSpec::Kind::kYear:
+      return absl::OkStatus();
+    case WindowSpec::Kind::kFixed:
+      break;
+  }
   const absl::Duration length = window.length;
-  if (length < absl::Seconds(1) || length > kMaxFixedWindow ||
-      length % absl::Seconds(1) != absl::ZeroDuration()) {
-    return Error(
-        path, absl::StrCat("bad window ", Quote(window.text), " (want Ns, Nm, Nh, day or month)"));
+  if (window.kind != WindowSpec::Kind::kFixed || length < absl::Seconds(1) ||
+      length > kMaxFixedWindow || length % absl::Seconds(1) != absl::ZeroDuration()) {
+    return Error(path, absl::StrCat("bad window ", Quote(window.text),
+                                    " (want Ns, Nm, Nh, day, week, month or year)"));
   }
   return absl::OkStatus();
 }
@@ -1468,7 +1477,9 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view std_text) {
 absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
   const absl::string_view text = FromStd(std_text);
   if (text == "day") return WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"};
+  if (text == "week") return WindowSpec{.kind = WindowSpec::Kind::kWeek, .text = "week"};
   if (text == "month") return WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"};
+  if (text == "year") return WindowSpec{.kind = WindowSpec::Kind::kYear, .text = "year"};
   const size_t digits = CountLeadingDigits(text);
   int64_t count = 0;
   if (digits > 0 && digits + 1 == text.size() && absl::SimpleAtoi(text.substr(0, digits), &count) &&
@@ -1488,7 +1499,7 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day or month)"));
+      absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month or year)"));
 }
 
 }  // namespace sluice::config

@@ -105,10 +105,10 @@ enum class OnStoreError { kAllow, kDeny };
 // A limit's window as written: a fixed duration aligned to the Unix epoch, or a calendar period in
 // the plan's time zone.
 struct WindowSpec {
-  enum class Kind { kFixed, kDay, kMonth };
+  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear };
   Kind kind = Kind::kFixed;
   absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
-  std::string text;                              // as written: "1m", "day", "month"
+  std::string text;                              // as written: "1m", "day", "week", "month", "year"
 
   friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
 };
@@ -199,7 +199,8 @@ struct Config {
 // Parses and validates YAML text. `source` names it in errors (normally the file path) and becomes
 // Config::path. A field written without a value (`threads:` or `threads: ~`) counts as absent.
 // Errors are InvalidArgument with the message "<source>: <key.path>: <what is wrong>", e.g.
-// "sluice.yaml: plans.free.limits[1].window: bad window \"5x\" (want Ns, Nm, Nh, day or month)".
+// "sluice.yaml: plans.free.limits[1].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, month
+// or year)".
 [[nodiscard]] absl::StatusOr<Config> ParseConfig(std::string_view yaml, std::string_view source);
 
 // Reads `path` and parses it as ParseConfig does, then applies ApplyEnvironment with the process
@@ -225,7 +226,8 @@ struct Config {
 // Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
 [[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 
-// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day" or "month".
+// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month" or
+// "year".
 [[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
 }  // namespace sluice::config

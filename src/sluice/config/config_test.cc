@@ -468,9 +468,10 @@ TEST_F(ConfigTest, NonIntegerQuotaIsRejected) {
 }
 
 TEST_F(ConfigTest, BadWindowIsRejected) {
-  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 1, window: 5x")),
-            "test.yaml: plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day or "
-            "month)");
+  EXPECT_EQ(
+      ErrorOf(WithLimit("name: daily, quota: 1, window: 5x")),
+      "test.yaml: plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, "
+      "month or year)");
 }
 
 TEST_F(ConfigTest, UnknownTimeZoneIsRejected) {
@@ -577,16 +578,31 @@ TEST(ParseWindowTest, AFixedWindowIsAtMostThirtyOneDays) {
   }
 }
 
-TEST(ParseWindowTest, DayAndMonthAreCalendarPeriods) {
+TEST(ParseWindowTest, DayWeekMonthAndYearAreCalendarPeriods) {
   EXPECT_EQ(*ParseWindow("day"), (WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"}));
+  EXPECT_EQ(*ParseWindow("week"), (WindowSpec{.kind = WindowSpec::Kind::kWeek, .text = "week"}));
   EXPECT_EQ(*ParseWindow("month"), (WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"}));
+  EXPECT_EQ(*ParseWindow("year"), (WindowSpec{.kind = WindowSpec::Kind::kYear, .text = "year"}));
+}
+
+TEST_F(ConfigTest, YearAndWeekWindowsAreReadFromTheFile) {
+  absl::StatusOr<Config> config = Parse(
+      "plans:\n  free:\n    timezone: Europe/Paris\n    limits:\n"
+      "      - { name: weekly, quota: 700, window: week }\n"
+      "      - { name: yearly, quota: 36500, window: year, alert_at: [90] }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const PlanConfig& plan = config->plans[0];
+  ASSERT_EQ(plan.limits.size(), 2u);
+  EXPECT_EQ(plan.limits[0].window, (WindowSpec{.kind = WindowSpec::Kind::kWeek, .text = "week"}));
+  EXPECT_EQ(plan.limits[1].window, (WindowSpec{.kind = WindowSpec::Kind::kYear, .text = "year"}));
 }
 
 TEST(ParseWindowTest, RejectsAnythingElse) {
-  for (const char* text : {"", "0m", "5x", "1d", "Day", "1ms", "m", "-1m", "1.5h", "1 m"}) {
+  for (const char* text : {"", "0m", "5x", "1d", "Day", "1ms", "m", "-1m", "1.5h", "1 m", "Year",
+                           "years", "1y", "1w", "weekly", "week ", "2week"}) {
     EXPECT_EQ(ParseWindow(text).status(),
-              absl::InvalidArgumentError(
-                  absl::StrCat("bad window \"", text, "\" (want Ns, Nm, Nh, day or month)")))
+              absl::InvalidArgumentError(absl::StrCat(
+                  "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month or year)")))
         << text;
   }
 }
@@ -1349,7 +1365,23 @@ TEST_F(ValidateTest, UnknownTimeZoneIsRefused) {
 TEST_F(ValidateTest, WindowNotBuiltByParseWindowIsChecked) {
   cfg_.plans[0].limits[0].window = WindowSpec{.length = absl::Milliseconds(500), .text = "0.5s"};
   EXPECT_EQ(ErrorOf(),
-            "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day or month)");
+            "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day, week, month "
+            "or year)");
+}
+
+TEST_F(ValidateTest, CalendarWindowsNeedNoLength) {
+  for (const WindowSpec::Kind kind : {WindowSpec::Kind::kWeek, WindowSpec::Kind::kYear}) {
+    cfg_.plans[0].limits[0].window = WindowSpec{.kind = kind, .text = "calendar"};
+    EXPECT_TRUE(Validate(cfg_).ok()) << Validate(cfg_);
+  }
+}
+
+TEST_F(ValidateTest, WindowKindOutsideTheEnumIsRefused) {
+  cfg_.plans[0].limits[0].window =
+      WindowSpec{.kind = static_cast<WindowSpec::Kind>(99), .text = "?"};
+  EXPECT_EQ(ErrorOf(),
+            "plans.free.limits[0].window: bad window \"?\" (want Ns, Nm, Nh, day, week, month or "
+            "year)");
 }
 
 TEST_F(ValidateTest, AlertPercentagesMustBeInRangeAndIncreasing) {

@@ -260,6 +260,33 @@ TEST_F(MemoryLimiterTest, DescribesItself) {
 }
 
 // Options are validated as sluice.yaml is, and the error names the field.
+TEST(CalendarWindowTest, WeekAndYearEndAtMondayAndNewYear) {
+  Options options;
+  options.plans.push_back(
+      PlanOptions{.name = "cal",
+                  .limits = {LimitOptions{.name = "weekly", .quota = 100, .window = "week"},
+                             LimitOptions{.name = "yearly", .quota = 3, .window = "year"}}});
+  std::unique_ptr<Limiter> limiter = OpenOrDie(std::move(options));
+  ASSERT_NE(limiter, nullptr);
+  ASSERT_TRUE(limiter->Decide({.subject = "u", .plan = "cal", .cost = 3})->allowed);
+  Result<Decision> denied = limiter->Decide({.subject = "u", .plan = "cal"});
+  const auto now = std::chrono::system_clock::now();
+  ASSERT_TRUE(denied.ok());
+  EXPECT_FALSE(denied->allowed);
+  // The plan's zone is UTC: the civil calendar of std::chrono gives the ends.
+  using namespace std::chrono;
+  const sys_days today = floor<days>(now);
+  const sys_days new_year{(year_month_day{today}.year() + years{1}) / January / 1};
+  const sys_days next_monday = today + days{8 - weekday{today}.iso_encoding()};
+  ASSERT_EQ(denied->limits.size(), 2u);
+  EXPECT_FALSE(denied->limits[0].violated);
+  EXPECT_NEAR(denied->limits[0].reset_after.count(),
+              duration_cast<seconds>(next_monday - now).count(), 2);
+  EXPECT_TRUE(denied->limits[1].violated);
+  EXPECT_NEAR(denied->limits[1].retry_after.count(), duration_cast<seconds>(new_year - now).count(),
+              2);
+}
+
 TEST(MemoryLimiterOptionsTest, QuotaOutOfRangeNamesTheLimit) {
   Options options = FreeOptions();
   options.plans[0].limits[1].quota = 0;
@@ -270,8 +297,9 @@ TEST(MemoryLimiterOptionsTest, QuotaOutOfRangeNamesTheLimit) {
 TEST(MemoryLimiterOptionsTest, BadWindowNamesTheLimit) {
   Options options = FreeOptions();
   options.plans[0].limits[0].window = "5x";
-  EXPECT_EQ(OpenError(std::move(options)),
-            "plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day or month)");
+  EXPECT_EQ(
+      OpenError(std::move(options)),
+      "plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, month or year)");
 }
 
 TEST(MemoryLimiterOptionsTest, NoPlanIsRefused) {

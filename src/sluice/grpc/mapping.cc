@@ -153,8 +153,14 @@ RateLimit CurrentLimit(const LimitDecision& limit) {
   const config::WindowSpec& w = limit.limit->window;
   if (w.kind == config::WindowSpec::Kind::kDay) {
     out.set_unit(RateLimit::DAY);
+  } else if (w.kind == config::WindowSpec::Kind::kWeek) {
+    out.set_unit(RateLimit::WEEK);
   } else if (w.kind == config::WindowSpec::Kind::kMonth) {
     out.set_unit(RateLimit::MONTH);
+  } else if (w.kind == config::WindowSpec::Kind::kYear) {
+    out.set_unit(RateLimit::YEAR);
+  } else if (w.length >= absl::Hours(24 * 7)) {
+    out.set_unit(RateLimit::WEEK);
   } else if (w.length >= absl::Hours(24)) {
     out.set_unit(RateLimit::DAY);
   } else if (w.length >= absl::Hours(1)) {

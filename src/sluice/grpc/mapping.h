@@ -46,8 +46,9 @@ struct Query {
                                                  const config::DescriptorKeys& keys);
 
 // The limit Envoy is told about: the quota per unit, the unit being the window's when the window
-// is one second, minute, hour, day or month, else the largest of those that fits in the window
-// (a 10-minute window reports MINUTE; the quota is still the window's).
+// is one second, minute, hour, day, week, month or year, else the largest of those that fits in
+// the window (a 10-minute window reports MINUTE, a 240-hour one WEEK; the quota is still the
+// window's).
 [[nodiscard]] rlsv3::RateLimitResponse::RateLimit CurrentLimit(const LimitDecision& limit);
 
 // Who was decided, for the Sluice-Subject and Sluice-Plan headers.

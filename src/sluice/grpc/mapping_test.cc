@@ -261,8 +261,21 @@ TEST(CurrentLimitTest, UnitsAreTheWindowsOrTheLargestThatFits) {
   EXPECT_EQ(unit_of("10m"), RateLimit::MINUTE);
   EXPECT_EQ(unit_of("1h"), RateLimit::HOUR);
   EXPECT_EQ(unit_of("48h"), RateLimit::DAY);
+  EXPECT_EQ(unit_of("167h"), RateLimit::DAY);
+  EXPECT_EQ(unit_of("168h"), RateLimit::WEEK);
+  EXPECT_EQ(unit_of("744h"), RateLimit::WEEK);
   EXPECT_EQ(unit_of("day"), RateLimit::DAY);
+  EXPECT_EQ(unit_of("week"), RateLimit::WEEK);
   EXPECT_EQ(unit_of("month"), RateLimit::MONTH);
+  EXPECT_EQ(unit_of("year"), RateLimit::YEAR);
+}
+
+TEST(CurrentLimitTest, UnitNumbersAreEnvoys) {
+  // What Envoy reads off the wire: the enum's numbers, not its names.
+  using RateLimit = rlsv3::RateLimitResponse::RateLimit;
+  EXPECT_EQ(static_cast<int>(RateLimit::MONTH), 5);
+  EXPECT_EQ(static_cast<int>(RateLimit::YEAR), 6);
+  EXPECT_EQ(static_cast<int>(RateLimit::WEEK), 7);
 }
 
 }  // namespace

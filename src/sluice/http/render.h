@@ -27,9 +27,10 @@ inline constexpr std::string_view kQuotaExceededType =
 
 // Sets RateLimit-Policy and RateLimit (one list member per limit, in plan order), and
 // X-RateLimit-Limit/-Remaining/-Reset for d.Tightest(). A policy's `w` is the window's length in
-// seconds: the fixed length, or the current day's or month's actual length (a DST day is 82800 or
-// 90000). Sets none of them when d.limits is empty. Also sets `Sluice-Degraded: 1` for a degraded
-// decision. Existing fields of the same names are replaced.
+// seconds: the fixed length, or the current calendar period's actual length (a DST day is 82800 or
+// 90000, a DST week 601200 or 608400, a leap year 31622400). Sets none of them when d.limits is
+// empty. Also sets `Sluice-Degraded: 1` for a degraded decision. Existing fields of the same names
+// are replaced.
 void SetRateLimitHeaders(const Decision& d, Response& res);
 
 // Sets Retry-After to d.retry_after seconds (at least 1) for a denied decision; does nothing for an

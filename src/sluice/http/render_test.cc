@@ -106,6 +106,25 @@ TEST_F(RenderTest, PolicyWindowOfADaylightSavingDayIsItsRealLength) {
   EXPECT_EQ(Header(res_, "RateLimit-Policy"), R"("per_minute";q=60;w=60, "daily";q=5000;w=82800)");
 }
 
+TEST_F(RenderTest, AYearWindowsPolicyIsTheYearsLengthAndItsDenialWaitsUntilNewYear) {
+  // Denied by a yearly quota one second into the leap year 2028.
+  const Limit yearly{.name = "yearly", .quota = 100, .window = *config::ParseWindow("year")};
+  const absl::Time new_year = absl::FromUnixSeconds(1830297600);  // 2028-01-01T00:00:00Z
+  Decision d{.plan = &plan_, .allowed = false, .retry_after = 31622399};
+  d.limits.push_back({.limit = &yearly,
+                      .used = 100,
+                      .remaining = 0,
+                      .reset_after = 31622399,
+                      .window_start = new_year,
+                      .window_end = new_year + absl::Hours(24 * 366),
+                      .violated = true});
+  SetRateLimitHeaders(d, res_);
+  SetRetryAfter(d, res_);
+  EXPECT_EQ(Header(res_, "RateLimit-Policy"), R"("yearly";q=100;w=31622400)");
+  EXPECT_EQ(Header(res_, "RateLimit"), R"("yearly";r=0;t=31622399)");
+  EXPECT_EQ(Header(res_, "Retry-After"), "31622399");
+}
+
 TEST_F(RenderTest, LegacyHeadersDescribeTheTightestLimit) {
   SetRateLimitHeaders(Denied(), res_);
   EXPECT_EQ(Header(res_, "X-RateLimit-Limit"), "60");

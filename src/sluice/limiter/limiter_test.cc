@@ -254,6 +254,13 @@ TEST(LimitTagTest, IsTheNameAndTheWindowWithTheZoneOfACalendarWindow) {
   EXPECT_NE(LimitTag("daily", day, utc), LimitTag("daily", day, paris));
   const config::WindowSpec minute = *config::ParseWindow("1m");
   EXPECT_EQ(LimitTag("m", minute, utc), LimitTag("m", *config::ParseWindow("60s"), paris));
+  // Every calendar period is a window of its own.
+  const config::WindowSpec week = *config::ParseWindow("week");
+  const config::WindowSpec year = *config::ParseWindow("year");
+  EXPECT_NE(LimitTag("q", week, utc), LimitTag("q", day, utc));
+  EXPECT_NE(LimitTag("q", year, utc), LimitTag("q", *config::ParseWindow("month"), utc));
+  EXPECT_NE(LimitTag("q", year, utc), LimitTag("q", week, utc));
+  EXPECT_NE(LimitTag("q", year, utc), LimitTag("q", year, paris));
 }
 
 TEST(WindowKeyTest, NamesTheLengthOrTheCalendarAndZoneWithoutColons) {
@@ -264,6 +271,8 @@ TEST(WindowKeyTest, NamesTheLengthOrTheCalendarAndZoneWithoutColons) {
   EXPECT_EQ(WindowKey(*config::ParseWindow("2h"), paris), "7200s");
   EXPECT_EQ(WindowKey(*config::ParseWindow("day"), paris), "day@Europe/Paris");
   EXPECT_EQ(WindowKey(*config::ParseWindow("month"), fixed), "month@Fixed/UTC+05.30.00");
+  EXPECT_EQ(WindowKey(*config::ParseWindow("week"), paris), "week@Europe/Paris");
+  EXPECT_EQ(WindowKey(*config::ParseWindow("year"), fixed), "year@Fixed/UTC+05.30.00");
 }
 
 // A store that records what it was asked and answers later, when told to (as a remote store does).

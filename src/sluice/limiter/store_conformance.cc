@@ -19,6 +19,8 @@ WindowSpec Fixed(absl::Duration d, std::string text) {
   return {.kind = WindowSpec::Kind::kFixed, .length = d, .text = std::move(text)};
 }
 WindowSpec Day() { return {.kind = WindowSpec::Kind::kDay, .text = "day"}; }
+WindowSpec Week() { return {.kind = WindowSpec::Kind::kWeek, .text = "week"}; }
+WindowSpec Year() { return {.kind = WindowSpec::Kind::kYear, .text = "year"}; }
 
 LimitConfig MakeLimit(std::string name, int64_t quota, WindowSpec w,
                       std::vector<int> alert_at = {}) {
@@ -251,6 +253,42 @@ TEST_P(StoreConformanceTest, DailyWindowResetsAtMidnightInThePlansZone) {
   EXPECT_FALSE(Check("alice").allowed);
   clock_->Advance(absl::Seconds(1));
   EXPECT_TRUE(Check("alice").allowed);
+}
+
+TEST_P(StoreConformanceTest, WeeklyWindowResetsAtMondayMidnightInThePlansZone) {
+  // kStart is Monday 2026-11-30 07:00 in New York; the week ends Monday 2026-12-07 00:00 EST.
+  UsePlans({PlanConfig{
+      .name = "p", .timezone = "America/New_York", .limits = {MakeLimit("weekly", 3, Week())}}});
+  ASSERT_TRUE(Check("alice", 3).allowed);
+  Decision denied = Check("alice");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.retry_after, (6 * 24 + 17) * 3600);
+  clock_->Advance(absl::Hours(6 * 24 + 17) - absl::Seconds(1));
+  EXPECT_FALSE(Check("alice").allowed);
+  clock_->Advance(absl::Seconds(1));
+  EXPECT_EQ(Check("alice").limits[0].used, 1);
+}
+
+TEST_P(StoreConformanceTest, YearlyWindowKeepsCountingAcrossMonthsAndResetsAtNewYear) {
+  // Paris is UTC+1 in winter: its 2027 begins at 2026-12-31T23:00Z, 31 days and 11 hours after
+  // kStart.
+  UsePlans({PlanConfig{
+      .name = "p", .timezone = "Europe/Paris", .limits = {MakeLimit("yearly", 3, Year())}}});
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  clock_->Advance(absl::Hours(24 * 2));  // December: another month, the same year
+  ASSERT_TRUE(Check("alice").allowed);
+  Decision denied = Check("alice");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.limits[0].used, 3);
+  EXPECT_EQ(denied.retry_after, (29 * 24 + 11) * 3600);
+  clock_->Advance(absl::Hours(29 * 24 + 11) - absl::Seconds(1));
+  EXPECT_FALSE(Check("alice").allowed);
+  clock_->Advance(absl::Seconds(1));
+  Decision next_year = Check("alice");
+  EXPECT_TRUE(next_year.allowed);
+  EXPECT_EQ(next_year.limits[0].used, 1);
+  EXPECT_EQ(next_year.limits[0].window_end - next_year.limits[0].window_start,
+            absl::Hours(24 * 365));
 }
 
 TEST_P(StoreConformanceTest, ThresholdFiresOnceAtTheFirstRequestThatReachesIt) {

@@ -48,14 +48,53 @@ WindowBounds MonthWindowAt(const absl::TimeZone& tz, absl::Time t) {
           .end = FirstInstantOf(absl::CivilSecond(month + 1), tz)};
 }
 
+// ISO weeks start on Monday. The week containing 1970-01-01 (a Thursday) starts on 1969-12-29.
+WindowBounds WeekWindowAt(const absl::TimeZone& tz, absl::Time t) {
+  const absl::CivilDay day = absl::ToCivilDay(t, tz);
+  const absl::CivilDay first_monday(1969, 12, 29);
+  const int64_t id = FloorDiv(day - first_monday, 7);
+  const absl::CivilDay monday = first_monday + id * 7;
+  return {.id = id,
+          .start = FirstInstantOf(absl::CivilSecond(monday), tz),
+          .end = FirstInstantOf(absl::CivilSecond(monday + 7), tz)};
+}
+
+WindowBounds YearWindowAt(const absl::TimeZone& tz, absl::Time t) {
+  const absl::CivilYear year = absl::ToCivilYear(t, tz);
+  return {.id = year.year() - 1970,
+          .start = FirstInstantOf(absl::CivilSecond(year), tz),
+          .end = FirstInstantOf(absl::CivilSecond(year + 1), tz)};
+}
+
+// The prefix of a calendar window's WindowKey.
+const char* CalendarName(config::WindowSpec::Kind kind) {
+  switch (kind) {
+    case config::WindowSpec::Kind::kDay:
+      return "day";
+    case config::WindowSpec::Kind::kWeek:
+      return "week";
+    case config::WindowSpec::Kind::kMonth:
+      return "month";
+    case config::WindowSpec::Kind::kYear:
+      return "year";
+    case config::WindowSpec::Kind::kFixed:
+      break;
+  }
+  return "fixed";  // not reached: fixed windows are named by their length
+}
+
 }  // namespace
 
 WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, absl::Time t) {
   switch (spec.kind) {
     case config::WindowSpec::Kind::kDay:
       return DayWindowAt(tz, t);
+    case config::WindowSpec::Kind::kWeek:
+      return WeekWindowAt(tz, t);
     case config::WindowSpec::Kind::kMonth:
       return MonthWindowAt(tz, t);
+    case config::WindowSpec::Kind::kYear:
+      return YearWindowAt(tz, t);
     case config::WindowSpec::Kind::kFixed:
       break;
   }
@@ -66,8 +105,7 @@ std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz) 
   if (spec.kind == config::WindowSpec::Kind::kFixed) {
     return absl::StrCat(absl::ToInt64Seconds(spec.length), "s");
   }
-  std::string key =
-      absl::StrCat(spec.kind == config::WindowSpec::Kind::kDay ? "day@" : "month@", tz.name());
+  std::string key = absl::StrCat(CalendarName(spec.kind), "@", tz.name());
   std::replace(key.begin(), key.end(), ':', '.');
   return key;
 }

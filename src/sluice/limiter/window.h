@@ -1,9 +1,11 @@
 // Window math: which window an instant falls in, and when that window starts and ends.
 //
 // Fixed windows ("Ns", "Nm", "Nh") are aligned to the Unix epoch: window id = floor(unix / N).
-// Calendar windows ("day", "month") start at local midnight in the plan's time zone; a DST day is
-// 23 or 25 hours long, a month is a real month. Ids are days or months since 1970-01 (local
-// calendar), so they increase by one from each window to the next.
+// Calendar windows ("day", "week", "month", "year") start at local midnight in the plan's time
+// zone: a day at midnight, an ISO week on Monday, a month on its first day, a year on January 1. A
+// DST day is 23 or 25 hours long (a week with one 167 or 169 hours), a month is a real month, a
+// year has 365 or 366 days. Ids count windows since the one containing 1970-01-01 local (for weeks,
+// since Monday 1969-12-29), so they increase by one from each window to the next.
 #ifndef SLUICE_LIMITER_WINDOW_H_
 #define SLUICE_LIMITER_WINDOW_H_
 
@@ -31,9 +33,9 @@ struct WindowBounds {
 
 // The window's canonical name, which (with the limit name) identifies a limit's counters in every
 // store: the fixed length in seconds ("60s" for "1m" and "60s" alike), or for a calendar window
-// "day@<zone>" / "month@<zone>" with the plan's time zone (a `day` in Paris and a `day` in Tokyo
-// have other bounds: they are other windows). It never contains ':' (a ':' of a zone name, as in
-// absl's "Fixed/UTC+05:30:00", is written '.').
+// "day@<zone>", "week@<zone>", "month@<zone>" or "year@<zone>" with the plan's time zone (a `day`
+// in Paris and a `day` in Tokyo have other bounds: they are other windows). It never contains ':'
+// (a ':' of a zone name, as in absl's "Fixed/UTC+05:30:00", is written '.').
 [[nodiscard]] std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz);
 
 // Whole seconds from `now` until `end`, rounded up; 0 if `end` is not after `now`.

@@ -19,7 +19,9 @@ config::WindowSpec Fixed(absl::Duration length) {
   return {.kind = Kind::kFixed, .length = length, .text = absl::FormatDuration(length)};
 }
 config::WindowSpec Day() { return {.kind = Kind::kDay, .text = "day"}; }
+config::WindowSpec Week() { return {.kind = Kind::kWeek, .text = "week"}; }
 config::WindowSpec Month() { return {.kind = Kind::kMonth, .text = "month"}; }
+config::WindowSpec Year() { return {.kind = Kind::kYear, .text = "year"}; }
 
 // An RFC 3339 instant, e.g. "2026-03-08T12:00:00-04:00" or "2026-01-01T00:00:59.999Z".
 absl::Time At(absl::string_view rfc3339) {
@@ -318,6 +320,183 @@ TEST_F(MonthWindowTest, MonthWithASpringForwardIsOneHourShort) {
   EXPECT_EQ(w.end - w.start, absl::Hours(24 * 31 - 1));
 }
 
+// ---- Week windows ----
+
+using WeekWindowTest = WindowTest;
+
+TEST_F(WeekWindowTest, WeekRunsFromMondayMidnightToTheNextMonday) {
+  // 2026-12-02 is a Wednesday.
+  const WindowBounds w = WindowAt(Week(), utc_, At("2026-12-02T13:45:12Z"));
+  EXPECT_EQ(w.start, At("2026-11-30T00:00:00Z"));
+  EXPECT_EQ(w.end, At("2026-12-07T00:00:00Z"));
+  EXPECT_EQ(absl::GetWeekday(absl::ToCivilDay(w.start, utc_)), absl::Weekday::monday);
+}
+
+TEST_F(WeekWindowTest, SundayBelongsToTheWeekThatStartedSixDaysBefore) {
+  const WindowBounds sunday = WindowAt(Week(), utc_, At("2026-12-06T23:59:59.999Z"));
+  const WindowBounds monday = WindowAt(Week(), utc_, At("2026-12-07T00:00:00Z"));
+  EXPECT_EQ(sunday.start, At("2026-11-30T00:00:00Z"));
+  EXPECT_EQ(monday.start, At("2026-12-07T00:00:00Z"));
+  EXPECT_EQ(monday.id, sunday.id + 1);
+}
+
+TEST_F(WeekWindowTest, IdCountsWeeksSinceTheMondayBeforeTheEpoch) {
+  // 1970-01-01 was a Thursday: its week started on Monday 1969-12-29.
+  const WindowBounds epoch = WindowAt(Week(), utc_, absl::UnixEpoch());
+  EXPECT_EQ(epoch.id, 0);
+  EXPECT_EQ(epoch.start, At("1969-12-29T00:00:00Z"));
+  EXPECT_EQ(WindowAt(Week(), utc_, At("1969-12-28T23:59:59Z")).id, -1);
+  EXPECT_EQ(WindowAt(Week(), utc_, At("1970-01-05T00:00:00Z")).id, 1);
+  // 2026-11-30 is 20787 days after the epoch, 20790 after 1969-12-29: week 2970.
+  EXPECT_EQ(WindowAt(Week(), utc_, At("2026-12-02T00:00:00Z")).id, 2970);
+}
+
+TEST_F(WeekWindowTest, IsoWeekSpanningNewYearIsOneWindow) {
+  // ISO week 2026-W53 runs from Monday 2026-12-28 to Sunday 2027-01-03.
+  const WindowBounds december = WindowAt(Week(), utc_, At("2026-12-31T12:00:00Z"));
+  const WindowBounds january = WindowAt(Week(), utc_, At("2027-01-03T12:00:00Z"));
+  EXPECT_EQ(december, january);
+  EXPECT_EQ(december.start, At("2026-12-28T00:00:00Z"));
+  EXPECT_EQ(december.end, At("2027-01-04T00:00:00Z"));
+}
+
+TEST_F(WeekWindowTest, WeekFollowsThePlanTimeZone) {
+  // Sunday 2026-11-29 20:00 in New York is Monday 01:00 UTC: another week in UTC than in New York.
+  absl::TimeZone ny;
+  ASSERT_TRUE(absl::LoadTimeZone("America/New_York", &ny));
+  const absl::Time t = At("2026-11-30T01:00:00Z");
+  const WindowBounds local = WindowAt(Week(), ny, t);
+  EXPECT_EQ(local.start, At("2026-11-23T00:00:00-05:00"));
+  EXPECT_EQ(local.end, At("2026-11-30T00:00:00-05:00"));
+  EXPECT_EQ(WindowAt(Week(), utc_, t).id, local.id + 1);
+}
+
+TEST_F(WeekWindowTest, ParisSpringForwardWeekIs167Hours) {
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  // Summer time begins on Sunday 2026-03-29 at 02:00 local.
+  const WindowBounds w = WindowAt(Week(), paris, At("2026-03-27T12:00:00Z"));
+  EXPECT_EQ(w.start, At("2026-03-23T00:00:00+01:00"));
+  EXPECT_EQ(w.end, At("2026-03-30T00:00:00+02:00"));
+  EXPECT_EQ(w.end - w.start, absl::Hours(167));
+}
+
+TEST_F(WeekWindowTest, ParisFallBackWeekIs169Hours) {
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  // Summer time ends on Sunday 2026-10-25 at 03:00 local.
+  const WindowBounds w = WindowAt(Week(), paris, At("2026-10-25T12:00:00Z"));
+  EXPECT_EQ(w.start, At("2026-10-19T00:00:00+02:00"));
+  EXPECT_EQ(w.end, At("2026-10-26T00:00:00+01:00"));
+  EXPECT_EQ(w.end - w.start, absl::Hours(169));
+}
+
+TEST_F(WeekWindowTest, NewYorkSpringForwardWeekIs167HoursAndFallBackWeekIs169) {
+  absl::TimeZone ny;
+  ASSERT_TRUE(absl::LoadTimeZone("America/New_York", &ny));
+  // 2026: DST starts Sunday 2026-03-08, ends Sunday 2026-11-01; both weeks start the Monday before.
+  const WindowBounds spring = WindowAt(Week(), ny, At("2026-03-08T12:00:00Z"));
+  EXPECT_EQ(spring.start, At("2026-03-02T00:00:00-05:00"));
+  EXPECT_EQ(spring.end - spring.start, absl::Hours(167));
+  const WindowBounds fall = WindowAt(Week(), ny, At("2026-11-01T12:00:00Z"));
+  EXPECT_EQ(fall.start, At("2026-10-26T00:00:00-04:00"));
+  EXPECT_EQ(fall.end - fall.start, absl::Hours(169));
+}
+
+TEST_F(WeekWindowTest, ConsecutiveWeeksHaveConsecutiveIdsAndTouchAcrossDstAndYears) {
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  WindowBounds w = WindowAt(Week(), paris, At("2026-01-01T12:00:00Z"));
+  for (int i = 0; i < 160; ++i) {  // three years: six DST changes, three New Years
+    const WindowBounds next = WindowAt(Week(), paris, w.end);
+    EXPECT_EQ(next.id, w.id + 1);
+    EXPECT_EQ(next.start, w.end);
+    EXPECT_EQ(absl::GetWeekday(absl::ToCivilDay(next.start, paris)), absl::Weekday::monday);
+    w = next;
+  }
+}
+
+// ---- Year windows ----
+
+using YearWindowTest = WindowTest;
+
+TEST_F(YearWindowTest, YearRunsFromJanuaryFirstToJanuaryFirst) {
+  const WindowBounds w = WindowAt(Year(), utc_, At("2026-07-15T08:00:00Z"));
+  EXPECT_EQ(w.start, At("2026-01-01T00:00:00Z"));
+  EXPECT_EQ(w.end, At("2027-01-01T00:00:00Z"));
+  EXPECT_EQ(w.end - w.start, absl::Hours(24 * 365));
+}
+
+TEST_F(YearWindowTest, LeapYear2028Has366Days) {
+  const WindowBounds w = WindowAt(Year(), utc_, At("2028-02-29T12:00:00Z"));
+  EXPECT_EQ(w.start, At("2028-01-01T00:00:00Z"));
+  EXPECT_EQ(w.end, At("2029-01-01T00:00:00Z"));
+  EXPECT_EQ(w.end - w.start, absl::Hours(24 * 366));
+}
+
+TEST_F(YearWindowTest, CenturyYear2100IsNotALeapYearButYear2000Was) {
+  EXPECT_EQ(WindowAt(Year(), utc_, At("2100-06-01T00:00:00Z")).end -
+                WindowAt(Year(), utc_, At("2100-06-01T00:00:00Z")).start,
+            absl::Hours(24 * 365));
+  EXPECT_EQ(WindowAt(Year(), utc_, At("2000-06-01T00:00:00Z")).end -
+                WindowAt(Year(), utc_, At("2000-06-01T00:00:00Z")).start,
+            absl::Hours(24 * 366));
+}
+
+TEST_F(YearWindowTest, LastInstantOfDecemberAndNewYearAreConsecutiveYears) {
+  const WindowBounds old_year = WindowAt(Year(), utc_, At("2026-12-31T23:59:59.999Z"));
+  const WindowBounds new_year = WindowAt(Year(), utc_, At("2027-01-01T00:00:00Z"));
+  EXPECT_EQ(old_year.end, At("2027-01-01T00:00:00Z"));
+  EXPECT_EQ(new_year.start, old_year.end);
+  EXPECT_EQ(new_year.id, old_year.id + 1);
+}
+
+TEST_F(YearWindowTest, IdCountsYearsSince1970) {
+  EXPECT_EQ(WindowAt(Year(), utc_, absl::UnixEpoch()).id, 0);
+  EXPECT_EQ(WindowAt(Year(), utc_, absl::FromUnixSeconds(-1)).id, -1);
+  EXPECT_EQ(WindowAt(Year(), utc_, At("2026-11-15T00:00:00Z")).id, 56);
+}
+
+TEST_F(YearWindowTest, NewYearFollowsThePlanTimeZone) {
+  // 23:30 UTC on New Year's Eve is already 2027 in Paris, still 2026 in New York.
+  absl::TimeZone paris;
+  absl::TimeZone ny;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  ASSERT_TRUE(absl::LoadTimeZone("America/New_York", &ny));
+  const absl::Time t = At("2026-12-31T23:30:00Z");
+  const WindowBounds in_paris = WindowAt(Year(), paris, t);
+  EXPECT_EQ(in_paris.start, At("2027-01-01T00:00:00+01:00"));
+  EXPECT_EQ(in_paris.end, At("2028-01-01T00:00:00+01:00"));
+  EXPECT_EQ(in_paris.id, 57);
+  const WindowBounds in_ny = WindowAt(Year(), ny, t);
+  EXPECT_EQ(in_ny.start, At("2026-01-01T00:00:00-05:00"));
+  EXPECT_EQ(in_ny.end, At("2027-01-01T00:00:00-05:00"));
+  EXPECT_EQ(in_ny.id, 56);
+}
+
+TEST_F(YearWindowTest, YearWithBothDstChangesHasItsCalendarLength) {
+  absl::TimeZone ny;
+  ASSERT_TRUE(absl::LoadTimeZone("America/New_York", &ny));
+  const WindowBounds w = WindowAt(Year(), ny, At("2028-07-04T12:00:00Z"));
+  EXPECT_EQ(w.start, At("2028-01-01T00:00:00-05:00"));
+  EXPECT_EQ(w.end - w.start, absl::Hours(24 * 366));  // the lost hour comes back in November
+}
+
+TEST_F(YearWindowTest, ConsecutiveYearsHaveConsecutiveIdsAndTouch) {
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  WindowBounds w = WindowAt(Year(), paris, At("1969-06-01T00:00:00Z"));
+  EXPECT_EQ(w.id, -1);
+  for (int i = 0; i < 70; ++i) {
+    const WindowBounds next = WindowAt(Year(), paris, w.end);
+    EXPECT_EQ(next.id, w.id + 1);
+    EXPECT_EQ(next.start, w.end);
+    const absl::CivilSecond start = absl::ToCivilSecond(next.start, paris);
+    EXPECT_EQ(start, absl::CivilSecond(1970 + i, 1, 1, 0, 0, 0));
+    w = next;
+  }
+}
+
 // ---- SecondsUntil ----
 
 TEST(SecondsUntilTest, FractionOfASecondLeftRoundsUpToOne) {
@@ -374,6 +553,20 @@ TEST(WindowCacheTest, AgreesWithWindowAtAcrossBoundariesAndBackwardsTime) {
   for (int h = 0; h < 60; ++h) {
     const absl::Time at = t + absl::Hours(h) - (h == 30 ? absl::Hours(40) : absl::ZeroDuration());
     EXPECT_EQ(cache.Get(day, berlin, at), WindowAt(day, berlin, at)) << "hour " << h;
+  }
+}
+
+TEST(WindowCacheTest, AgreesWithWindowAtForWeeksAndYearsAcrossNewYear) {
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  for (const config::WindowSpec& spec : {Week(), Year()}) {
+    WindowCache cache;
+    // Six-hourly from 2026-12-20 to 2027-01-15 local: across New Year and a week boundary.
+    const absl::Time t = absl::FromCivil(absl::CivilSecond(2026, 12, 20, 0, 0, 0), paris);
+    for (int step = 0; step < 4 * 26; ++step) {
+      const absl::Time at = t + absl::Hours(6 * step);
+      EXPECT_EQ(cache.Get(spec, paris, at), WindowAt(spec, paris, at)) << spec.text << " " << step;
+    }
   }
 }
 

@@ -49,9 +49,11 @@ constexpr uint8_t kNoLayout = 0;
 constexpr uint8_t kLayout = 1;
 constexpr uint8_t kLegacyLayout = 2;
 constexpr size_t kMinEventBytes = 8 + 3 * 4 + 4 + 8 + 8 + 3 * 8;
-// No decision sets an expiry further ahead than its window's end (at most a 31-day month) plus the
-// grace period; a day of slack covers any grace.
-constexpr absl::Duration kMaxExpiryAhead = absl::Hours(24 * 32);
+// No decision sets an expiry further ahead than its window's end plus the grace period, and the
+// longest window is a `year`: 366 days in a leap year, longer only by however much its zone set
+// its clocks back during the year. Two days of slack cover both and any grace. Expiries are
+// absolute, so a record loaded again after a restart cannot extend its life.
+constexpr absl::Duration kMaxExpiryAhead = absl::Hours(24 * (366 + 2));
 constexpr size_t kMaxNameBytes = 256;
 
 constexpr std::array<uint32_t, 256> MakeCrcTable() {

@@ -48,8 +48,9 @@ struct SnapshotStats {
 
 struct SnapshotLoadOptions {
   // When set, an entry due to expire later than `now` plus the longest possible window (a
-  // 31-day month) plus a day is dropped: no decision sets an expiry that far away, and it would
-  // keep the entry from ever being swept. InfinitePast: expiries are not checked against a clock.
+  // 366-day `year`) plus two days is dropped: no decision sets an expiry that far away, and it
+  // would keep the entry from being swept for longer than any window lasts. InfinitePast:
+  // expiries are not checked against a clock.
   absl::Time now = absl::InfinitePast();
 };
 

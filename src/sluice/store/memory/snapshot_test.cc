@@ -106,6 +106,39 @@ TEST_F(SnapshotTest, RoundTripKeepsCountersFlagsAndUndeliveredEvents) {
   EXPECT_EQ(Check(after, "bob", 0).limits[0].used, 3);
 }
 
+TEST_F(SnapshotTest, AYearWindowsCounterSurvivesARestartEarlyInTheYear) {
+  config::Config cfg;
+  cfg.plans.push_back({.name = "p",
+                       .timezone = "Europe/Paris",
+                       .limits = {{.name = "yearly",
+                                   .quota = 1000,
+                                   .window = *config::ParseWindow("year"),
+                                   .alert_at = {1}}}});
+  plans_ = std::make_unique<PlanSet>(*PlanSet::FromConfig(cfg));
+  // 2028-01-02 in Paris: the leap year's window ends 365 days later, far beyond any month.
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2028, 1, 2, 12, 0, 0), plans_->Find("p")->tz));
+  MemoryStore before;
+  const Decision first = Check(before, "alice", 10);  // fires 1%
+  ASSERT_TRUE(first.allowed);
+  ASSERT_EQ(first.limits[0].window_end - first.limits[0].window_start, absl::Hours(24 * 366));
+  ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+
+  MemoryStore after;
+  SnapshotStats loaded;
+  ASSERT_TRUE(LoadSnapshot(path_, after, &loaded, {.now = clock_.Now()}).ok());
+  EXPECT_EQ(loaded.subjects, 1u);
+  EXPECT_EQ(loaded.dropped_subjects, 0u);
+  EXPECT_EQ(loaded.events, 1u);
+  EXPECT_EQ(loaded.dropped_events, 0u);
+  // Months later, the same year's counter continues and the fired 1% does not fire again.
+  clock_.Advance(absl::Hours(24 * 300));
+  EXPECT_EQ(Check(after, "alice", 1).limits[0].used, 11);
+  EXPECT_EQ(after.outbox().size(), 1u);
+  // The entry is kept until the year (and its grace) is over, then swept.
+  EXPECT_EQ(after.Sweep(first.limits[0].window_end), 0u);
+  EXPECT_EQ(after.Sweep(first.limits[0].window_end + absl::Hours(1)), 1u);
+}
+
 TEST_F(SnapshotTest, FiredThresholdsSurviveARestartWithChangedAlertPercentages) {
   MemoryStore before;
   ASSERT_TRUE(Check(before, "alice", 8).allowed);  // fires 80% of [80, 100]
@@ -357,6 +390,21 @@ TEST_F(CraftedSnapshotTest, AnExpiryBeyondAnyWindowIsDroppedWhenTheLoaderKnowsTh
   ASSERT_TRUE(LoadSnapshot(path_, store, &stats, {.now = clock_.Now()}).ok());
   EXPECT_EQ(stats.subjects, 1u);
   EXPECT_EQ(stats.dropped_subjects, 2u);
+}
+
+TEST_F(CraftedSnapshotTest, AnExpiryAsFarAsAYearIsKeptButNoFurther) {
+  const int64_t now = 1796040000;
+  WritePayload(Payload({{.subject = "alice", .expires = now + 366LL * 86400 + 60},
+                        {.subject = "bob", .expires = now + 369LL * 86400},
+                        {.subject = "carol", .expires = int64_t{UINT32_MAX}}}));
+  MemoryStore store;
+  SnapshotStats stats;
+  ASSERT_TRUE(LoadSnapshot(path_, store, &stats, {.now = clock_.Now()}).ok());
+  EXPECT_EQ(stats.subjects, 1u);
+  EXPECT_EQ(stats.dropped_subjects, 2u);
+  // What was kept is swept once its expiry has passed: it does not live forever.
+  EXPECT_EQ(store.Sweep(absl::FromUnixSeconds(now + 366LL * 86400 + 61)), 1u);
+  EXPECT_EQ(store.subject_count(), 0u);
 }
 
 TEST_F(CraftedSnapshotTest, AnAlertLayoutThatNoPlanHasIsDropped) {

@@ -13,7 +13,7 @@
 --                            <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
 --   KEYS[2N+1]               the bucket's outbox stream   <prefix>:{<bucket>}:outbox
 --   No plan in the keys: counters and flags follow the subject from plan to plan; <window> is the
---   fixed length in seconds ("60s") or "day@<zone>" / "month@<zone>" (docs/redis.md). A flag names the quota it fired under, so a threshold fires once per
+--   fixed length in seconds ("60s") or "<day|week|month|year>@<zone>" (docs/redis.md). A flag names the quota it fired under, so a threshold fires once per
 --   subject, limit, window and effective quota: a quota raised by a plan change or an override
 --   has its thresholds armed, and one changed back finds its flags still set.
 --

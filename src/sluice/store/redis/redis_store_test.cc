@@ -10,6 +10,8 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "sluice/config/config.h"
@@ -151,6 +153,23 @@ class RedisStoreTest : public ::testing::Test {
     absl::StatusOr<Reply> r = testing_util::SendAndWait(io_, *connection_, {"GET", key});
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() && r->is_string() ? r->str : "(nil)";
+  }
+  // Replaces the plan with one limit of `window` in Europe/Paris.
+  void UsePlanWith(std::string_view window) {
+    config::Config cfg;
+    cfg.plans = {config::PlanConfig{
+        .name = "p",
+        .timezone = "Europe/Paris",
+        .limits = {config::LimitConfig{
+            .name = "calendar", .quota = 10, .window = *config::ParseWindow(window)}}}};
+    absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+    ASSERT_TRUE(plans.ok()) << plans.status();
+    plans_ = std::make_unique<PlanSet>(*std::move(plans));
+  }
+  int64_t ExpireTime(const std::string& key) {
+    absl::StatusOr<Reply> r = testing_util::SendAndWait(io_, *connection_, {"EXPIRETIME", key});
+    EXPECT_TRUE(r.ok() && r->is_integer()) << key;
+    return r.ok() ? r->integer : 0;
   }
   void Set(const std::string& key, const std::string& value) {
     absl::StatusOr<Reply> r = testing_util::SendAndWait(io_, *connection_, {"SET", key, value});
@@ -310,6 +329,49 @@ TEST_F(RedisStoreTest, ACounterAtTheMaximumQuotaDeniesWithoutOverflow) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->allowed);
   EXPECT_EQ(r->used[0], 1'000'000'000'000'000);
+}
+
+TEST_F(RedisStoreTest, AYearWindowsCounterIsNamedByYearAndZoneAndLivesUntilNewYearPlusGrace) {
+  UsePlanWith("year");
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  const absl::CivilYear year = absl::ToCivilYear(now_, paris);
+  const std::string key = store_->CounterKey(req, 0);
+  EXPECT_NE(key.find(absl::StrCat(":c:calendar:year@Europe/Paris:", year.year() - 1970, ":alice")),
+            std::string::npos)
+      << key;
+  absl::StatusOr<StoreResult> r = Decide(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->allowed);
+  EXPECT_EQ(Get(key), "1");
+  // EXPIREAT is the next New Year in Paris plus the 60 s grace (rounded up to a whole second).
+  const int64_t new_year = absl::ToUnixSeconds(absl::FromCivil(year + 1, paris));
+  const int64_t expires = ExpireTime(key);
+  EXPECT_GE(expires, new_year + 60);
+  EXPECT_LE(expires, new_year + 61);
+}
+
+TEST_F(RedisStoreTest, AWeekWindowsCounterIsNamedByWeekAndZoneAndLivesUntilMondayPlusGrace) {
+  UsePlanWith("week");
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  const absl::CivilDay today = absl::ToCivilDay(now_, paris);
+  const absl::CivilDay monday = today - static_cast<int>(absl::GetWeekday(today));  // monday = 0
+  const int64_t week = (monday - absl::CivilDay(1969, 12, 29)) / 7;
+  const std::string key = store_->CounterKey(req, 0);
+  EXPECT_NE(key.find(absl::StrCat(":c:calendar:week@Europe/Paris:", week, ":alice")),
+            std::string::npos)
+      << key;
+  absl::StatusOr<StoreResult> r = Decide(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t next_monday = absl::ToUnixSeconds(absl::FromCivil(monday + 7, paris));
+  const int64_t expires = ExpireTime(key);
+  EXPECT_GE(expires, next_monday + 60);
+  EXPECT_LE(expires, next_monday + 61);
 }
 
 INSTANTIATE_TEST_SUITE_P(Redis, StoreConformanceTest,
