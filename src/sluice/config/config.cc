@@ -69,6 +69,7 @@ constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
+constexpr size_t kMaxPathLength = 4096;           // PATH_MAX
 constexpr int64_t kMaxWindowCount = 100'000'000;  // N of Ns/Nm/Nh read before the cap below
 // The longest fixed window: as long as the longest month. Every counter then expires within 31
 // days and a grace period, which the memory store's snapshot relies on (it drops records that
@@ -704,7 +705,14 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 
 absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys", "ratelimit_config"}, f));
+  const Field ratelimit_config = f.Get("ratelimit_config");
+  SLUICE_RETURN_IF_ERROR(ReadString(ratelimit_config, envoy.ratelimit_config));
+  if (envoy.ratelimit_config.size() > kMaxPathLength ||
+      envoy.ratelimit_config.find('\0') != std::string::npos) {
+    return Error(ratelimit_config.path,
+                 absl::StrCat("must be a path of at most ", kMaxPathLength, " bytes"));
+  }
   Fields k;
   SLUICE_RETURN_IF_ERROR(
       ReadFields(f.Get("descriptor_keys"), {"api_key", "subject", "plan", "cost"}, k));

@@ -244,6 +244,13 @@ absl::StatusOr<std::shared_ptr<const RlRuleSet>> RlRuleSet::Build(
   return std::shared_ptr<const RlRuleSet>(std::move(set));
 }
 
+absl::StatusOr<std::shared_ptr<const RlRuleSet>> RlRuleSet::Load(std::string_view path) {
+  if (path.empty()) return Build({});
+  absl::StatusOr<std::vector<config::RateLimitFile>> files = config::LoadRateLimitConfig(path);
+  if (!files.ok()) return files.status();
+  return Build(*files);
+}
+
 bool RlRuleSet::HasDomain(std::string_view domain) const { return roots_.contains(ToAbsl(domain)); }
 
 const RlRuleSet::Node* RlRuleSet::Pick(const Node& node, std::string_view key,

@@ -85,6 +85,10 @@ class RlRuleSet {
   [[nodiscard]] static absl::StatusOr<std::shared_ptr<const RlRuleSet>> Build(
       const std::vector<config::RateLimitFile>& files);
 
+  // LoadRateLimitConfig(path) and Build: what the server runs at start and on SIGHUP, and
+  // check-config. "" (no ratelimit_config) is an empty set. Errors as theirs, naming the file.
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const RlRuleSet>> Load(std::string_view path);
+
   [[nodiscard]] bool HasDomain(std::string_view domain) const;
   [[nodiscard]] size_t domains() const { return roots_.size(); }
   [[nodiscard]] size_t rules() const { return rules_.size(); }
