@@ -33,6 +33,23 @@ class CheckConfigTest(unittest.TestCase):
                          f'{path}: plans.free.limits[0].window: bad window "5x" '
                          "(want Ns, Nm, Nh, day, week, month or year)")
 
+    def test_bad_ratelimit_file_exits_78_naming_it(self):
+        rl = os.path.join(self.dir.name, "rl")
+        os.mkdir(rl)
+        with open(os.path.join(rl, "a.yaml"), "w") as f:
+            f.write("domain: edge\ndescriptors:\n  - key: remote_address\n"
+                    "    rate_limit: { unit: second, requests_per_unit: 10 }\n")
+        path = harness.write_config(self.dir.name, VALID + f"envoy: {{ ratelimit_config: {rl} }}\n")
+        result = harness.run("check-config", "-c", path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(rl, "b.yml"), "w") as f:
+            f.write("domain: other\ndescriptors:\n  - value: v\n")
+        result = harness.run("check-config", "-c", path)
+        self.assertEqual(result.returncode, 78)
+        self.assertEqual(result.stderr.strip(),
+                         f"{path}: envoy.ratelimit_config: {rl}/b.yml: descriptors[0].key: "
+                         "missing required key")
+
     def test_missing_file_exits_78(self):
         result = harness.run("check-config", "-c", os.path.join(self.dir.name, "nope.yaml"))
         self.assertEqual(result.returncode, 78)

@@ -25,7 +25,8 @@ import test_redis
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 PROTOS = ["envoy/config/core/v3/base.proto",
           "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-          "envoy/service/ratelimit/v3/rls.proto"]
+          "envoy/service/ratelimit/v3/rls.proto",
+          "envoy/type/v3/ratelimit_unit.proto"]
 
 
 def _generate_messages():

@@ -49,9 +49,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "sluice/common/subject.h"
-#include "yaml-cpp/depthguard.h"
-#include "yaml-cpp/eventhandler.h"
-#include "yaml-cpp/yaml.h"
+#include "sluice/config/yaml_document.h"
 
 // Returns from the enclosing function if `expr` is not OK.
 #define SLUICE_RETURN_IF_ERROR(expr)                    \
@@ -71,6 +69,7 @@ constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
+constexpr size_t kMaxPathLength = 4096;           // PATH_MAX
 constexpr int64_t kMaxWindowCount = 100'000'000;  // N of Ns/Nm/Nh read before the cap below
 // The longest fixed window: as long as the longest month. No window outlives a leap year (a
 // `year`), so every counter expires within 366 days and a grace period, which the memory store's
@@ -234,29 +233,8 @@ bool IsKnownTimeZone(absl::string_view name) {
 // ---------------------------------------------------------------------------------------------
 // Reading YAML nodes.
 
-// One value of the document. The loader builds these itself from yaml-cpp's parse events (see
-// DocumentBuilder) rather than asking yaml-cpp for its YAML::Node tree: yaml-cpp then scans the
-// file once, not once for the bounds and again for the tree, and a value is one plain struct
-// instead of a node behind shared pointers. Values live in their document's arena; an alias is
-// the value it names, shared, not a copy.
-struct Value {
-  enum class Kind { kUndefined, kNull, kScalar, kSequence, kMap };
-
-  Kind kind = Kind::kUndefined;
-  std::string scalar;                                        // kScalar
-  std::vector<const Value*> items;                           // kSequence
-  std::vector<std::pair<const Value*, const Value*>> pairs;  // kMap: in file order, repeats kept
-
-  [[nodiscard]] bool IsDefined() const { return kind != Kind::kUndefined; }
-  [[nodiscard]] bool IsNull() const { return kind == Kind::kNull; }
-  [[nodiscard]] bool IsScalar() const { return kind == Kind::kScalar; }
-  [[nodiscard]] bool IsSequence() const { return kind == Kind::kSequence; }
-  [[nodiscard]] bool IsMap() const { return kind == Kind::kMap; }
-  [[nodiscard]] const std::string& Scalar() const { return scalar; }
-};
-
-// What a field the document leaves out reads as.
-const Value kUndefinedValue;
+using yaml::kUndefinedValue;
+using yaml::Value;
 
 absl::Status Error(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(path.empty() ? std::string(what)
@@ -728,7 +706,14 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 
 absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys", "ratelimit_config"}, f));
+  const Field ratelimit_config = f.Get("ratelimit_config");
+  SLUICE_RETURN_IF_ERROR(ReadString(ratelimit_config, envoy.ratelimit_config));
+  if (envoy.ratelimit_config.size() > kMaxPathLength ||
+      envoy.ratelimit_config.find('\0') != std::string::npos) {
+    return Error(ratelimit_config.path,
+                 absl::StrCat("must be a path of at most ", kMaxPathLength, " bytes"));
+  }
   Fields k;
   SLUICE_RETURN_IF_ERROR(
       ReadFields(f.Get("descriptor_keys"), {"api_key", "subject", "plan", "cost"}, k));
@@ -787,217 +772,6 @@ absl::Status ParseRoot(const Value& root, Config& config) {
   // What the file says is read; whether it makes sense is the same question for a Config built in
   // code, so one function answers both.
   return Validate(config);
-}
-
-std::string AtMark(const YAML::Mark& mark, absl::string_view what) {
-  if (mark.is_null()) return std::string(what);
-  return absl::StrCat("line ", mark.line + 1, ", column ", mark.column + 1, ": ", what);
-}
-
-std::string DescribeYamlError(const YAML::Exception& e) { return AtMark(e.mark, e.msg); }
-
-// Thrown by BoundsCheck's handler to stop the parse; never leaves ParseConfig.
-struct OutOfBounds {
-  std::string message;
-};
-
-// Builds the Values of each document from yaml-cpp's parse events, and throws OutOfBounds when the
-// document nests deeper than kMaxDepth, when its values with aliases expanded exceed
-// kMaxExpandedValues, or when an alias names a value that contains it (a cycle no config field can
-// mean). Each check is made before the value it counts is stored, so a hostile document costs at
-// most the bounds, and the depth check stops the parse before yaml-cpp's own recursion goes
-// further.
-class DocumentBuilder : public YAML::EventHandler {
- public:
-  // The root of each document, in file order (the undefined value for a document whose root was
-  // never reported). Valid while this builder lives.
-  [[nodiscard]] const std::vector<const Value*>& documents() const { return documents_; }
-
-  void OnDocumentStart(const YAML::Mark&) override {
-    documents_.push_back(&kUndefinedValue);
-    anchors_.clear();  // anchors are numbered per document
-  }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    Leaf(mark, anchor, Value::Kind::kNull, std::string());
-  }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    const auto it = anchors_.find(anchor);
-    if (it == anchors_.end()) {
-      throw OutOfBounds{AtMark(mark, "alias refers to a value containing it")};
-    }
-    Count(mark, it->second.size);
-    Add(it->second.value);
-  }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                const std::string& text) override {
-    Leaf(mark, anchor, Value::Kind::kScalar, text);
-  }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                       YAML::EmitterStyle::value) override {
-    Open(mark, anchor, Value::Kind::kSequence);
-  }
-  void OnSequenceEnd() override { Close(); }
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                  YAML::EmitterStyle::value) override {
-    Open(mark, anchor, Value::Kind::kMap);
-  }
-  void OnMapEnd() override { Close(); }
-
- private:
-  struct Collection {
-    Value* value;
-    YAML::anchor_t anchor;
-    uint64_t first;              // expanded_ before it opened
-    const Value* key = nullptr;  // a map's key still waiting for its value
-  };
-  struct Anchored {
-    const Value* value;
-    uint64_t size;  // with aliases expanded
-  };
-
-  void Count(const YAML::Mark& mark, uint64_t values) {
-    expanded_ += values;
-    if (expanded_ > kMaxExpandedValues) {
-      throw OutOfBounds{AtMark(mark, absl::StrCat("too many values (more than ", kMaxExpandedValues,
-                                                  " with aliases expanded)"))};
-    }
-  }
-  Value* New(Value::Kind kind) {
-    Value& value = arena_.emplace_back();
-    value.kind = kind;
-    return &value;
-  }
-  // Puts `value` where the document is: its root, the next item of a list, or a map's next key or
-  // the value of the key before it.
-  void Add(const Value* value) {
-    if (open_.empty()) {
-      documents_.back() = value;
-      return;
-    }
-    Collection& parent = open_.back();
-    if (parent.value->IsSequence()) {
-      parent.value->items.push_back(value);
-    } else if (parent.key == nullptr) {
-      parent.key = value;
-    } else {
-      parent.value->pairs.emplace_back(parent.key, value);
-      parent.key = nullptr;
-    }
-  }
-  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind,
-            const std::string& text) {
-    Count(mark, 1);
-    Value* value = New(kind);
-    value->scalar = text;
-    if (anchor != YAML::NullAnchor) anchors_[anchor] = {value, 1};
-    Add(value);
-  }
-  void Open(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind) {
-    if (open_.size() >= kMaxDepth) {
-      throw OutOfBounds{
-          AtMark(mark, absl::StrCat("nested too deep (more than ", kMaxDepth, " levels)"))};
-    }
-    const uint64_t first = expanded_;
-    Count(mark, 1);
-    Value* value = New(kind);
-    Add(value);
-    open_.push_back({.value = value, .anchor = anchor, .first = first});
-  }
-  void Close() {
-    const Collection done = open_.back();
-    open_.pop_back();
-    if (done.anchor != YAML::NullAnchor) {
-      anchors_[done.anchor] = {done.value, expanded_ - done.first};
-    }
-  }
-
-  std::deque<Value> arena_;  // every value of every document; a deque never moves them
-  std::vector<const Value*> documents_;
-  uint64_t expanded_ = 0;
-  std::vector<Collection> open_;
-  std::unordered_map<YAML::anchor_t, Anchored> anchors_;  // each closed anchor of this document
-};
-
-// "line L, column C: " of byte `offset` in `text` (both from 1).
-std::string AtOffset(absl::string_view text, size_t offset, absl::string_view what) {
-  const absl::string_view before = text.substr(0, offset);
-  const size_t line_start = before.rfind('\n');
-  const size_t column = line_start == absl::string_view::npos ? offset : offset - line_start - 1;
-  const size_t line = static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
-  return absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", what);
-}
-
-// What kind of file `mode` is, for "not a regular file (a directory)".
-absl::string_view FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a plain file";
-}
-
-// A bound on what ReadRegularFile reads, and how a message writes it ("16 MiB").
-struct FileLimit {
-  size_t bytes;
-  absl::string_view text;
-};
-constexpr FileLimit kConfigFileLimit{kMaxFileBytes, "16 MiB"};
-constexpr FileLimit kPasswordFileLimit{4096, "4 KiB"};
-
-absl::Status CheckRegularFile(const struct stat& st, FileLimit limit) {
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a regular file (", FileKind(st.st_mode), ")"));
-  }
-  if (static_cast<uint64_t>(st.st_size) > limit.bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("too large: ", st.st_size, " bytes (at most ", limit.text, ")"));
-  }
-  return absl::OkStatus();
-}
-
-// The whole of the regular file `path`, at most `limit.bytes`. Errors name neither the path nor
-// anything read: "cannot open: No such file or directory", "not a regular file (a FIFO)".
-absl::StatusOr<std::string> ReadRegularFile(const std::string& path, FileLimit limit) {
-  const auto failed = [](absl::string_view what, int error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", std::generic_category().message(error)));
-  };
-  // stat first: opening a FIFO would wait for a writer and opening a socket fails obscurely.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return failed("cannot open", errno);
-  SLUICE_RETURN_IF_ERROR(CheckRegularFile(st, limit));
-  // O_NONBLOCK in case the path was swapped for a FIFO since; fstat checks what was opened.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return failed("cannot open", errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  if (::fstat(fd, &st) != 0) return failed("cannot read", errno);
-  SLUICE_RETURN_IF_ERROR(CheckRegularFile(st, limit));
-  // Read at most one byte past the bound: a file that grew since fstat is still refused.
-  std::string text;
-  text.resize(static_cast<size_t>(st.st_size) + 1);
-  size_t used = 0;
-  while (true) {
-    if (used == text.size()) {
-      if (text.size() > limit.bytes) break;
-      text.resize(std::min(text.size() * 2, limit.bytes + 1));
-    }
-    const ssize_t n = ::read(fd, text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return failed("cannot read", errno);
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
-  }
-  if (used > limit.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("too large: more than ", limit.text));
-  }
-  text.resize(used);
-  return text;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1366,51 +1140,14 @@ absl::Status Validate(const Config& config) {
 absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view source) {
   Config config;
   config.path = std::string(source);
-  const absl::string_view yaml = FromStd(std_yaml);
-  absl::Status status;
-  // No exception leaves this module: yaml-cpp's become errors here.
-  try {
-    DocumentBuilder builder;
-    if (yaml.size() > kMaxFileBytes) {
-      status = Error("", absl::StrCat("too large: ", yaml.size(), " bytes (at most 16 MiB)"));
-    } else if (const size_t nul = yaml.find('\0'); nul != absl::string_view::npos) {
-      // yaml-cpp would stop reading there; a NUL byte means this is not a UTF-8 text file.
-      const bool utf16_or_32 =
-          absl::StartsWith(yaml, "\xff\xfe") || absl::StartsWith(yaml, "\xfe\xff") || nul < 4;
-      status = Error("", utf16_or_32 ? "not UTF-8 (looks like UTF-16 or UTF-32; save it as UTF-8)"
-                                     : AtOffset(yaml, nul, "NUL byte (a YAML file is text)"));
-    } else if (const size_t commas = static_cast<size_t>(std::count(yaml.begin(), yaml.end(), ','));
-               commas > kMaxCommas) {
-      status = Error("", absl::StrCat("too many values (more than ", kMaxCommas, " commas; got ",
-                                      commas, ")"));
-    } else {
-      std::istringstream stream{std::string(yaml)};
-      YAML::Parser parser(stream);
-      while (parser.HandleNextDocument(builder)) {
-      }
-      std::vector<const Value*> documents = builder.documents();
-      // A stray "---" at the end of the file adds an empty document; it holds nothing to lose.
-      while (documents.size() > 1 && documents.back()->IsNull()) documents.pop_back();
-      if (documents.size() > 1) {
-        status = Error("", absl::StrCat("expected one YAML document, found ", documents.size()));
-      } else {
-        status = ParseRoot(documents.empty() ? kUndefinedValue : *documents.front(), config);
-      }
-    }
-  } catch (const OutOfBounds& e) {
-    status = Error("", e.message);
-  } catch (const YAML::DeepRecursion& e) {
-    // yaml-cpp's own limit says "bad file"; BoundsCheck normally stops the parse well before it.
-    status = Error("", AtMark(e.mark, "nested too deep"));
-  } catch (const YAML::Exception& e) {
-    status = Error("", DescribeYamlError(e));
-  } catch (const std::bad_alloc&) {
-    status = Error("", "out of memory while reading the configuration");
-  } catch (const std::exception& e) {
-    status = Error("", e.what());
-  } catch (...) {
-    status = Error("", "unexpected error while reading the configuration");
-  }
+  const yaml::Limits limits{.max_bytes = kMaxFileBytes,
+                            .max_bytes_text = "16 MiB",
+                            .max_depth = kMaxDepth,
+                            .max_values = kMaxExpandedValues,
+                            .max_commas = kMaxCommas};
+  absl::StatusOr<yaml::Document> document = yaml::Parse(std_yaml, limits);
+  absl::Status status =
+      document.ok() ? ParseRoot(document->root(), config) : Error("", document.status().message());
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(FromStd(source), ": ", status.message()));
   }
@@ -1418,7 +1155,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view std_yaml, std::string_view s
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadRegularFile(path, kConfigFileLimit);
+  absl::StatusOr<std::string> text = yaml::ReadRegularFile(path, kMaxFileBytes, "16 MiB");
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
   }
@@ -1441,7 +1178,7 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
       return absl::InvalidArgumentError(
           absl::StrCat(kRedisPasswordFileVariable, ": ", path, ": ", what));
     };
-    absl::StatusOr<std::string> password = ReadRegularFile(path, kPasswordFileLimit);
+    absl::StatusOr<std::string> password = yaml::ReadRegularFile(path, 4096, "4 KiB");
     if (!password.ok()) return refused(password.status().message());
     // `echo secret > file` and systemd-creds both end the file with a newline.
     if (absl::EndsWith(*password, "\n")) password->pop_back();

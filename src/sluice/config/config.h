@@ -171,6 +171,10 @@ struct DescriptorKeys {
 
 struct EnvoyConfig {
   DescriptorKeys descriptor_keys;
+  // envoyproxy/ratelimit's configuration: a YAML file, or a directory of them (ratelimit_file.h);
+  // "": none. Used as written: a relative path is relative to the working directory, like every
+  // other path of the file. Read by the server at start and on SIGHUP (and by check-config).
+  std::string ratelimit_config;
 };
 
 struct Config {

@@ -763,6 +763,19 @@ TEST_F(ConfigTest, EnvoyDescriptorKeysAreReadAndMustBeDistinct) {
   EXPECT_THAT(ErrorOf(WithPlan("envoy: {keys: {}}\n")), HasSubstr("envoy"));
 }
 
+TEST_F(ConfigTest, EnvoyRatelimitConfigIsAPathKeptAsWritten) {
+  absl::StatusOr<Config> config = Parse(WithPlan("envoy: {ratelimit_config: rl/limits}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->envoy.ratelimit_config, "rl/limits");
+  absl::StatusOr<Config> none = Parse(WithPlan(""));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->envoy.ratelimit_config, "");
+  EXPECT_EQ(ErrorOf(WithPlan("envoy: {ratelimit_config: " + std::string(4097, 'p') + "}\n")),
+            "test.yaml: envoy.ratelimit_config: must be a path of at most 4096 bytes");
+  EXPECT_THAT(ErrorOf(WithPlan("envoy: {ratelimit_config: [a]}\n")),
+              HasSubstr("envoy.ratelimit_config: expected a string"));
+}
+
 TEST_F(ConfigTest, DenyStatusMustBe4xx) {
   EXPECT_EQ(ErrorOf(WithPlan("server: {deny_status: 500}\n")),
             "test.yaml: server.deny_status: must be between 400 and 499, got 500");

@@ -1,5 +1,6 @@
 #include "sluice/server/config_check.h"
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "sluice/common/strings.h"
+#include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/http/client_address.h"
 #include "sluice/http/key_registry.h"
 #include "sluice/http/server.h"
@@ -120,6 +122,12 @@ absl::Status CheckServable(const config::Config& cfg) {
     return Refuse(cfg, "server", ToStd(proxies.status().message()));
   }
   if (absl::Status s = CheckListeners(cfg); !s.ok()) return s;
+  // "s.yaml: envoy.ratelimit_config: rl/a.yaml: descriptors[0].key: missing required key".
+  if (absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> rules =
+          rls::RlRuleSet::Load(cfg.envoy.ratelimit_config);
+      !rules.ok()) {
+    return Refuse(cfg, "envoy.ratelimit_config", ToStd(rules.status().message()));
+  }
   switch (cfg.store.type) {
     case config::StoreType::kRedis:
       return CheckRedisUrl(cfg);

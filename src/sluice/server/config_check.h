@@ -13,7 +13,8 @@ namespace sluice::server {
 // served: the plans and keys build (a plaintext key and its hash in two entries are one key), the
 // trusted proxies and both listen addresses parse and the two planes do not overlap, the Redis URL
 // parses (store.type redis), and the snapshot's directory exists (memory store with
-// snapshot_path). Otherwise InvalidArgument "<cfg.path>: <key.path>: <what is wrong>", in the
+// snapshot_path), and envoy.ratelimit_config's files load and compile (grpc/ratelimit_rules.h).
+// Otherwise InvalidArgument "<cfg.path>: <key.path>: <what is wrong>", in the
 // format of config errors; secrets (keys, the URL's password) are never quoted.
 //
 // What only the running server can find out (a port already in use, another process holding the

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -56,6 +57,25 @@ TEST(CheckServableTest, RedisUrlIsNotParsedForTheMemoryStore) {
 TEST(CheckServableTest, SnapshotInAMissingDirectoryIsRefused) {
   EXPECT_EQ(CheckOf("store:\n  memory: { snapshot_path: /nonexistent-dir/state.snap }\n"),
             "s.yaml: store.memory.snapshot_path: directory /nonexistent-dir does not exist");
+}
+
+TEST(CheckServableTest, RatelimitConfigIsLoadedAndABadFileIsNamed) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("sluice-rlcheck-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/a.yaml") << "domain: a\ndescriptors:\n  - key: k\n"
+                                    "    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+  EXPECT_EQ(CheckOf("envoy: { ratelimit_config: " + dir + " }\n"), "OK");
+  std::ofstream(dir + "/b.yaml") << "domain: b\ndescriptors:\n  - key: k\n"
+                                    "    rate_limit: {unit: fortnight, requests_per_unit: 5}\n";
+  EXPECT_EQ(CheckOf("envoy: { ratelimit_config: " + dir + " }\n"),
+            absl::StrCat("s.yaml: envoy.ratelimit_config: ", dir,
+                         "/b.yaml: descriptors[0].rate_limit.unit: unknown unit \"fortnight\" "
+                         "(want second, minute, hour, day, week, month or year)"));
+  EXPECT_THAT(CheckOf("envoy: { ratelimit_config: " + dir + "/missing.yaml }\n"),
+              HasSubstr("envoy.ratelimit_config: " + dir + "/missing.yaml: cannot open"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckServableTest, SnapshotInAnExistingDirectoryIsServable) {

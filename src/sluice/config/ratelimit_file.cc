@@ -1,0 +1,384 @@
+// Reads envoyproxy/ratelimit's YAML files (ratelimit_file.h) through the bounded YAML reader.
+#include "sluice/config/ratelimit_file.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <initializer_list>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "sluice/config/yaml_document.h"
+
+#define SLUICE_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    if (absl::Status status_ = (expr); !status_.ok()) { \
+      return status_;                                   \
+    }                                                   \
+  } while (false)
+
+namespace sluice::config {
+namespace {
+
+using yaml::Value;
+
+absl::string_view FromStd(std::string_view text) { return {text.data(), text.size()}; }
+
+// A value of the file quoted for a message (escaped, and cut if long: a key may be 1 KiB).
+std::string Quote(absl::string_view text) {
+  constexpr size_t kShown = 64;
+  if (text.size() > kShown) {
+    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kShown)), "\"...");
+  }
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+}
+
+absl::Status Error(absl::string_view path, absl::string_view what) {
+  return absl::InvalidArgumentError(path.empty() ? std::string(what)
+                                                 : absl::StrCat(path, ": ", what));
+}
+
+std::string Child(absl::string_view path, absl::string_view name) {
+  return path.empty() ? std::string(name) : absl::StrCat(path, ".", name);
+}
+
+bool Absent(const Value* v) { return v == nullptr || !v->IsDefined() || v->IsNull(); }
+
+absl::string_view KindOf(const Value& v) {
+  if (v.IsMap()) return "a map";
+  if (v.IsSequence()) return "a list";
+  if (v.IsScalar()) return "a scalar";
+  return "nothing";
+}
+
+// The fields of a map by name, after refusing names outside `allowed` and repeated names.
+using FieldMap = std::vector<std::pair<std::string, const Value*>>;
+
+absl::Status ReadMap(const Value& node, absl::string_view path,
+                     std::initializer_list<absl::string_view> allowed, FieldMap& out) {
+  if (!node.IsMap()) return Error(path, absl::StrCat("expected a map, got ", KindOf(node)));
+  for (const auto& [key, value] : node.pairs) {
+    if (!key->IsScalar()) return Error(path, "field names must be plain strings");
+    const std::string& name = key->Scalar();
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      return Error(
+          Child(path, absl::CHexEscape(name)),
+          absl::StrCat("unknown key (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
+    }
+    for (const auto& item : out) {
+      if (item.first == name) return Error(Child(path, name), "duplicate key");
+    }
+    out.emplace_back(name, value);
+  }
+  return absl::OkStatus();
+}
+
+const Value* Get(const FieldMap& fields, absl::string_view name) {
+  for (const auto& [n, v] : fields) {
+    if (n == name) return v;
+  }
+  return nullptr;
+}
+
+// A string of 0..kMaxRlKeyLength bytes; an absent field leaves `out` as it is.
+absl::Status ReadString(const Value* v, absl::string_view path, std::string& out) {
+  if (Absent(v)) return absl::OkStatus();
+  if (!v->IsScalar()) return Error(path, absl::StrCat("expected a string, got ", KindOf(*v)));
+  if (v->Scalar().size() > kMaxRlKeyLength) {
+    return Error(path, absl::StrCat("too long: ", v->Scalar().size(), " bytes (at most ",
+                                    kMaxRlKeyLength, ")"));
+  }
+  out = v->Scalar();
+  return absl::OkStatus();
+}
+
+// A YAML 1.1 boolean, as envoyproxy/ratelimit's YAML library reads one.
+absl::Status ReadBool(const Value* v, absl::string_view path, bool& out) {
+  if (Absent(v)) return absl::OkStatus();
+  if (v->IsScalar()) {
+    static constexpr absl::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                                  "on",   "On",   "ON",   "y",   "Y"};
+    static constexpr absl::string_view kFalse[] = {"false", "False", "FALSE", "no", "No", "NO",
+                                                   "off",   "Off",   "OFF",   "n",  "N"};
+    const std::string& text = v->Scalar();
+    if (std::find(std::begin(kTrue), std::end(kTrue), text) != std::end(kTrue)) {
+      out = true;
+      return absl::OkStatus();
+    }
+    if (std::find(std::begin(kFalse), std::end(kFalse), text) != std::end(kFalse)) {
+      out = false;
+      return absl::OkStatus();
+    }
+    return Error(path, absl::StrCat("expected true or false, got ", Quote(text)));
+  }
+  return Error(path, absl::StrCat("expected true or false, got ", KindOf(*v)));
+}
+
+absl::Status ReadUint32(const Value* v, absl::string_view path, uint32_t& out) {
+  if (!v->IsScalar()) return Error(path, absl::StrCat("expected an integer, got ", KindOf(*v)));
+  const std::string& text = v->Scalar();
+  uint64_t value = 0;
+  if (text.empty() || !std::all_of(text.begin(), text.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(text, &value) || value > UINT32_MAX) {
+    return Error(path,
+                 absl::StrCat("must be an integer from 0 to ", UINT32_MAX, ", got ", Quote(text)));
+  }
+  out = static_cast<uint32_t>(value);
+  return absl::OkStatus();
+}
+
+struct UnitName {
+  absl::string_view name;
+  RlUnit unit;
+};
+constexpr UnitName kUnits[] = {{"second", RlUnit::kSecond}, {"minute", RlUnit::kMinute},
+                               {"hour", RlUnit::kHour},     {"day", RlUnit::kDay},
+                               {"week", RlUnit::kWeek},     {"month", RlUnit::kMonth},
+                               {"year", RlUnit::kYear}};
+
+absl::Status ReadUnit(const Value* v, absl::string_view path, std::optional<RlUnit>& out) {
+  std::string text;
+  SLUICE_RETURN_IF_ERROR(ReadString(v, path, text));
+  // envoyproxy/ratelimit looks the unit up in upper case: "Minute" and "MINUTE" are "minute".
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (const UnitName& u : kUnits) {
+    if (u.name == lower) {
+      out = u.unit;
+      return absl::OkStatus();
+    }
+  }
+  return Error(path, absl::StrCat("unknown unit ", Quote(text),
+                                  " (want second, minute, hour, day, week, month or year)"));
+}
+
+absl::Status ParseRateLimit(const Value& node, absl::string_view path, RlRateLimit& rl) {
+  FieldMap f;
+  SLUICE_RETURN_IF_ERROR(
+      ReadMap(node, path, {"unit", "requests_per_unit", "unlimited", "name", "replaces"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadBool(Get(f, "unlimited"), Child(path, "unlimited"), rl.unlimited));
+  SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "name"), Child(path, "name"), rl.name));
+  const Value* unit = Get(f, "unit");
+  const Value* rpu = Get(f, "requests_per_unit");
+  if (rl.unlimited) {
+    if (!Absent(unit)) {
+      return Error(Child(path, "unit"), "must not be set when unlimited is true");
+    }
+    // envoyproxy/ratelimit ignores a requests_per_unit beside unlimited: so does this.
+  } else {
+    if (Absent(unit)) return Error(Child(path, "unit"), "missing required key");
+    SLUICE_RETURN_IF_ERROR(ReadUnit(unit, Child(path, "unit"), rl.unit));
+    if (Absent(rpu)) {
+      return Error(Child(path, "requests_per_unit"),
+                   "missing required key (write 0 to refuse every request)");
+    }
+    SLUICE_RETURN_IF_ERROR(ReadUint32(rpu, Child(path, "requests_per_unit"), rl.requests_per_unit));
+  }
+  const Value* replaces = Get(f, "replaces");
+  if (Absent(replaces)) return absl::OkStatus();
+  const std::string rpath = Child(path, "replaces");
+  if (!replaces->IsSequence()) {
+    return Error(rpath, absl::StrCat("expected a list, got ", KindOf(*replaces)));
+  }
+  if (replaces->items.size() > kMaxRlReplaces) {
+    return Error(rpath, absl::StrCat("too many entries (at most ", kMaxRlReplaces, ")"));
+  }
+  for (size_t i = 0; i < replaces->items.size(); ++i) {
+    const std::string ipath = absl::StrCat(rpath, "[", i, "]");
+    FieldMap r;
+    SLUICE_RETURN_IF_ERROR(ReadMap(*replaces->items[i], ipath, {"name"}, r));
+    std::string name;
+    SLUICE_RETURN_IF_ERROR(ReadString(Get(r, "name"), Child(ipath, "name"), name));
+    if (name.empty()) return Error(Child(ipath, "name"), "must not be empty");
+    if (name == rl.name) {
+      return Error(Child(ipath, "name"), "a limit cannot replace itself");
+    }
+    rl.replaces.push_back(std::move(name));
+  }
+  return absl::OkStatus();
+}
+
+class FileParser {
+ public:
+  absl::Status Descriptors(const Value* node, const std::string& path, size_t depth,
+                           std::vector<RlDescriptor>& out) {
+    if (Absent(node)) return absl::OkStatus();
+    if (!node->IsSequence()) {
+      return Error(path, absl::StrCat("expected a list, got ", KindOf(*node)));
+    }
+    if (depth > kMaxRlDepth) {
+      return Error(path, absl::StrCat("nested too deep (more than ", kMaxRlDepth,
+                                      " levels of descriptors)"));
+    }
+    // key/value pair -> index in this list, for the duplicate check.
+    absl::flat_hash_map<std::pair<std::string, std::string>, size_t> seen;
+    out.reserve(node->items.size());
+    for (size_t i = 0; i < node->items.size(); ++i) {
+      const std::string dpath = absl::StrCat(path, "[", i, "]");
+      if (++count_ > kMaxRlDescriptors) {
+        return Error(dpath, absl::StrCat("too many descriptors (at most ", kMaxRlDescriptors,
+                                         " in one file)"));
+      }
+      FieldMap f;
+      SLUICE_RETURN_IF_ERROR(ReadMap(
+          *node->items[i], dpath,
+          {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}, f));
+      RlDescriptor& d = out.emplace_back();
+      SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "key"), Child(dpath, "key"), d.key));
+      if (d.key.empty()) return Error(Child(dpath, "key"), "missing required key");
+      SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "value"), Child(dpath, "value"), d.value));
+      const auto [it, inserted] = seen.try_emplace(std::make_pair(d.key, d.value), i);
+      if (!inserted) {
+        return Error(dpath, absl::StrCat("duplicate descriptor: key ", Quote(d.key),
+                                         d.value.empty() ? std::string(" without a value")
+                                                         : absl::StrCat(" value ", Quote(d.value)),
+                                         " is already ", path, "[", it->second, "]"));
+      }
+      SLUICE_RETURN_IF_ERROR(
+          ReadBool(Get(f, "shadow_mode"), Child(dpath, "shadow_mode"), d.shadow_mode));
+      SLUICE_RETURN_IF_ERROR(
+          ReadBool(Get(f, "detailed_metric"), Child(dpath, "detailed_metric"), d.detailed_metric));
+      if (const Value* rl = Get(f, "rate_limit"); !Absent(rl)) {
+        SLUICE_RETURN_IF_ERROR(
+            ParseRateLimit(*rl, Child(dpath, "rate_limit"), d.rate_limit.emplace()));
+      }
+      SLUICE_RETURN_IF_ERROR(Descriptors(Get(f, "descriptors"), Child(dpath, "descriptors"),
+                                         depth + 1, d.descriptors));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  size_t count_ = 0;
+};
+
+absl::Status ParseRoot(const Value& root, RateLimitFile& file) {
+  if (Absent(&root)) return Error("domain", "missing required key (the file is empty)");
+  FieldMap f;
+  SLUICE_RETURN_IF_ERROR(ReadMap(root, "", {"domain", "descriptors"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "domain"), "domain", file.domain));
+  if (file.domain.empty()) return Error("domain", "missing required key");
+  FileParser parser;
+  return parser.Descriptors(Get(f, "descriptors"), "descriptors", 1, file.descriptors);
+}
+
+absl::StatusOr<RateLimitFile> LoadFile(const std::string& path) {
+  absl::StatusOr<std::string> text = yaml::ReadRegularFile(path, kMaxRlFileBytes, "4 MiB");
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", text.status().message()));
+  }
+  return ParseRateLimitFile(*text, path);
+}
+
+bool IsYamlName(absl::string_view name) {
+  return !absl::StartsWith(name, ".") &&
+         (absl::EndsWith(name, ".yaml") || absl::EndsWith(name, ".yml"));
+}
+
+}  // namespace
+
+std::string_view RlUnitName(RlUnit unit) {
+  for (const UnitName& u : kUnits) {
+    if (u.unit == unit) return {u.name.data(), u.name.size()};
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RateLimitFile> ParseRateLimitFile(std::string_view text, std::string_view source) {
+  RateLimitFile file;
+  file.source = std::string(source);
+  // YAML levels: the root map, a list and a map per descriptor level, and rate_limit's map,
+  // replaces' list and its items' maps below the deepest. Beyond that a descriptor would nest too
+  // deep anyway; the reader stops such a document before building it.
+  const yaml::Limits limits{.max_bytes = kMaxRlFileBytes,
+                            .max_bytes_text = "4 MiB",
+                            .max_depth = 1 + 2 * (kMaxRlDepth + 1) + 3,
+                            .max_values = 400'000,
+                            .max_commas = 200'000};
+  absl::StatusOr<yaml::Document> document = yaml::Parse(text, limits);
+  absl::Status status = document.ok() ? ParseRoot(document->root(), file) : document.status();
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(FromStd(source), ": ", status.message()));
+  }
+  return file;
+}
+
+absl::Status CheckDistinctDomains(const std::vector<RateLimitFile>& files) {
+  absl::flat_hash_map<std::string, const RateLimitFile*> seen;
+  for (const RateLimitFile& file : files) {
+    const auto [it, inserted] = seen.try_emplace(file.domain, &file);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(file.source, ": domain ", Quote(file.domain),
+                                                     " is already defined in ",
+                                                     it->second->source));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RateLimitFile>> LoadRateLimitConfig(std::string_view std_path) {
+  const std::string path(std_path);
+  const auto failed = [&path](absl::string_view what, int error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", what, ": ", std::generic_category().message(error)));
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return failed("cannot open", errno);
+  std::vector<RateLimitFile> files;
+  if (!S_ISDIR(st.st_mode)) {
+    absl::StatusOr<RateLimitFile> file = LoadFile(path);
+    if (!file.ok()) return file.status();
+    files.push_back(*std::move(file));
+    return files;
+  }
+  std::vector<std::string> names;
+  {
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return failed("cannot open", errno);
+    struct Closer {
+      DIR* dir;
+      ~Closer() { ::closedir(dir); }
+    } closer{dir};
+    errno = 0;
+    while (const struct dirent* entry = ::readdir(dir)) {
+      const absl::string_view name = entry->d_name;
+      if (!IsYamlName(name)) continue;
+      if (names.size() == kMaxRlFiles) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": too many rate limit files (more than ", kMaxRlFiles, ")"));
+      }
+      names.emplace_back(name);
+    }
+    if (errno != 0) return failed("cannot read", errno);
+  }
+  std::sort(names.begin(), names.end());
+  const std::string prefix = absl::EndsWith(path, "/") ? path : path + "/";
+  for (const std::string& name : names) {
+    const std::string file_path = prefix + name;
+    // Not recursive: a directory named like a file is passed over; a symbolic link to a file (as a
+    // Kubernetes ConfigMap mounts them) is followed.
+    struct stat entry {};
+    if (::stat(file_path.c_str(), &entry) == 0 && S_ISDIR(entry.st_mode)) continue;
+    absl::StatusOr<RateLimitFile> file = LoadFile(file_path);
+    if (!file.ok()) return file.status();
+    files.push_back(*std::move(file));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckDistinctDomains(files));
+  return files;
+}
+
+}  // namespace sluice::config
+
+#undef SLUICE_RETURN_IF_ERROR

@@ -1,0 +1,95 @@
+// envoyproxy/ratelimit's configuration files, read unchanged (docs/gateways.md, "Migrating from
+// envoyproxy/ratelimit"), as plain structs.
+//
+// A file holds one domain and its tree of descriptors:
+//
+//   domain: messaging
+//   descriptors:
+//     - key: message_type
+//       value: marketing
+//       descriptors:
+//         - key: to_number
+//           rate_limit: { unit: day, requests_per_unit: 5 }
+//
+// The rules are envoyproxy/ratelimit's: unknown keys are errors, every descriptor has a key, a
+// key/value pair appears once per level, a domain once across all files, a unit is one of its
+// units (any case), `unlimited` goes without a unit, a `replaces` entry names another limit. Where
+// envoyproxy/ratelimit accepts a mistake silently, this loader refuses it with a message: a key
+// valid somewhere in the format but misplaced (`shadow_mode` inside `rate_limit`), a `rate_limit`
+// without `requests_per_unit` (envoyproxy/ratelimit reads it as 0, which refuses every request;
+// write 0 to mean that), a value that is not a string, bool or integer where one is expected.
+//
+// Everything is bounded: the file size, the nesting, the number of descriptors, the lengths of
+// keys, values and names, YAML aliases with what they expand to.
+#ifndef SLUICE_CONFIG_RATELIMIT_FILE_H_
+#define SLUICE_CONFIG_RATELIMIT_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::config {
+
+// The units of envoyproxy/ratelimit (its RateLimitResponse.RateLimit.Unit without UNKNOWN).
+enum class RlUnit { kSecond, kMinute, kHour, kDay, kWeek, kMonth, kYear };
+
+// "second", "minute", ... as a file writes them (lower case).
+[[nodiscard]] std::string_view RlUnitName(RlUnit unit);
+
+struct RlRateLimit {
+  std::optional<RlUnit> unit;         // empty only when `unlimited`
+  uint32_t requests_per_unit = 0;     // 0: every request is over the limit
+  std::string name;                   // "" or what other limits' `replaces` name
+  bool unlimited = false;             // matched, never limited, never counted
+  std::vector<std::string> replaces;  // names of limits this one replaces (never empty strings)
+};
+
+struct RlDescriptor {
+  std::string key;  // 1..kMaxRlKeyLength bytes
+  // "" : any value (one counter per distinct value); ending in '*': any value starting with what
+  // comes before the '*'; otherwise this value exactly. At most kMaxRlKeyLength bytes.
+  std::string value;
+  std::optional<RlRateLimit> rate_limit;
+  bool shadow_mode = false;               // decided and counted, never denied
+  bool detailed_metric = false;           // envoyproxy/ratelimit: metrics name the request's value
+  std::vector<RlDescriptor> descriptors;  // the next level
+};
+
+struct RateLimitFile {
+  std::string source;  // the file it came from, for messages
+  std::string domain;  // 1..kMaxRlKeyLength bytes, unique across the files of one load
+  std::vector<RlDescriptor> descriptors;
+};
+
+inline constexpr size_t kMaxRlFileBytes = size_t{4} << 20;  // 4 MiB
+inline constexpr size_t kMaxRlDepth = 16;                   // levels of descriptors
+inline constexpr size_t kMaxRlDescriptors = 10'000;         // per file, all levels
+inline constexpr size_t kMaxRlKeyLength = 1024;             // a key, a value, a domain, a name
+inline constexpr size_t kMaxRlFiles = 1'000;                // in a directory
+inline constexpr size_t kMaxRlReplaces = 64;                // per rate_limit
+
+// Parses the YAML text of one file. `source` names it in errors, which are InvalidArgument
+// "<source>: <key path>: <what is wrong>", the path as the file nests it:
+// "rl.yaml: descriptors[0].descriptors[1].rate_limit.unit: unknown unit \"fortnight\" (want
+// second, minute, hour, day, week, month or year)".
+[[nodiscard]] absl::StatusOr<RateLimitFile> ParseRateLimitFile(std::string_view yaml,
+                                                               std::string_view source);
+
+// Loads `path`: a file, or a directory whose *.yaml and *.yml files (not hidden, not in
+// subdirectories) are loaded in name order. A domain defined twice is an error naming both files.
+// An empty directory loads no file (not an error). Errors are InvalidArgument naming the file:
+// "<file>: cannot open: No such file or directory".
+[[nodiscard]] absl::StatusOr<std::vector<RateLimitFile>> LoadRateLimitConfig(std::string_view path);
+
+// Checks the domains of `files` are distinct ("b.yaml: domain \"x\" is already defined in
+// a.yaml"); LoadRateLimitConfig calls it.
+[[nodiscard]] absl::Status CheckDistinctDomains(const std::vector<RateLimitFile>& files);
+
+}  // namespace sluice::config
+
+#endif  // SLUICE_CONFIG_RATELIMIT_FILE_H_

@@ -1,0 +1,149 @@
+// envoyproxy/ratelimit's descriptor trees (config/ratelimit_file.h) compiled into an immutable rule
+// set that matches Envoy request descriptors as envoyproxy/ratelimit does (docs/gateways.md,
+// "Migrating from envoyproxy/ratelimit"), and the names of the counters a match decides.
+//
+// Matching one request descriptor (its entries in order) walks the domain's tree one entry per
+// level. At each level the entry (key, value) picks, in this order: the descriptor with that key
+// and exactly that value; else the first descriptor, in file order, with that key and a wildcard
+// value ("prefix*") the value starts with; else the descriptor with that key and no value. The
+// walk stops where nothing is picked or the picked descriptor has no children. The rule of the
+// descriptor picked for the LAST entry applies, if it has a rate_limit; a rate_limit met earlier
+// on the way does not (a request with more entries than the tree is deep matches nothing).
+//
+// Thread-safety: an RlRuleSet is immutable once built; share it through shared_ptr<const>.
+#ifndef SLUICE_GRPC_RATELIMIT_RULES_H_
+#define SLUICE_GRPC_RATELIMIT_RULES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "sluice/config/config.h"
+#include "sluice/config/ratelimit_file.h"
+#include "sluice/limiter/plan.h"
+
+namespace sluice::rls {
+
+// One rate_limit of a tree.
+struct RlRule {
+  std::string domain;
+  // The descriptor's place as envoyproxy/ratelimit names it in its stats:
+  // "<domain>.<key>[_<value>].<key>[_<value>]..." with the file's values ("messaging.to_number",
+  // "mongo_cps.database_users"). For messages and metrics; never a counter's identity.
+  std::string path;
+  std::string name;  // rate_limit.name, or ""
+  bool unlimited = false;
+  bool shadow = false;           // shadow_mode: decided and counted, reported, never denied
+  bool detailed_metric = false;  // kept from the file (sluice counts per value regardless)
+  std::vector<std::string> replaces;
+  config::RlUnit unit = config::RlUnit::kSecond;  // meaningless when unlimited
+  uint32_t requests_per_unit = 0;
+  // The plan a match is decided by: UTC, no alerts, one limit named RlLimitName(unit) with quota
+  // requests_per_unit and the unit's window (WindowForUnit). The quota may be 0, which
+  // envoyproxy/ratelimit uses to refuse every request: a store decides it like any quota (used +
+  // cost > 0), so only a peek (cost 0) is allowed. No limits at all when `unlimited`: nothing is
+  // counted. The plan's name is `path`.
+  Plan plan;
+};
+
+// The window of a unit: second 1s, minute 1m, hour 1h; day and month are calendar periods in UTC.
+// week and year are refused with an error until sluice's windows have them (a calendar week from
+// Monday and a calendar year, in UTC).
+[[nodiscard]] absl::StatusOr<config::WindowSpec> WindowForUnit(config::RlUnit unit);
+
+// The name of the limit that counts a rule or an override of `unit`: "per_second", "per_minute",
+// ... Rules and overrides of one unit share the name, so a descriptor whose limit Envoy overrides
+// (same unit) counts on the counter of the rule it would match, and renaming a rule keeps usage.
+[[nodiscard]] std::string RlLimitName(config::RlUnit unit);
+
+// The plan of a descriptor that carries Envoy's limit override (RateLimitDescriptor.limit): as a
+// rule's, with the override's quota and unit. As in envoyproxy/ratelimit the override replaces
+// the file's rule entirely (whether or not one matches): not shadowed, replaces nothing, and the
+// descriptor is counted under RlCounterKey(domain, entries). Errors as WindowForUnit.
+[[nodiscard]] absl::StatusOr<Plan> OverridePlan(uint32_t requests_per_unit, config::RlUnit unit);
+
+// The unit of envoy.type.v3.RateLimitUnit / RateLimitResponse.RateLimit.Unit (SECOND = 1, MINUTE
+// = 2, HOUR = 3, DAY = 4, MONTH = 5, YEAR = 6, WEEK = 7); InvalidArgument for UNKNOWN (0) and any
+// other value.
+[[nodiscard]] absl::StatusOr<config::RlUnit> UnitFromProto(int value);
+// The reverse, for RateLimitResponse.RateLimit.unit.
+[[nodiscard]] int UnitToProto(config::RlUnit unit);
+
+using RlEntry = std::pair<std::string_view, std::string_view>;  // key, value
+
+class RlRuleSet {
+ public:
+  // Compiles `files` (from config::LoadRateLimitConfig: valid, bounded). InvalidArgument naming
+  // the file and the key path: a domain defined twice, a unit WindowForUnit refuses.
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const RlRuleSet>> Build(
+      const std::vector<config::RateLimitFile>& files);
+
+  // LoadRateLimitConfig(path) and Build: what the server runs at start and on SIGHUP, and
+  // check-config. "" (no ratelimit_config) is an empty set. Errors as theirs, naming the file.
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const RlRuleSet>> Load(std::string_view path);
+
+  [[nodiscard]] bool HasDomain(std::string_view domain) const;
+  [[nodiscard]] size_t domains() const { return roots_.size(); }
+  [[nodiscard]] size_t rules() const { return rules_.size(); }
+
+  // The rule that applies to one request descriptor of `domain` (see the top of this file), or
+  // nullptr. On a match, `*counter_key` (if not null) is RlCounterKey(domain, entries): with the
+  // request's values, so a key-only or wildcard rule counts each distinct value on its own.
+  // The pointer stays valid for the rule set's lifetime.
+  [[nodiscard]] const RlRule* Match(std::string_view domain, absl::Span<const RlEntry> entries,
+                                    std::string* counter_key) const;
+
+ private:
+  struct Node {
+    // Children by key, then value (exact values); wildcard prefixes in file order; key-only.
+    absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, size_t>> exact;
+    absl::flat_hash_map<std::string, std::vector<std::pair<std::string, size_t>>> wildcard;
+    absl::flat_hash_map<std::string, size_t> any_value;
+    const RlRule* rule = nullptr;
+    bool has_children = false;
+  };
+  class Builder;
+
+  [[nodiscard]] const Node* Pick(const Node& node, std::string_view key,
+                                 std::string_view value) const;
+
+  std::vector<Node> nodes_;
+  std::vector<std::unique_ptr<RlRule>> rules_;
+  absl::flat_hash_map<std::string, size_t> roots_;  // domain -> its node
+};
+
+// Applies `replaces` across the rules matched by the descriptors of ONE request (nullptr where a
+// descriptor matched nothing): a rule whose name another matched rule lists in its `replaces` is
+// set to nullptr (it is not decided, and its counter does not change). Every rule's replaces are
+// collected before any is dropped, so two rules that replace each other both drop, as in
+// envoyproxy/ratelimit.
+void ApplyReplaces(absl::Span<const RlRule*> matched);
+
+// The counter identity of a matched descriptor: the domain and every entry, each part
+// percent-encoded ("%2F") except bytes of [A-Za-z0-9._:@+-], joined as
+// "<domain>/<key>=<value>/<key>=<value>". Distinct inputs give distinct keys.
+[[nodiscard]] std::string RlCounterKey(std::string_view domain, absl::Span<const RlEntry> entries);
+
+// The sluice subject that holds the counters of `counter_key` (a valid subject,
+// common/subject.h): "rl:" + counter_key when that is made only of subject characters, contains a
+// '=' and fits in 200 bytes; otherwise "rl:" + a readable prefix + ":" + 32 hex digits of its
+// SHA-256, a form with no '=' (so no hashed subject equals a readable one). Deterministic across
+// processes and restarts.
+[[nodiscard]] std::string RlSubject(std::string_view counter_key);
+
+// The group of every counter of `domain` (the source of its Redis hash tag, so one request's
+// descriptors are decided in one atomic step): "rl:" + domain when the domain is made of
+// [A-Za-z0-9._@/+-] and fits; otherwise "rl:" + a readable prefix + ":" + 32 hex digits of the
+// domain's SHA-256 (a form with a ':', which a readable group never has). A valid subject.
+[[nodiscard]] std::string RlGroup(std::string_view domain);
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_GRPC_RATELIMIT_RULES_H_
