@@ -1,5 +1,6 @@
 #include "sluice/limiter/store_conformance.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -94,16 +95,58 @@ void StoreConformanceTest::ResetUsage(const std::string& subject, const std::str
 }
 
 void StoreConformanceTest::Plant(const std::string& subject, size_t limit, int64_t value,
-                                 const std::string& plan_name) {
+                                 const std::string& plan_name, const std::string& group) {
   const Plan* plan = limiter_->plans().Find(plan_name);
   ASSERT_NE(plan, nullptr);
   std::vector<WindowBounds> windows;
   for (const Limit& l : plan->limits) {
     windows.push_back(l.window_cache->Get(l.window, plan->tz, clock_->Now()));
   }
-  harness_->PlantCounter(
-      {.subject = subject, .plan = plan, .cost = 0, .now = clock_->Now(), .windows = windows},
-      limit, value);
+  harness_->PlantCounter({.subject = subject,
+                          .group = group,
+                          .plan = plan,
+                          .cost = 0,
+                          .now = clock_->Now(),
+                          .windows = windows},
+                         limit, value);
+}
+
+std::vector<Decision> StoreConformanceTest::Group(
+    const std::vector<std::pair<std::string, int64_t>>& parts, const std::string& plan,
+    const std::string& group) {
+  std::vector<GroupPart> group_parts;
+  for (const auto& [subject, cost] : parts) {
+    group_parts.push_back({.subject = subject, .plan = &PlanNamed(plan), .cost = cost});
+  }
+  std::optional<absl::StatusOr<std::vector<Decision>>> out;
+  limiter_->DecideGroup(group, group_parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
+  if (!out.has_value() || !out->ok()) return std::vector<Decision>(parts.size());
+  EXPECT_EQ((*out)->size(), parts.size());
+  return **out;
+}
+
+std::vector<LimitUsage> StoreConformanceTest::GroupUsageOf(const std::string& subject,
+                                                           const std::string& plan_name,
+                                                           const std::string& group) {
+  const Plan& plan = PlanNamed(plan_name);
+  std::vector<WindowBounds> windows;
+  for (const Limit& l : plan.limits) {
+    windows.push_back(l.window_cache->Get(l.window, plan.tz, clock_->Now()));
+  }
+  std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
+  harness_->store().Usage({.subject = subject,
+                           .group = group,
+                           .plan = &plan,
+                           .cost = 0,
+                           .now = clock_->Now(),
+                           .windows = windows},
+                          [&](absl::StatusOr<std::vector<LimitUsage>> u) { out = std::move(u); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok());
+  return out.has_value() && out->ok() ? **out : std::vector<LimitUsage>{};
 }
 
 namespace {
@@ -628,6 +671,137 @@ TEST_P(StoreConformanceTest, AnUnusableCounterIsExhaustedNeverRoom) {
     EXPECT_TRUE(harness_->TakeEvents().empty()) << bad;
     EXPECT_FALSE(Check("mallory").allowed) << bad;
   }
+}
+
+// --- Group decisions (docs/semantics.md, Groups) -------------------------------------------
+
+TEST_P(StoreConformanceTest, AGroupThatFitsIsAdmittedAndEveryPartPaysItsCost) {
+  std::vector<Decision> d = Group({{"alice", 3}, {"bob", 4}});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(d[1].allowed);
+  EXPECT_EQ(d[0].limits[0].used, 3);
+  EXPECT_EQ(d[1].limits[0].used, 4);
+  EXPECT_EQ(d[1].limits[0].remaining, 6);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 3);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 4);
+}
+
+TEST_P(StoreConformanceTest, AGroupWithOnePartThatDoesNotFitChangesNothing) {
+  ASSERT_TRUE(Group({{"alice", 8}})[0].allowed);
+  std::vector<Decision> d = Group({{"alice", 3}, {"bob", 5}});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_FALSE(d[1].allowed);  // bob fits, but the group is denied as a whole
+  EXPECT_TRUE(d[0].limits[0].violated);
+  EXPECT_FALSE(d[1].limits[0].violated);
+  EXPECT_EQ(d[0].limits[0].used, 8);
+  EXPECT_EQ(d[1].limits[0].used, 0);
+  EXPECT_EQ(d[0].retry_after, 60);
+  EXPECT_EQ(d[1].retry_after, 60);  // the group's
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 8);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 0);
+  // Bob's counter really is untouched: he can still spend his whole quota.
+  EXPECT_TRUE(Group({{"bob", 10}})[0].allowed);
+}
+
+TEST_P(StoreConformanceTest, APartOfCostZeroIsAPeekOfThatPart) {
+  ASSERT_TRUE(Group({{"alice", 10}})[0].allowed);
+  (void)harness_->TakeEvents();
+  std::vector<Decision> d = Group({{"alice", 0}, {"bob", 2}});
+  EXPECT_TRUE(d[0].allowed);  // 10 + 0 <= 10
+  EXPECT_EQ(d[0].limits[0].used, 10);
+  EXPECT_EQ(d[1].limits[0].used, 2);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 10);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // bob is at 20%, alice's peek fires nothing
+}
+
+TEST_P(StoreConformanceTest, AnUnusableCounterOfOnePartDeniesTheGroup) {
+  Plant("mallory", 0, -5, "p", "g");
+  (void)harness_->TakeEvents();
+  std::vector<Decision> d = Group({{"bob", 1}, {"mallory", 0}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  EXPECT_EQ(d[1].limits[0].used, 10);  // shown as the quota: exhausted
+  EXPECT_FALSE(d[0].limits[0].violated);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 0);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // nothing fires for an unusable counter
+}
+
+TEST_P(StoreConformanceTest, ThresholdsFirePerPartNamingEachPartsSubject) {
+  std::vector<Decision> d = Group({{"alice", 8}, {"bob", 2}});
+  ASSERT_TRUE(d[0].allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "alice");
+  EXPECT_EQ(events[0].plan, "p");
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[0].used, 8);
+
+  ASSERT_TRUE(Group({{"alice", 2}, {"bob", 8}})[0].allowed);
+  events = harness_->TakeEvents();
+  std::vector<std::pair<std::string, int>> fired;
+  for (const AlertEvent& e : events) fired.emplace_back(e.subject, e.threshold);
+  std::sort(fired.begin(), fired.end());
+  EXPECT_EQ(fired,
+            (std::vector<std::pair<std::string, int>>{{"alice", 100}, {"bob", 80}, {"bob", 100}}));
+}
+
+TEST_P(StoreConformanceTest, ADeniedGroupFiresOnlyTheFullThresholdOfTheLimitsThatDenied) {
+  std::vector<Decision> d = Group({{"alice", 9}, {"bob", 11}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "bob");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 0);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 0);
+}
+
+TEST_P(StoreConformanceTest, AGroupsCountersStartFromZeroInTheNextWindow) {
+  ASSERT_TRUE(Group({{"alice", 10}, {"bob", 10}})[0].allowed);
+  ASSERT_FALSE(Group({{"alice", 1}, {"bob", 1}})[0].allowed);
+  clock_->Advance(absl::Minutes(1));
+  std::vector<Decision> d = Group({{"alice", 1}, {"bob", 2}});
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].limits[0].used, 1);
+  EXPECT_EQ(d[1].limits[0].used, 2);
+}
+
+TEST_P(StoreConformanceTest, AGroupOfPartsUnderDifferentPlansKeepsEachPlansLimits) {
+  UsePlans({PlanConfig{.name = "p",
+                       .timezone = "UTC",
+                       .limits = {MakeLimit("per_minute", 10, Fixed(absl::Minutes(1), "1m"))}},
+            PlanConfig{.name = "q",
+                       .timezone = "UTC",
+                       .limits = {MakeLimit("per_hour", 3, Fixed(absl::Hours(1), "1h")),
+                                  MakeLimit("per_minute", 2, Fixed(absl::Minutes(1), "1m"))}}});
+  std::vector<GroupPart> parts = {{.subject = "alice", .plan = &PlanNamed("p"), .cost = 5},
+                                  {.subject = "bob", .plan = &PlanNamed("q"), .cost = 2}};
+  std::optional<absl::StatusOr<std::vector<Decision>>> out;
+  limiter_->DecideGroup("g", parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  ASSERT_EQ((*out)->size(), 2u);
+  EXPECT_TRUE((**out)[0].allowed);
+  EXPECT_EQ((**out)[0].limits[0].used, 5);
+  ASSERT_EQ((**out)[1].limits.size(), 2u);
+  EXPECT_EQ((**out)[1].limits[0].used, 2);
+  EXPECT_EQ((**out)[1].limits[1].used, 2);
+  // bob is now at q's per-minute quota: a group needing one more is denied by that limit alone.
+  parts[1].cost = 1;
+  out.reset();
+  limiter_->DecideGroup("g", parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_FALSE((**out)[0].allowed);
+  EXPECT_FALSE((**out)[1].limits[0].violated);
+  EXPECT_TRUE((**out)[1].limits[1].violated);
+  EXPECT_EQ(GroupUsageOf("alice", "p")[0].used, 5);
 }
 
 }  // namespace
