@@ -42,23 +42,30 @@ Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time n
   return d;
 }
 
-// Applies the store's counters: per-limit used/remaining/violated and the overall retry_after.
-// A limit is violated when it alone would refuse the request: used + cost > quota (for a denial the
-// store reports the unchanged counters, so this is the rule the store applied). An unusable
-// counter (store.h) is exhausted: reported as used = quota, remaining 0, violated — and it denies
-// even if a store said otherwise. Every value is then in [0, kMaxUsed], so nothing overflows.
-// `quotas` (plan order) are a copy: the plan may be an effective plan that is gone by now.
-void ApplyCounters(const StoreResult& result, int64_t cost, absl::Span<const int64_t> quotas,
-                   Decision& d) {
+// Applies the store's counters: per-limit used/remaining/violated/would_deny and the overall
+// retry_after. A limit is violated when it alone would refuse the request: used + cost > quota
+// (for a denial the store reports the unchanged counters, so this is the rule the store applied;
+// for an admission the counters after it, so a shadow limit would have refused iff used > quota).
+// An unusable counter (store.h) is exhausted: reported as used = quota, remaining 0, violated —
+// and it denies even if a store said otherwise — unless its limit is shadow (it would deny, then).
+// A shadow limit is never violated (docs/semantics.md, Shadow limits). Every value is then in
+// [0, kMaxUsed], so nothing overflows. `plan` (quotas and shadow flags, plan order) is a copy:
+// the plan may be an effective plan that is gone by now.
+void ApplyCounters(const StoreResult& result, int64_t cost, const PlanQuotas& plan, Decision& d) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
-    const int64_t quota = quotas[i];
+    const int64_t quota = plan.quotas[i];
     const bool usable = UsableCounter(result.used[i]);
     l.used = usable ? result.used[i] : quota;
     l.remaining = l.used >= quota ? 0 : quota - l.used;
+    const bool over = !usable || (result.allowed ? l.used > quota : l.used > quota - cost);
+    if (i < plan.shadow.size() && plan.shadow[i]) {
+      l.would_deny = over;
+      continue;
+    }
     if (!usable) d.allowed = false;
-    l.violated = !usable || (!result.allowed && l.used > quota - cost);
+    l.violated = !usable || (!result.allowed && over);
   }
   for (const LimitDecision& l : d.limits) {
     if (l.violated) d.retry_after = std::max(d.retry_after, l.reset_after);
@@ -96,7 +103,7 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
     std::move(done)(std::move(skeleton));
     return;
   }
-  ApplyCounters(*result, p.cost, p.plan.quotas, skeleton);
+  ApplyCounters(*result, p.cost, p.plan, skeleton);
   if (!skeleton.allowed && p.cache != nullptr) {
     absl::Time until = absl::InfinitePast();
     for (const LimitDecision& l : skeleton.limits) {
@@ -170,7 +177,7 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
   int64_t retry_after = 0;
   for (size_t p = 0; p < decisions.size(); ++p) {
     result->parts[p].allowed = result->allowed;
-    ApplyCounters(result->parts[p], costs[p], quotas[p].quotas, decisions[p]);
+    ApplyCounters(result->parts[p], costs[p], quotas[p], decisions[p]);
     allowed = allowed && decisions[p].allowed;
     retry_after = std::max(retry_after, decisions[p].retry_after);
   }
@@ -225,7 +232,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
         // A limit whose window moved on since the denial has an unknown, fresh counter.
         result.used.push_back(known.window_start[i] == windows[i].start ? known.used[i] : 0);
       }
-      ApplyCounters(result, req.cost, pending.plan.quotas, skeleton);
+      ApplyCounters(result, req.cost, pending.plan, skeleton);
       std::move(done)(std::move(skeleton));
       return;
     }

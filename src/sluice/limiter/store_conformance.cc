@@ -804,5 +804,166 @@ TEST_P(StoreConformanceTest, AGroupOfPartsUnderDifferentPlansKeepsEachPlansLimit
   EXPECT_EQ(GroupUsageOf("alice", "p")[0].used, 5);
 }
 
+// --- Shadow limits (docs/semantics.md, Shadow limits) ---------------------------------------
+
+// Plan "p": an enforced 10 per minute and a shadow 3 per minute alerting at 100%.
+std::vector<PlanConfig> ShadowPlan(int64_t enforced_quota = 10) {
+  LimitConfig shadow = MakeLimit("trial", 3, Fixed(absl::Minutes(1), "1m"), {100});
+  shadow.shadow = true;
+  return {PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {MakeLimit("per_minute", enforced_quota, Fixed(absl::Minutes(1), "1m")), shadow}}};
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitIsCountedPastItsQuotaButNeverDenies) {
+  UsePlans(ShadowPlan());
+  for (int i = 1; i <= 10; ++i) {
+    Decision d = Check("alice");
+    ASSERT_TRUE(d.allowed) << "request " << i;
+    EXPECT_EQ(d.limits[1].used, i);
+    EXPECT_FALSE(d.limits[1].violated);
+    EXPECT_EQ(d.limits[1].would_deny, i > 3) << "request " << i;
+    EXPECT_EQ(d.limits[1].remaining, std::max(0, 3 - i));
+  }
+  Decision d = Check("alice");  // denied by the enforced limit
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  EXPECT_EQ(d.limits[1].used, 10);  // a denial changes nothing, shadow counters included
+  EXPECT_EQ(UsageOf("alice")[1].used, 10);
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitsThresholdFiresOnceWhenReached) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice").allowed);  // used 3 = 100% of 3
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 3);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(Check("alice").allowed);
+  ASSERT_FALSE(Check("alice").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitsFullThresholdFiresAtARequestItWouldHaveDenied) {
+  UsePlans(ShadowPlan(/*enforced_quota=*/2));
+  ASSERT_TRUE(Check("alice", 2).allowed);  // trial at 2 of 3: nothing yet
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  Decision d = Check("alice", 2);  // the enforced limit denies; trial would have (2 + 2 > 3)
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 2);
+  EXPECT_EQ(UsageOf("alice")[1].used, 2);
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitThatWouldNotDenyFiresNothingOnADenial) {
+  UsePlans(ShadowPlan(/*enforced_quota=*/2));
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  ASSERT_FALSE(Check("alice", 1).allowed);  // 2 + 1 <= 3: trial would admit
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, APeekOfAShadowLimitChangesNothing) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Check("alice", 5).allowed);
+  (void)harness_->TakeEvents();
+  Decision peek = Check("alice", 0);
+  EXPECT_TRUE(peek.allowed);
+  EXPECT_TRUE(peek.limits[1].would_deny);  // 5 > 3
+  EXPECT_EQ(peek.limits[1].used, 5);
+  EXPECT_EQ(UsageOf("alice")[1].used, 5);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AnUnusableShadowCounterDoesNotDenyAndIsLeftAlone) {
+  UsePlans(ShadowPlan());
+  Plant("mallory", 1, -5);
+  Decision d = Check("mallory");
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 1);
+  EXPECT_TRUE(d.limits[1].would_deny);  // exhausted, as an unusable counter always is
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_EQ(d.limits[1].used, 3);
+  EXPECT_EQ(d.limits[1].remaining, 0);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  EXPECT_EQ(UsageOf("mallory")[1].used, 3);  // still unusable: shown as the quota
+  EXPECT_TRUE(Check("mallory").allowed);
+}
+
+TEST_P(StoreConformanceTest, AShadowCounterStopsAtTheLargestCounter) {
+  UsePlans(ShadowPlan());
+  Plant("alice", 1, kMaxUsed - 2);  // valid: e.g. counted under a quota of 10^15
+  Decision d = Check("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[1].used, kMaxUsed);
+  d = Check("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[1].used, kMaxUsed);
+  EXPECT_EQ(UsageOf("alice")[1].used, kMaxUsed);
+  EXPECT_EQ(d.limits[0].used, 10);
+}
+
+TEST_P(StoreConformanceTest, ThePlansShadowFlagMakesEveryLimitShadow) {
+  std::vector<PlanConfig> plans = TwoLimitPlan(/*minute_quota=*/1, /*hour_quota=*/2);
+  plans[0].shadow = true;
+  UsePlans(plans);
+  clock_->Advance(absl::Seconds(30));
+  for (int i = 1; i <= 3; ++i) {
+    Decision d = Check("alice");
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.retry_after, 0);
+  }
+  Decision d = Check("alice");
+  EXPECT_TRUE(d.limits[0].would_deny);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  EXPECT_EQ(d.limits[0].used, 4);
+  // Every limit is shadow: the tightest of them is shown (both at 0 remaining, the minute resets
+  // first).
+  EXPECT_EQ(d.Tightest().limit->name, "per_minute");
+}
+
+TEST_P(StoreConformanceTest, TheTightestLimitAndRetryAfterIgnoreShadowLimits) {
+  UsePlans(ShadowPlan());
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(Check("alice").allowed);
+  Decision d = Check("alice");
+  EXPECT_EQ(d.Tightest().limit->name, "per_minute");  // trial has less room, but only counts
+  d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after, 60);
+}
+
+TEST_P(StoreConformanceTest, AGroupFollowsTheShadowRules) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Group({{"alice", 3}})[0].allowed);
+  (void)harness_->TakeEvents();
+  // alice's trial would deny (3 + 2 > 3) but it is shadow: the group is admitted.
+  std::vector<Decision> d = Group({{"alice", 2}, {"bob", 1}});
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(d[0].limits[1].would_deny);
+  EXPECT_FALSE(d[1].limits[1].would_deny);
+  EXPECT_EQ(d[0].limits[1].used, 5);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // alice's 100% fired at 3 already
+  // bob's enforced limit denies the group; alice's trial would have: its 100% has fired already,
+  // and bob's trial (1 + 10 > 3) would deny too: its 100% fires now.
+  d = Group({{"alice", 1}, {"bob", 10}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  EXPECT_TRUE(d[1].limits[1].would_deny);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "bob");
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(GroupUsageOf("alice")[1].used, 5);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -253,8 +253,9 @@ struct alignas(64) MemoryStore::Shard {
       const MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
       result.used[i] = UsedNow(c, req.windows[i]);
       // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
-      // state, and it denies.
-      if (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost) {
+      // state, and it denies. A shadow limit never denies.
+      if (!plan.limits[i].shadow &&
+          (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost)) {
         allowed = false;
       }
     }
@@ -264,8 +265,9 @@ struct alignas(64) MemoryStore::Shard {
 
   // The second half, under the same lock: applies the verdict result.allowed (the request's own,
   // or its group's) to `entry` (Admit's, or nullptr) and result.used. A peek changes nothing. A
-  // denial changes nothing but may fire a 100% threshold of a limit that denied; an admission
-  // adds the cost everywhere and may fire any threshold. Returns whether an event was recorded.
+  // denial changes nothing but may fire a 100% threshold of a limit that denied (or, shadow,
+  // would have); an admission adds the cost everywhere (a shadow counter past its quota stops at
+  // kMaxUsed) and may fire any threshold. Returns whether an event was recorded.
   bool Apply(const StoreRequest& req, Entry* entry, StoreResult& result, Outbox& outbox,
              absl::Duration grace) {
     if (req.cost == 0) return false;
@@ -277,11 +279,17 @@ struct alignas(64) MemoryStore::Shard {
     for (size_t i = 0; i < n; ++i) {
       const Limit& limit = plan.limits[i];
       const WindowBounds& w = req.windows[i];
-      // An unusable counter denies but is left as it is: nothing is written or fired for it.
-      const bool violated =
-          !allowed && UsableCounter(result.used[i]) && result.used[i] > limit.quota - req.cost;
-      const int64_t after = allowed ? result.used[i] + req.cost : result.used[i];
-      if (!allowed && !violated) continue;
+      // An unusable counter denies (unless shadow) but is left as it is: nothing is written or
+      // fired for it.
+      const int64_t used = result.used[i];
+      if (!UsableCounter(used)) continue;
+      // This limit alone would refuse: it denied, or (shadow) would have.
+      const bool over = used > limit.quota - req.cost;
+      if (!allowed && !over) continue;
+      // Only a shadow limit can pass its quota, and it stops at kMaxUsed.
+      const int64_t after = !allowed                     ? used
+                            : used > kMaxUsed - req.cost ? kMaxUsed
+                                                         : used + req.cost;
 
       const MemoryStore::Counter* current = entry ? &entry->counters[i] : nullptr;
       uint16_t fired = FiredNow(current, w);

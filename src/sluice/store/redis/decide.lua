@@ -39,6 +39,11 @@
 --      name            string (limit name)
 --      quota           1..1,000,000,000,000,000 (the configuration's maximum); decimal, no
 --                      leading zeros (it is copied into flag fields and events as given)
+--      shadow          1: a shadow limit (docs/semantics.md, Shadow limits): it never denies;
+--                      admitted, its counter grows by the cost even past the quota (capped at
+--                      kMaxUsed), and its 100% threshold also fires at a request it would have
+--                      denied; an unusable shadow counter is left alone and denies nothing.
+--                      0: an enforced limit
 --      expire_at       Unix seconds: window end + grace (EXPIREAT, absolute; must be in the future)
 --      window_start    Unix seconds
 --      window_end      Unix seconds
@@ -119,17 +124,18 @@ while true do
     return redis.error_reply('ERR sluice decide: expected 2N keys per part and the outbox')
   end
   for i = 1, part.n do
-    local t = tonumber(ARGV[a + 5])
+    local t = tonumber(ARGV[a + 6])
     local limit = {
       name = ARGV[a], quota = tonumber(ARGV[a + 1]), quota_text = ARGV[a + 1],
-      expire_at = ARGV[a + 2],
-      window_start = ARGV[a + 3], window_end = ARGV[a + 4], thresholds = {},
+      shadow = ARGV[a + 2] == '1', expire_at = ARGV[a + 3],
+      window_start = ARGV[a + 4], window_end = ARGV[a + 5], thresholds = {},
     }
     if limit.quota == nil or limit.quota < 1 or limit.quota > kMaxUsed or t == nil or
-        not string.match(limit.quota_text, '^[1-9]%d*$') then
+        not string.match(limit.quota_text, '^[1-9]%d*$') or
+        (ARGV[a + 2] ~= '0' and ARGV[a + 2] ~= '1') then
       return redis.error_reply('ERR sluice decide: bad limit ' .. i .. ' of part ' .. p)
     end
-    a = a + 6
+    a = a + 7
     for j = 1, t do
       limit.thresholds[j] = {
         percent = ARGV[a], count = tonumber(ARGV[a + 1]),
@@ -160,13 +166,16 @@ if deadline_us > 0 then
   end
 end
 
--- Admission: all-or-nothing over every limit of every part.
+-- Admission: all-or-nothing over every enforced (not shadow) limit of every part.
 local allowed = 1
 for _, part in ipairs(parts) do
   part.used = {}
   for i = 1, part.n do
     part.used[i] = read_counter(KEYS[part.key + i - 1])
-    if part.used[i] < 0 or part.used[i] + part.cost > part.limits[i].quota then allowed = 0 end
+    if not part.limits[i].shadow and
+        (part.used[i] < 0 or part.used[i] + part.cost > part.limits[i].quota) then
+      allowed = 0
+    end
   end
 end
 
@@ -202,16 +211,24 @@ end
 
 -- A peek (a part of cost 0) writes nothing. An admission adds each part's cost to its counters
 -- and may fire any threshold; a denial writes no counter but may fire the 100% threshold of each
--- limit that itself denied.
+-- limit that itself denied (or, shadow, would have denied).
 for _, part in ipairs(parts) do
   local cost, used = part.cost, part.used
   if cost > 0 then
     for i = 1, part.n do
       local limit = part.limits[i]
       local counter = KEYS[part.key + i - 1]
-      -- An unusable counter (-1) denies, but fires nothing: its value means nothing.
+      -- An unusable counter (-1) denies (unless shadow), but is left alone and fires nothing: its
+      -- value means nothing.
       local violated = allowed == 0 and used[i] >= 0 and used[i] + cost > limit.quota
-      if allowed == 1 then
+      if allowed == 1 and used[i] >= 0 and limit.shadow and used[i] + cost > kMaxUsed then
+        -- A shadow counter past its quota stops at kMaxUsed (so it stays a valid counter). It
+        -- holds more than the cost, so the key exists and has its expiry.
+        if used[i] < kMaxUsed then
+          redis.call('SET', counter, string.format('%d', kMaxUsed), 'KEEPTTL')
+        end
+        used[i] = kMaxUsed
+      elseif allowed == 1 and used[i] >= 0 then
         used[i] = redis.call('INCRBY', counter, cost)
         -- INCRBY returning the cost means it created the key (a counter is never written
         -- otherwise): give it its expiry now, in the same atomic step. An existing counter
@@ -219,7 +236,7 @@ for _, part in ipairs(parts) do
         -- command per limit.
         if used[i] == cost then redis.call('EXPIREAT', counter, limit.expire_at) end
       end
-      if allowed == 1 or violated then
+      if (allowed == 1 and used[i] >= 0) or violated then
         for _, th in ipairs(limit.thresholds) do
           local crossed
           if allowed == 1 then

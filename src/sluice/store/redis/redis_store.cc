@@ -190,7 +190,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   size_t args = 0;
   for (const StoreRequest& part : parts) {
     keys += 2 * part.plan->limits.size();
-    args += 4 + 8 * part.plan->limits.size();
+    args += 4 + 9 * part.plan->limits.size();
   }
   std::vector<std::string> argv;
   argv.reserve(3 + keys + 3 + args);
@@ -237,6 +237,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
       argv.push_back(limit.name);
       argv.push_back(absl::StrCat(limit.quota));
+      argv.push_back(limit.shadow ? "1" : "0");
       argv.push_back(absl::StrCat(absl::ToUnixSeconds(
           absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) + absl::UnixEpoch())));
       argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.start)));
