@@ -136,7 +136,8 @@ class RedisScriptTest(unittest.TestCase):
         for l in limits:
             start = self.now - self.now % l["window_len"]
             end = start + l["window_len"]
-            argv += [l["name"], l["quota"], end + GRACE, start, end, len(l["thresholds"])]
+            argv += [l["name"], l["quota"], 1 if l.get("shadow") else 0, end + GRACE, start, end,
+                     len(l["thresholds"])]
             for p in l["thresholds"]:
                 argv += [p, -(-l["quota"] * p // 100)]
         keys = counters + flags + [outbox]
@@ -316,6 +317,30 @@ class RedisScriptTest(unittest.TestCase):
             self.decide(lim)
         self.assertEqual(len(self.all_keys()), 5)  # 2 counters, 2 flag hashes, the outbox
         self.assert_every_key_expires()
+
+    def test_a_shadow_limit_is_counted_past_its_quota_and_keeps_its_ttl(self):
+        trial = dict(limit("trial", 3, [100]), shadow=True)
+        lim = [limit("per_minute", 5), trial]
+        for i in range(1, 6):
+            allowed, used, _, _ = self.decide(lim)
+            self.assertTrue(allowed, i)
+            self.assertEqual(used, [i, i])
+        allowed, used, fired, _ = self.decide(lim)
+        self.assertFalse(allowed)  # the enforced limit denies; the shadow one never does
+        self.assertEqual(used, [5, 5])
+        self.assertEqual(fired, 0)  # trial's 100% fired once, at 3
+        self.assertEqual(self.fired_thresholds(), [100])
+        self.assert_every_key_expires()
+
+    def test_a_shadow_counter_stops_at_the_largest_counter_and_keeps_its_ttl(self):
+        trial = dict(limit("trial", 3), shadow=True)
+        counters, _, _ = keys_for("user-42", [trial])
+        self.redis.call("SET", counters[0], str(10**15 - 1), "EX", "3600")
+        allowed, used, _, _ = self.decide([trial], cost=5)
+        self.assertTrue(allowed)
+        self.assertEqual(used, [10**15])
+        self.assertEqual(self.redis.call("GET", counters[0]), str(10**15).encode())
+        self.assertGreater(self.redis.call("TTL", counters[0]), 0)
 
     def test_every_key_has_a_ttl_after_a_first_denial_that_fired_100(self):
         lim = [limit("daily", 5, [100])]

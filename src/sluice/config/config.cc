@@ -342,6 +342,20 @@ absl::Status ReadInt64(const Field& field, int64_t min, int64_t max, int64_t& ou
   return absl::OkStatus();
 }
 
+// `true` or `false`, nothing else (YAML 1.1's yes/no/on/off are refused: they surprise).
+absl::Status ReadBool(const Field& field, bool& out) {
+  if (field.absent()) return absl::OkStatus();
+  if (field.node->IsScalar()) {
+    const std::string& text = field.node->Scalar();
+    if (text == "true" || text == "false") {
+      out = text == "true";
+      return absl::OkStatus();
+    }
+    return Error(field.path, absl::StrCat("expected true or false, got ", Quote(text)));
+  }
+  return Error(field.path, absl::StrCat("expected true or false, got ", KindOf(*field.node)));
+}
+
 absl::Status ReadInt(const Field& field, int min, int max, int& out) {
   int64_t value = out;
   SLUICE_RETURN_IF_ERROR(ReadInt64(field, min, max, value));
@@ -585,7 +599,8 @@ absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
 
 absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"name", "quota", "window", "alert_at"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"name", "quota", "window", "alert_at", "shadow"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("shadow"), limit.shadow));
   const Field name = f.Get("name");
   SLUICE_RETURN_IF_ERROR(Require(name));
   SLUICE_RETURN_IF_ERROR(ReadString(name, limit.name));
@@ -604,8 +619,9 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
 
 absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"timezone", "limits"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"timezone", "limits", "shadow"}, f));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("timezone"), plan.timezone));
+  SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("shadow"), plan.shadow));
   return ForEachItem(f.Get("limits"), [&](const Field& item, size_t) {
     return ParseLimit(item, plan.limits.emplace_back());
   });

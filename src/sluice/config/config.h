@@ -118,12 +118,15 @@ struct LimitConfig {
   int64_t quota = 0;  // >= 1
   WindowSpec window;
   std::vector<int> alert_at;  // percentages 1..100, strictly increasing after validation
+  // Decided, counted and alerted, but never denies (docs/semantics.md, Shadow limits).
+  bool shadow = false;
 };
 
 struct PlanConfig {
   std::string name;                 // [A-Za-z0-9_.-]{1,64}
   std::string timezone = "UTC";     // IANA name known to abseil's time zone database
   std::vector<LimitConfig> limits;  // at least one
+  bool shadow = false;              // every limit is shadow (LimitConfig::shadow)
 };
 
 struct KeyConfig {

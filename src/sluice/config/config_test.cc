@@ -324,6 +324,31 @@ TEST_F(ConfigTest, AlertPercentagesAreSortedAscending) {
   EXPECT_THAT(config->plans[0].limits[0].alert_at, ElementsAre(50, 80, 100));
 }
 
+TEST_F(ConfigTest, ALimitOrAPlanMayBeShadow) {
+  absl::StatusOr<Config> config = Parse(
+      "plans:\n"
+      "  free:\n"
+      "    limits:\n"
+      "      - { name: per_minute, quota: 10, window: 1m }\n"
+      "      - { name: trial, quota: 3, window: 1m, shadow: true }\n"
+      "  beta:\n"
+      "    shadow: true\n"
+      "    limits:\n"
+      "      - { name: daily, quota: 5, window: day, shadow: false }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->plans[0].shadow);
+  EXPECT_FALSE(config->plans[0].limits[0].shadow);
+  EXPECT_TRUE(config->plans[0].limits[1].shadow);
+  EXPECT_TRUE(config->FindPlan("beta")->shadow);
+}
+
+TEST_F(ConfigTest, ShadowIsTrueOrFalse) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 5, window: day, shadow: yes")),
+            "test.yaml: plans.free.limits[0].shadow: expected true or false, got \"yes\"");
+  EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 5, window: day, shadow: [true]")),
+            "test.yaml: plans.free.limits[0].shadow: expected true or false, got a list");
+}
+
 TEST_F(ConfigTest, FindPlanReturnsThePlanOrNull) {
   absl::StatusOr<Config> config = Parse(kFull);
   ASSERT_TRUE(config.ok()) << config.status();
@@ -379,7 +404,7 @@ TEST_F(ConfigTest, SecondDocumentIsRejected) {
 TEST_F(ConfigTest, UnknownFieldNamesItsPathAndTheExpectedFields) {
   EXPECT_EQ(ErrorOf(WithLimit("name: daily, qouta: 5, window: day")),
             "test.yaml: plans.free.limits[0].qouta: unknown field (expected one of: name, quota, "
-            "window, alert_at)");
+            "window, alert_at, shadow)");
 }
 
 TEST_F(ConfigTest, UnknownTopLevelFieldIsRejected) {

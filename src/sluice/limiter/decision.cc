@@ -1,11 +1,18 @@
 #include "sluice/limiter/decision.h"
 
+#include <algorithm>
+
 namespace sluice {
 
 const LimitDecision& Decision::Tightest() const {
-  const LimitDecision* best = &limits.front();
+  // Enforced limits only, unless there are none.
+  const bool any_enforced = std::any_of(limits.begin(), limits.end(), [](const LimitDecision& l) {
+    return l.limit == nullptr || !l.limit->shadow;
+  });
+  const LimitDecision* best = nullptr;
   for (const LimitDecision& l : limits) {
-    if (l.remaining < best->remaining ||
+    if (any_enforced && l.limit != nullptr && l.limit->shadow) continue;
+    if (best == nullptr || l.remaining < best->remaining ||
         (l.remaining == best->remaining && l.reset_after < best->reset_after)) {
       best = &l;
     }

@@ -18,7 +18,10 @@ struct LimitDecision {
   int64_t reset_after = 0;       // seconds until the window ends, rounded up
   absl::Time window_start;
   absl::Time window_end;
-  bool violated = false;  // this limit denied the request
+  bool violated = false;  // this limit denied the request; never set for a shadow limit
+  // A shadow limit (Limit::shadow) that would have denied this request: used + cost > quota
+  // before it (an unusable counter counts as exhausted). Never set for an enforced limit.
+  bool would_deny = false;
 };
 
 // Valid while the Limiter that produced it lives (it points into the Limiter's plans).
@@ -29,11 +32,13 @@ struct Decision {
   // and windows but used = 0 and remaining = quota, since the counters are unknown.
   bool degraded = false;
   StoreFailure failure = StoreFailure::kOther;  // why, when degraded
-  int64_t retry_after = 0;  // denial: seconds until every violated limit has reset; else 0
+  // Denial: seconds until every violated limit has reset; else 0. Shadow limits never count.
+  int64_t retry_after = 0;
   absl::InlinedVector<LimitDecision, 4> limits;  // plan order
 
-  // The limit closest to exhaustion (least remaining, ties broken by soonest reset), for the
-  // X-RateLimit-* headers. REQUIRES: !limits.empty().
+  // The enforced limit closest to exhaustion (least remaining, ties broken by soonest reset), for
+  // the X-RateLimit-* headers; when every limit is shadow, the shadow one closest to exhaustion.
+  // REQUIRES: !limits.empty().
   [[nodiscard]] const LimitDecision& Tightest() const;
 };
 

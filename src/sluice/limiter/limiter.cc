@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -41,27 +42,41 @@ Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time n
   return d;
 }
 
-// Applies the store's counters: per-limit used/remaining/violated and the overall retry_after.
-// A limit is violated when it alone would refuse the request: used + cost > quota (for a denial the
-// store reports the unchanged counters, so this is the rule the store applied). An unusable
-// counter (store.h) is exhausted: reported as used = quota, remaining 0, violated — and it denies
-// even if a store said otherwise. Every value is then in [0, kMaxUsed], so nothing overflows.
-// `quotas` (plan order) are a copy: the plan may be an effective plan that is gone by now.
-void ApplyCounters(const StoreResult& result, int64_t cost, absl::Span<const int64_t> quotas,
-                   Decision& d) {
+// Applies the store's counters: per-limit used/remaining/violated/would_deny and the overall
+// retry_after. A limit is violated when it alone would refuse the request: used + cost > quota
+// (for a denial the store reports the unchanged counters, so this is the rule the store applied;
+// for an admission the counters after it, so a shadow limit would have refused iff used > quota).
+// An unusable counter (store.h) is exhausted: reported as used = quota, remaining 0, violated —
+// and it denies even if a store said otherwise — unless its limit is shadow (it would deny, then).
+// A shadow limit is never violated (docs/semantics.md, Shadow limits). Every value is then in
+// [0, kMaxUsed], so nothing overflows. `plan` (quotas and shadow flags, plan order) is a copy:
+// the plan may be an effective plan that is gone by now.
+void ApplyCounters(const StoreResult& result, int64_t cost, const PlanQuotas& plan, Decision& d) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
-    const int64_t quota = quotas[i];
+    const int64_t quota = plan.quotas[i];
     const bool usable = UsableCounter(result.used[i]);
     l.used = usable ? result.used[i] : quota;
     l.remaining = l.used >= quota ? 0 : quota - l.used;
+    const bool over = !usable || (result.allowed ? l.used > quota : l.used > quota - cost);
+    if (i < plan.shadow.size() && plan.shadow[i]) {
+      l.would_deny = over;
+      continue;
+    }
     if (!usable) d.allowed = false;
-    l.violated = !usable || (!result.allowed && l.used > quota - cost);
+    l.violated = !usable || (!result.allowed && over);
   }
   for (const LimitDecision& l : d.limits) {
     if (l.violated) d.retry_after = std::max(d.retry_after, l.reset_after);
   }
+}
+
+// A decision the store could not answer: on_store_error decides (docs/semantics.md).
+void Degrade(const absl::Status& failure, config::OnStoreError policy, Decision& d) {
+  d.degraded = true;
+  d.failure = StoreFailureOf(failure);
+  d.allowed = policy == config::OnStoreError::kAllow;
 }
 
 // What finishing a decision needs once the store has answered, copied out of the request and the
@@ -84,13 +99,11 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
             std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
-    skeleton.degraded = true;
-    skeleton.failure = StoreFailureOf(result.status());
-    skeleton.allowed = p.policy == config::OnStoreError::kAllow;
+    Degrade(result.status(), p.policy, skeleton);
     std::move(done)(std::move(skeleton));
     return;
   }
-  ApplyCounters(*result, p.cost, p.plan.quotas, skeleton);
+  ApplyCounters(*result, p.cost, p.plan, skeleton);
   if (!skeleton.allowed && p.cache != nullptr) {
     absl::Time until = absl::InfinitePast();
     for (const LimitDecision& l : skeleton.limits) {
@@ -101,9 +114,78 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
   std::move(done)(std::move(skeleton));
 }
 
-absl::Status ValidateSubject(std::string_view subject) {
+// `field` names the input in the error ("subject", or "parts[2].subject" for a group).
+absl::Status ValidateSubject(std::string_view subject, std::string_view field = "subject") {
   if (IsValidSubject(subject)) return absl::OkStatus();
-  return absl::InvalidArgumentError("subject: must be 1-200 bytes of letters, digits and ._:@/+=-");
+  return absl::InvalidArgumentError(
+      absl::StrCat(ToAbsl(field), ": must be 1-200 bytes of letters, digits and ._:@/+=-"));
+}
+
+absl::Status ValidateCost(int64_t cost, std::string_view field = "cost") {
+  if (cost >= 0 && cost <= kMaxCost) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(ToAbsl(field), ": must be an integer from 0 to ", kMaxCost));
+}
+
+// The group's parts, checked in order; the error names the first bad one.
+absl::Status ValidateGroup(std::string_view group, absl::Span<const GroupPart> parts) {
+  if (!group.empty()) {
+    if (absl::Status s = ValidateSubject(group, "group"); !s.ok()) return s;
+  }
+  if (parts.empty() || parts.size() > kMaxGroupParts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parts: a group has 1 to ", kMaxGroupParts, " parts, not ", parts.size()));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string field = absl::StrCat("parts[", i, "]");
+    if (absl::Status s = ValidateSubject(parts[i].subject, absl::StrCat(field, ".subject"));
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ValidateCost(parts[i].cost, absl::StrCat(field, ".cost")); !s.ok()) {
+      return s;
+    }
+    if (parts[i].plan == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".plan: missing"));
+    }
+    // At most 64 parts: quadratic is cheaper than a set.
+    for (size_t j = 0; j < i; ++j) {
+      if (parts[j].subject == parts[i].subject) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".subject: \"", ToAbsl(parts[i].subject), "\" is also parts[", j,
+                         "]'s: a group's subjects are distinct"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Finishes a group decision: every part's counters as for a single decision (ApplyCounters), the
+// group's verdict and retry_after on each. `costs` and `quotas` are copies, part by part.
+void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> decisions,
+                 absl::Span<const int64_t> costs, absl::Span<const PlanQuotas> quotas,
+                 config::OnStoreError policy, GroupDecisionCallback done) {
+  if (!result.ok() || result->parts.size() != decisions.size()) {
+    const absl::Status failure =
+        result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
+                    : result.status();
+    for (Decision& d : decisions) Degrade(failure, policy, d);
+    std::move(done)(std::move(decisions));
+    return;
+  }
+  bool allowed = result->allowed;
+  int64_t retry_after = 0;
+  for (size_t p = 0; p < decisions.size(); ++p) {
+    result->parts[p].allowed = result->allowed;
+    ApplyCounters(result->parts[p], costs[p], quotas[p], decisions[p]);
+    allowed = allowed && decisions[p].allowed;
+    retry_after = std::max(retry_after, decisions[p].retry_after);
+  }
+  for (Decision& d : decisions) {
+    d.allowed = allowed;
+    d.retry_after = retry_after;
+  }
+  std::move(done)(std::move(decisions));
 }
 
 }  // namespace
@@ -121,9 +203,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
     std::move(done)(std::move(s));
     return;
   }
-  if (req.cost < 0 || req.cost > kMaxCost) {
-    std::move(done)(
-        absl::InvalidArgumentError(absl::StrCat("cost: must be an integer from 0 to ", kMaxCost)));
+  if (absl::Status s = ValidateCost(req.cost); !s.ok()) {
+    std::move(done)(std::move(s));
     return;
   }
   const Plan* plan = req.effective_plan != nullptr ? req.effective_plan : plans_.Find(req.plan);
@@ -151,7 +232,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
         // A limit whose window moved on since the denial has an unknown, fresh counter.
         result.used.push_back(known.window_start[i] == windows[i].start ? known.used[i] : 0);
       }
-      ApplyCounters(result, req.cost, pending.plan.quotas, skeleton);
+      ApplyCounters(result, req.cost, pending.plan, skeleton);
       std::move(done)(std::move(skeleton));
       return;
     }
@@ -177,6 +258,44 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
     Finish(std::move(result), std::move(skeleton), pending, pending.subject, pending.windows,
            std::move(done));
   });
+}
+
+void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> parts,
+                          GroupDecisionCallback done) const {
+  if (absl::Status s = ValidateGroup(group, parts); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  const size_t n = parts.size();
+  std::vector<Windows> windows(n);
+  std::vector<Decision> decisions;
+  std::vector<StoreRequest> requests(n);
+  std::vector<int64_t> costs(n);
+  std::vector<PlanQuotas> quotas(n);
+  decisions.reserve(n);
+  for (size_t p = 0; p < n; ++p) {
+    const Plan& plan = *parts[p].plan;
+    windows[p] = WindowsFor(plan, now);
+    decisions.push_back(SkeletonDecision(plan, windows[p], now));
+    costs[p] = parts[p].cost;
+    quotas[p] = PlanQuotas::Of(plan);
+    requests[p] = {.subject = parts[p].subject,
+                   .group = group,
+                   .plan = &plan,
+                   .cost = parts[p].cost,
+                   .now = now,
+                   .windows = windows[p]};
+  }
+  // The over-limit cache is not consulted: it knows single subjects, and a group is denied or
+  // admitted as a whole.
+  store_->DecideGroup({.group = group, .parts = requests},
+                      [decisions = std::move(decisions), costs = std::move(costs),
+                       quotas = std::move(quotas), policy = options_.on_store_error,
+                       done = std::move(done)](absl::StatusOr<StoreGroupResult> result) mutable {
+                        FinishGroup(std::move(result), std::move(decisions), costs, quotas, policy,
+                                    std::move(done));
+                      });
 }
 
 absl::StatusOr<const Plan*> Limiter::Resolve(std::string_view subject,

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/decision.h"
@@ -18,8 +20,6 @@
 #include "sluice/limiter/store.h"
 
 namespace sluice {
-
-inline constexpr int64_t kMaxCost = 1'000'000;
 
 struct DecisionRequest {
   std::string_view subject;
@@ -34,6 +34,18 @@ struct DecisionRequest {
 };
 
 using DecisionCallback = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
+
+// One part of a group decision (Limiter::DecideGroup).
+struct GroupPart {
+  std::string_view subject;
+  // The part's plan, built by the caller (typically not one of plans()): read during the call,
+  // referred to by the Decision (Decision::plan, LimitDecision::limit), so the caller keeps it
+  // alive until done with the Decision, as for DecisionRequest::effective_plan.
+  const Plan* plan = nullptr;
+  int64_t cost = 1;
+};
+
+using GroupDecisionCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<Decision>>) &&>;
 
 struct LimiterOptions {
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
@@ -53,6 +65,22 @@ class Limiter {
   // Decision. `done` runs exactly once, as Store::Decide's callback does. `req` is read only during
   // the call.
   void Decide(const DecisionRequest& req, DecisionCallback done) const;
+
+  // Decides every part all-or-nothing in one store step (Store::DecideGroup, docs/semantics.md,
+  // Groups): one Decision per part, in order. Each Decision's allowed/degraded is the group's;
+  // each part's `limits` mark the limits that denied (violated); retry_after is the group's (the
+  // latest reset among every violated limit of every part). `group` places the parts' state
+  // (StoreRequest::group); empty: each part stays where its single decisions are (on Redis
+  // Cluster the keys of several subjects then rarely share a slot, and the call fails). The
+  // Limiter's single decisions, Usage and Reset place subjects by themselves, so a group-placed
+  // subject's counters are its group's alone (on Redis; the memory store ignores placement).
+  // InvalidArgument (naming parts[i]) for a bad subject or cost, a missing plan, duplicate
+  // subjects, and no or more than kMaxGroupParts parts; and for a `group` that is not a valid
+  // subject. on_store_error applies as for Decide. The over-limit cache is not consulted for groups
+  // (nor taught by them). `done` runs exactly once, as Decide's does; `parts` is read only during
+  // the call.
+  void DecideGroup(std::string_view group, absl::Span<const GroupPart> parts,
+                   GroupDecisionCallback done) const;
 
   // Current usage of `subject` under `plan` without consuming anything. Counters follow the
   // subject: they are those of the plan's limits (by name and window), whatever plan counted them.

@@ -3,8 +3,12 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "sluice/common/strings.h"
 
 namespace sluice {
 namespace {
@@ -373,6 +377,82 @@ TEST_F(EffectivePlanTest, ResetTakesAnEffectivePlan) {
   EXPECT_EQ(out->code(), absl::StatusCode::kNotFound);
   limiter_.Reset("bad subject", raised, "", [&](absl::Status s) { out = s; });
   EXPECT_EQ(out->code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- Group decisions ----------------------------------------------------------------------
+
+class GroupTest : public LimiterTest {
+ protected:
+  absl::StatusOr<std::vector<Decision>> Group(config::OnStoreError policy,
+                                              std::vector<GroupPart> parts,
+                                              std::string_view group = "g") {
+    Limiter limiter(*PlanSet::FromConfig(cfg_), &store_, &clock_, {.on_store_error = policy});
+    std::optional<absl::StatusOr<std::vector<Decision>>> out;
+    limiter.DecideGroup(group, parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+    return *out;
+  }
+  // A caller-built plan, as DecideGroup takes them.
+  Plan plan_ = *PlanSet::FromConfig(cfg_)->Find("free");
+};
+
+TEST_F(GroupTest, RejectsABadPartNamingIt) {
+  struct Case {
+    std::vector<GroupPart> parts;
+    std::string_view prefix;
+  };
+  const std::vector<Case> cases = {
+      {{{.subject = "a", .plan = &plan_}, {.subject = "b c", .plan = &plan_}}, "parts[1].subject:"},
+      {{{.subject = "a", .plan = &plan_, .cost = -1}}, "parts[0].cost:"},
+      {{{.subject = "a", .plan = &plan_}, {.subject = "b", .plan = &plan_, .cost = kMaxCost + 1}},
+       "parts[1].cost:"},
+      {{{.subject = "a", .plan = &plan_}, {.subject = "b", .plan = nullptr}}, "parts[1].plan:"},
+      {{{.subject = "a", .plan = &plan_},
+        {.subject = "b", .plan = &plan_},
+        {.subject = "a", .plan = &plan_}},
+       "parts[2].subject:"},
+      {{}, "parts:"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::vector<Decision>> d = Group(config::OnStoreError::kAllow, c.parts);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << c.prefix;
+    EXPECT_TRUE(absl::StartsWith(d.status().message(), ToAbsl(c.prefix))) << d.status();
+  }
+  EXPECT_EQ(store_.calls, 0);
+}
+
+TEST_F(GroupTest, RejectsMoreThanTheMaximumParts) {
+  std::vector<std::string> subjects;
+  for (size_t i = 0; i <= kMaxGroupParts; ++i) subjects.push_back("s" + std::to_string(i));
+  std::vector<GroupPart> parts;
+  for (const std::string& s : subjects) parts.push_back({.subject = s, .plan = &plan_});
+  EXPECT_EQ(Group(config::OnStoreError::kAllow, parts).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  parts.pop_back();
+  EXPECT_TRUE(Group(config::OnStoreError::kAllow, parts).ok());
+}
+
+TEST_F(GroupTest, RejectsAnInvalidGroup) {
+  absl::StatusOr<std::vector<Decision>> d =
+      Group(config::OnStoreError::kAllow, {{.subject = "a", .plan = &plan_}}, "bad group");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(d.status().message(), "group:")) << d.status();
+}
+
+TEST_F(GroupTest, AStoreFailureDegradesEveryPartByThePolicy) {
+  for (const config::OnStoreError policy :
+       {config::OnStoreError::kAllow, config::OnStoreError::kDeny}) {
+    absl::StatusOr<std::vector<Decision>> d =
+        Group(policy, {{.subject = "a", .plan = &plan_}, {.subject = "b", .plan = &plan_}});
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_EQ(d->size(), 2u);
+    for (const Decision& part : *d) {
+      EXPECT_TRUE(part.degraded);
+      EXPECT_EQ(part.allowed, policy == config::OnStoreError::kAllow);
+      EXPECT_EQ(part.plan, &plan_);  // the caller's plan
+      EXPECT_EQ(part.limits[0].remaining, 60);
+    }
+  }
 }
 
 }  // namespace

@@ -18,7 +18,10 @@ void Count(std::atomic<uint64_t>* counter) {
 
 PlanQuotas PlanQuotas::Of(const Plan& plan) {
   PlanQuotas pq{.plan_tag = plan.tag};
-  for (const Limit& limit : plan.limits) pq.quotas.push_back(limit.quota);
+  for (const Limit& limit : plan.limits) {
+    pq.quotas.push_back(limit.quota);
+    pq.shadow.push_back(limit.shadow);
+  }
   return pq;
 }
 
@@ -72,8 +75,9 @@ bool OverLimitCache::CertainDenial(const PlanQuotas& plan, std::string_view subj
     return false;
   }
   for (size_t i = 0; i < windows.size(); ++i) {
-    // Written so that a wild cached counter cannot overflow.
-    if (e.window_start[i] == windows[i].start &&
+    // Written so that a wild cached counter cannot overflow. A shadow limit never denies.
+    const bool shadow = i < plan.shadow.size() && plan.shadow[i];
+    if (e.window_start[i] == windows[i].start && !shadow &&
         (!UsableCounter(e.used[i]) || e.used[i] > plan.quotas[i] - cost)) {
       *out = e;
       Count(stats_ ? &stats_->hits : nullptr);

@@ -261,6 +261,24 @@ TEST(OverLimitCacheKeys, AnEntryIsTrustedOnlyForThePlanTagAndQuotasItWasLearntUn
   EXPECT_FALSE(cache.CertainDenial(learnt, "u", 1, now, {&w, 1}, &e));
 }
 
+// A shadow limit past its quota never denies, so a cached counter over it is no certain denial;
+// the enforced limit's is.
+TEST(OverLimitCacheKeys, AShadowLimitOverItsQuotaIsNoCertainDenial) {
+  OverLimitCache cache(100, nullptr);
+  const absl::Time now = absl::FromUnixSeconds(1796083170);
+  const WindowBounds w[] = {
+      {.id = 1, .start = now - absl::Seconds(30), .end = now + absl::Seconds(30)},
+      {.id = 1, .start = now - absl::Seconds(30), .end = now + absl::Seconds(30)}};
+  const PlanQuotas plan{.plan_tag = 7, .quotas = {10, 3}, .shadow = {false, true}};
+  OverLimitCache::Entry e;
+  const int64_t shadow_over[] = {5, 8};
+  cache.Remember(plan, "u", now, w, shadow_over, w[1].end);
+  EXPECT_FALSE(cache.CertainDenial(plan, "u", 1, now, w, &e));
+  const int64_t enforced_over[] = {10, 8};
+  cache.Remember(plan, "u", now, w, enforced_over, w[0].end);
+  EXPECT_TRUE(cache.CertainDenial(plan, "u", 1, now, w, &e));
+}
+
 TEST_F(OverLimitCacheTest, DegradedAnswersAreNotRemembered) {
   store_.failure = StoreFailure::kTimeout;
   Decision d = Decide("u");

@@ -98,6 +98,7 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
                   .window = lc.window,
                   .thresholds = {},
                   .tag = LimitTag(lc.name, lc.window, plan->tz),
+                  .shadow = lc.shadow || pc.shadow,
                   .window_cache = std::make_shared<WindowCache>()};
       for (int percent : lc.alert_at) {
         limit.thresholds.push_back(

@@ -32,6 +32,9 @@ struct Limit {
   // plans' limits with the same name and window share counters (usage follows the subject,
   // docs/semantics.md).
   uint32_t tag = 0;
+  // A shadow limit is decided, counted and alerted but never denies (docs/semantics.md, Shadow
+  // limits): LimitConfig::shadow, or PlanConfig::shadow of its plan.
+  bool shadow = false;
   // Memo of the current window (shared by copies of this Limit; see WindowCache).
   std::shared_ptr<WindowCache> window_cache = std::make_shared<WindowCache>();
 };

@@ -1,6 +1,7 @@
 #include "sluice/limiter/store.h"
 
 #include <optional>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "sluice/common/strings.h"
@@ -23,6 +24,11 @@ std::string_view StoreFailureName(StoreFailure f) {
 absl::Status WithStoreFailure(absl::Status status, StoreFailure kind) {
   status.SetPayload(ToAbsl(kPayloadUrl), absl::Cord(ToAbsl(StoreFailureName(kind))));
   return status;
+}
+
+void Store::DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) {
+  (void)req;
+  std::move(done)(absl::UnimplementedError("store: group decisions are not supported"));
 }
 
 StoreFailure StoreFailureOf(const absl::Status& status) {

@@ -50,8 +50,17 @@ inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
 // True when `used` is a counter some admission could have produced.
 [[nodiscard]] constexpr bool UsableCounter(int64_t used) { return used >= 0 && used <= kMaxUsed; }
 
+// The most costly request, and the most parts of a group decision (Store::DecideGroup).
+inline constexpr int64_t kMaxCost = 1'000'000;
+inline constexpr size_t kMaxGroupParts = 64;
+
 struct StoreRequest {
-  std::string_view subject;    // valid per docs/semantics.md
+  std::string_view subject;  // valid per docs/semantics.md
+  // Where the subject's state lives: empty for the subject itself; for a subject decided in
+  // groups, the group (the Redis store computes the keys' hash tag from it instead of the subject,
+  // so every key of a group shares one). Usage, Reset and single decisions of a group-placed
+  // subject pass the same group to find the same state. The memory store ignores it.
+  std::string_view group;
   const Plan* plan = nullptr;  // the subject's effective plan; read only during the call
   int64_t cost = 1;            // 0..1,000,000
   absl::Time now;              // for alert timestamps and expiry
@@ -95,7 +104,23 @@ inline constexpr int kStoreFailureKinds = 10;
 // The kind a store tagged `status` with; kOther when untagged.
 [[nodiscard]] StoreFailure StoreFailureOf(const absl::Status& status);
 
+// One group decision: parts with distinct subjects, each with its plan, cost (0..kMaxCost) and
+// windows (StoreRequest as for Decide; the `now` of all parts is the same, and each part's `group`
+// equals `group`). `group` picks where the parts live (StoreRequest::group); the memory store
+// ignores it.
+struct StoreGroupRequest {
+  std::string_view group;
+  absl::Span<const StoreRequest> parts;  // 1..kMaxGroupParts
+};
+
+struct StoreGroupResult {
+  // True iff every limit of every part fits (docs/semantics.md, Groups).
+  bool allowed = false;
+  absl::InlinedVector<StoreResult, 4> parts;  // same order; each part's `allowed` == the group's
+};
+
 using DecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreResult>) &&>;
+using GroupDecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreGroupResult>) &&>;
 using UsageCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<LimitUsage>>) &&>;
 using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
 
@@ -108,6 +133,14 @@ class Store {
 
   // Counts (or peeks, for cost 0) one request atomically.
   virtual void Decide(const StoreRequest& req, DecideCallback done) = 0;
+
+  // Decides every part of `req` all-or-nothing in one atomic step: admitted iff every limit of
+  // every part fits; if admitted every part's counters grow by that part's cost (a part of cost 0
+  // is a peek of that part: it changes nothing and fires nothing); a denied group changes no
+  // counter, and fires only the 100% thresholds of the limits that themselves denied. Callback
+  // semantics as Decide. REQUIRES: the parts' subjects are distinct, 1..kMaxGroupParts parts.
+  // The default answers Unimplemented.
+  virtual void DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done);
 
   // The same as Decide for a store that answers in-process: the answer at once, with no callback
   // to allocate (the limiter's fast path). nullopt (the default): nothing was done, call Decide.

@@ -1,5 +1,6 @@
 #include "sluice/limiter/store_conformance.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -96,16 +97,58 @@ void StoreConformanceTest::ResetUsage(const std::string& subject, const std::str
 }
 
 void StoreConformanceTest::Plant(const std::string& subject, size_t limit, int64_t value,
-                                 const std::string& plan_name) {
+                                 const std::string& plan_name, const std::string& group) {
   const Plan* plan = limiter_->plans().Find(plan_name);
   ASSERT_NE(plan, nullptr);
   std::vector<WindowBounds> windows;
   for (const Limit& l : plan->limits) {
     windows.push_back(l.window_cache->Get(l.window, plan->tz, clock_->Now()));
   }
-  harness_->PlantCounter(
-      {.subject = subject, .plan = plan, .cost = 0, .now = clock_->Now(), .windows = windows},
-      limit, value);
+  harness_->PlantCounter({.subject = subject,
+                          .group = group,
+                          .plan = plan,
+                          .cost = 0,
+                          .now = clock_->Now(),
+                          .windows = windows},
+                         limit, value);
+}
+
+std::vector<Decision> StoreConformanceTest::Group(
+    const std::vector<std::pair<std::string, int64_t>>& parts, const std::string& plan,
+    const std::string& group) {
+  std::vector<GroupPart> group_parts;
+  for (const auto& [subject, cost] : parts) {
+    group_parts.push_back({.subject = subject, .plan = &PlanNamed(plan), .cost = cost});
+  }
+  std::optional<absl::StatusOr<std::vector<Decision>>> out;
+  limiter_->DecideGroup(group, group_parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
+  if (!out.has_value() || !out->ok()) return std::vector<Decision>(parts.size());
+  EXPECT_EQ((*out)->size(), parts.size());
+  return **out;
+}
+
+std::vector<LimitUsage> StoreConformanceTest::GroupUsageOf(const std::string& subject,
+                                                           const std::string& plan_name,
+                                                           const std::string& group) {
+  const Plan& plan = PlanNamed(plan_name);
+  std::vector<WindowBounds> windows;
+  for (const Limit& l : plan.limits) {
+    windows.push_back(l.window_cache->Get(l.window, plan.tz, clock_->Now()));
+  }
+  std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
+  harness_->store().Usage({.subject = subject,
+                           .group = group,
+                           .plan = &plan,
+                           .cost = 0,
+                           .now = clock_->Now(),
+                           .windows = windows},
+                          [&](absl::StatusOr<std::vector<LimitUsage>> u) { out = std::move(u); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok());
+  return out.has_value() && out->ok() ? **out : std::vector<LimitUsage>{};
 }
 
 namespace {
@@ -666,6 +709,298 @@ TEST_P(StoreConformanceTest, AnUnusableCounterIsExhaustedNeverRoom) {
     EXPECT_TRUE(harness_->TakeEvents().empty()) << bad;
     EXPECT_FALSE(Check("mallory").allowed) << bad;
   }
+}
+
+// --- Group decisions (docs/semantics.md, Groups) -------------------------------------------
+
+TEST_P(StoreConformanceTest, AGroupThatFitsIsAdmittedAndEveryPartPaysItsCost) {
+  std::vector<Decision> d = Group({{"alice", 3}, {"bob", 4}});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(d[1].allowed);
+  EXPECT_EQ(d[0].limits[0].used, 3);
+  EXPECT_EQ(d[1].limits[0].used, 4);
+  EXPECT_EQ(d[1].limits[0].remaining, 6);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 3);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 4);
+}
+
+TEST_P(StoreConformanceTest, AGroupWithOnePartThatDoesNotFitChangesNothing) {
+  ASSERT_TRUE(Group({{"alice", 8}})[0].allowed);
+  std::vector<Decision> d = Group({{"alice", 3}, {"bob", 5}});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_FALSE(d[1].allowed);  // bob fits, but the group is denied as a whole
+  EXPECT_TRUE(d[0].limits[0].violated);
+  EXPECT_FALSE(d[1].limits[0].violated);
+  EXPECT_EQ(d[0].limits[0].used, 8);
+  EXPECT_EQ(d[1].limits[0].used, 0);
+  EXPECT_EQ(d[0].retry_after, 60);
+  EXPECT_EQ(d[1].retry_after, 60);  // the group's
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 8);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 0);
+  // Bob's counter really is untouched: he can still spend his whole quota.
+  EXPECT_TRUE(Group({{"bob", 10}})[0].allowed);
+}
+
+TEST_P(StoreConformanceTest, APartOfCostZeroIsAPeekOfThatPart) {
+  ASSERT_TRUE(Group({{"alice", 10}})[0].allowed);
+  (void)harness_->TakeEvents();
+  std::vector<Decision> d = Group({{"alice", 0}, {"bob", 2}});
+  EXPECT_TRUE(d[0].allowed);  // 10 + 0 <= 10
+  EXPECT_EQ(d[0].limits[0].used, 10);
+  EXPECT_EQ(d[1].limits[0].used, 2);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 10);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // bob is at 20%, alice's peek fires nothing
+}
+
+TEST_P(StoreConformanceTest, AnUnusableCounterOfOnePartDeniesTheGroup) {
+  Plant("mallory", 0, -5, "p", "g");
+  (void)harness_->TakeEvents();
+  std::vector<Decision> d = Group({{"bob", 1}, {"mallory", 0}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  EXPECT_EQ(d[1].limits[0].used, 10);  // shown as the quota: exhausted
+  EXPECT_FALSE(d[0].limits[0].violated);
+  EXPECT_EQ(GroupUsageOf("bob")[0].used, 0);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // nothing fires for an unusable counter
+}
+
+TEST_P(StoreConformanceTest, ThresholdsFirePerPartNamingEachPartsSubject) {
+  std::vector<Decision> d = Group({{"alice", 8}, {"bob", 2}});
+  ASSERT_TRUE(d[0].allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "alice");
+  EXPECT_EQ(events[0].plan, "p");
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[0].used, 8);
+
+  ASSERT_TRUE(Group({{"alice", 2}, {"bob", 8}})[0].allowed);
+  events = harness_->TakeEvents();
+  std::vector<std::pair<std::string, int>> fired;
+  for (const AlertEvent& e : events) fired.emplace_back(e.subject, e.threshold);
+  std::sort(fired.begin(), fired.end());
+  EXPECT_EQ(fired,
+            (std::vector<std::pair<std::string, int>>{{"alice", 100}, {"bob", 80}, {"bob", 100}}));
+}
+
+TEST_P(StoreConformanceTest, ADeniedGroupFiresOnlyTheFullThresholdOfTheLimitsThatDenied) {
+  std::vector<Decision> d = Group({{"alice", 9}, {"bob", 11}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "bob");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 0);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 0);
+}
+
+TEST_P(StoreConformanceTest, AGroupsCountersStartFromZeroInTheNextWindow) {
+  ASSERT_TRUE(Group({{"alice", 10}, {"bob", 10}})[0].allowed);
+  ASSERT_FALSE(Group({{"alice", 1}, {"bob", 1}})[0].allowed);
+  clock_->Advance(absl::Minutes(1));
+  std::vector<Decision> d = Group({{"alice", 1}, {"bob", 2}});
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].limits[0].used, 1);
+  EXPECT_EQ(d[1].limits[0].used, 2);
+}
+
+TEST_P(StoreConformanceTest, AGroupOfPartsUnderDifferentPlansKeepsEachPlansLimits) {
+  UsePlans({PlanConfig{.name = "p",
+                       .timezone = "UTC",
+                       .limits = {MakeLimit("per_minute", 10, Fixed(absl::Minutes(1), "1m"))}},
+            PlanConfig{.name = "q",
+                       .timezone = "UTC",
+                       .limits = {MakeLimit("per_hour", 3, Fixed(absl::Hours(1), "1h")),
+                                  MakeLimit("per_minute", 2, Fixed(absl::Minutes(1), "1m"))}}});
+  std::vector<GroupPart> parts = {{.subject = "alice", .plan = &PlanNamed("p"), .cost = 5},
+                                  {.subject = "bob", .plan = &PlanNamed("q"), .cost = 2}};
+  std::optional<absl::StatusOr<std::vector<Decision>>> out;
+  limiter_->DecideGroup("g", parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  ASSERT_EQ((*out)->size(), 2u);
+  EXPECT_TRUE((**out)[0].allowed);
+  EXPECT_EQ((**out)[0].limits[0].used, 5);
+  ASSERT_EQ((**out)[1].limits.size(), 2u);
+  EXPECT_EQ((**out)[1].limits[0].used, 2);
+  EXPECT_EQ((**out)[1].limits[1].used, 2);
+  // bob is now at q's per-minute quota: a group needing one more is denied by that limit alone.
+  parts[1].cost = 1;
+  out.reset();
+  limiter_->DecideGroup("g", parts,
+                        [&](absl::StatusOr<std::vector<Decision>> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_FALSE((**out)[0].allowed);
+  EXPECT_FALSE((**out)[1].limits[0].violated);
+  EXPECT_TRUE((**out)[1].limits[1].violated);
+  EXPECT_EQ(GroupUsageOf("alice", "p")[0].used, 5);
+}
+
+// --- Shadow limits (docs/semantics.md, Shadow limits) ---------------------------------------
+
+// Plan "p": an enforced 10 per minute and a shadow 3 per minute alerting at 100%.
+std::vector<PlanConfig> ShadowPlan(int64_t enforced_quota = 10) {
+  LimitConfig shadow = MakeLimit("trial", 3, Fixed(absl::Minutes(1), "1m"), {100});
+  shadow.shadow = true;
+  return {PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {MakeLimit("per_minute", enforced_quota, Fixed(absl::Minutes(1), "1m")), shadow}}};
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitIsCountedPastItsQuotaButNeverDenies) {
+  UsePlans(ShadowPlan());
+  for (int i = 1; i <= 10; ++i) {
+    Decision d = Check("alice");
+    ASSERT_TRUE(d.allowed) << "request " << i;
+    EXPECT_EQ(d.limits[1].used, i);
+    EXPECT_FALSE(d.limits[1].violated);
+    EXPECT_EQ(d.limits[1].would_deny, i > 3) << "request " << i;
+    EXPECT_EQ(d.limits[1].remaining, std::max(0, 3 - i));
+  }
+  Decision d = Check("alice");  // denied by the enforced limit
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  EXPECT_EQ(d.limits[1].used, 10);  // a denial changes nothing, shadow counters included
+  EXPECT_EQ(UsageOf("alice")[1].used, 10);
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitsThresholdFiresOnceWhenReached) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Check("alice").allowed);  // used 3 = 100% of 3
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 3);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(Check("alice").allowed);
+  ASSERT_FALSE(Check("alice").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitsFullThresholdFiresAtARequestItWouldHaveDenied) {
+  UsePlans(ShadowPlan(/*enforced_quota=*/2));
+  ASSERT_TRUE(Check("alice", 2).allowed);  // trial at 2 of 3: nothing yet
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  Decision d = Check("alice", 2);  // the enforced limit denies; trial would have (2 + 2 > 3)
+  EXPECT_FALSE(d.allowed);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 2);
+  EXPECT_EQ(UsageOf("alice")[1].used, 2);
+}
+
+TEST_P(StoreConformanceTest, AShadowLimitThatWouldNotDenyFiresNothingOnADenial) {
+  UsePlans(ShadowPlan(/*enforced_quota=*/2));
+  ASSERT_TRUE(Check("alice", 2).allowed);
+  ASSERT_FALSE(Check("alice", 1).allowed);  // 2 + 1 <= 3: trial would admit
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, APeekOfAShadowLimitChangesNothing) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Check("alice", 5).allowed);
+  (void)harness_->TakeEvents();
+  Decision peek = Check("alice", 0);
+  EXPECT_TRUE(peek.allowed);
+  EXPECT_TRUE(peek.limits[1].would_deny);  // 5 > 3
+  EXPECT_EQ(peek.limits[1].used, 5);
+  EXPECT_EQ(UsageOf("alice")[1].used, 5);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AnUnusableShadowCounterDoesNotDenyAndIsLeftAlone) {
+  UsePlans(ShadowPlan());
+  Plant("mallory", 1, -5);
+  Decision d = Check("mallory");
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 1);
+  EXPECT_TRUE(d.limits[1].would_deny);  // exhausted, as an unusable counter always is
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_EQ(d.limits[1].used, 3);
+  EXPECT_EQ(d.limits[1].remaining, 0);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  EXPECT_EQ(UsageOf("mallory")[1].used, 3);  // still unusable: shown as the quota
+  EXPECT_TRUE(Check("mallory").allowed);
+}
+
+TEST_P(StoreConformanceTest, AShadowCounterStopsAtTheLargestCounter) {
+  UsePlans(ShadowPlan());
+  Plant("alice", 1, kMaxUsed - 2);  // valid: e.g. counted under a quota of 10^15
+  Decision d = Check("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[1].used, kMaxUsed);
+  d = Check("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[1].used, kMaxUsed);
+  EXPECT_EQ(UsageOf("alice")[1].used, kMaxUsed);
+  EXPECT_EQ(d.limits[0].used, 10);
+}
+
+TEST_P(StoreConformanceTest, ThePlansShadowFlagMakesEveryLimitShadow) {
+  std::vector<PlanConfig> plans = TwoLimitPlan(/*minute_quota=*/1, /*hour_quota=*/2);
+  plans[0].shadow = true;
+  UsePlans(plans);
+  clock_->Advance(absl::Seconds(30));
+  for (int i = 1; i <= 3; ++i) {
+    Decision d = Check("alice");
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.retry_after, 0);
+  }
+  Decision d = Check("alice");
+  EXPECT_TRUE(d.limits[0].would_deny);
+  EXPECT_TRUE(d.limits[1].would_deny);
+  EXPECT_EQ(d.limits[0].used, 4);
+  // Every limit is shadow: the tightest of them is shown (both at 0 remaining, the minute resets
+  // first).
+  EXPECT_EQ(d.Tightest().limit->name, "per_minute");
+}
+
+TEST_P(StoreConformanceTest, TheTightestLimitAndRetryAfterIgnoreShadowLimits) {
+  UsePlans(ShadowPlan());
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(Check("alice").allowed);
+  Decision d = Check("alice");
+  EXPECT_EQ(d.Tightest().limit->name, "per_minute");  // trial has less room, but only counts
+  d = Check("alice");
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.retry_after, 60);
+}
+
+TEST_P(StoreConformanceTest, AGroupFollowsTheShadowRules) {
+  UsePlans(ShadowPlan());
+  ASSERT_TRUE(Group({{"alice", 3}})[0].allowed);
+  (void)harness_->TakeEvents();
+  // alice's trial would deny (3 + 2 > 3) but it is shadow: the group is admitted.
+  std::vector<Decision> d = Group({{"alice", 2}, {"bob", 1}});
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(d[0].limits[1].would_deny);
+  EXPECT_FALSE(d[1].limits[1].would_deny);
+  EXPECT_EQ(d[0].limits[1].used, 5);
+  EXPECT_TRUE(harness_->TakeEvents().empty());  // alice's 100% fired at 3 already
+  // bob's enforced limit denies the group; alice's trial would have: its 100% has fired already,
+  // and bob's trial (1 + 10 > 3) would deny too: its 100% fires now.
+  d = Group({{"alice", 1}, {"bob", 10}});
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_TRUE(d[1].limits[0].violated);
+  EXPECT_TRUE(d[1].limits[1].would_deny);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].subject, "bob");
+  EXPECT_EQ(events[0].limit, "trial");
+  EXPECT_EQ(GroupUsageOf("alice")[1].used, 5);
 }
 
 }  // namespace

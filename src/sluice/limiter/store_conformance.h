@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -64,9 +65,17 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   std::vector<LimitUsage> UsageOf(const std::string& subject, const std::string& plan = "p");
   void ResetUsage(const std::string& subject, const std::string& limit = "",
                   const std::string& plan = "p");
-  // Plants `value` as the current counter of limit `limit` (see StoreHarness::PlantCounter).
-  void Plant(const std::string& subject, size_t limit, int64_t value,
-             const std::string& plan = "p");
+  // Plants `value` as the current counter of limit `limit` (see StoreHarness::PlantCounter), of
+  // the subject as placed by `group` (StoreRequest::group; empty: by itself).
+  void Plant(const std::string& subject, size_t limit, int64_t value, const std::string& plan = "p",
+             const std::string& group = "");
+  // One group decision of (subject, cost) parts under the limiter's plan `plan`, placed in
+  // `group`; fails the test on an error status.
+  std::vector<Decision> Group(const std::vector<std::pair<std::string, int64_t>>& parts,
+                              const std::string& plan = "p", const std::string& group = "g");
+  // The counters of `subject` under `plan`, as placed by `group`, asked of the store itself.
+  std::vector<LimitUsage> GroupUsageOf(const std::string& subject, const std::string& plan = "p",
+                                       const std::string& group = "g");
 
   std::unique_ptr<StoreHarness> harness_;
   std::unique_ptr<FakeClock> clock_;

@@ -235,6 +235,97 @@ struct alignas(64) MemoryStore::Shard {
     Remember(plan);
     entry.alert_layout = plan.alert_layout;
   }
+
+  // The first half of a decision, under the lock: finds (and adapts) the subject's entry, fills
+  // result.used with the counters in the request's windows and result.allowed with whether every
+  // limit fits. Changes no counter. Returns the entry, or nullptr when the subject has none.
+  Entry* Admit(const StoreRequest& req, size_t hash, StoreResult& result) {
+    const Plan& plan = *req.plan;
+    const size_t n = plan.limits.size();
+    result.used.resize(n);
+    auto it = map.find(req.subject, hash);
+    Entry* entry = it == map.end() ? nullptr : &it->second;
+    if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
+      Adapt(req.subject, *entry, plan);
+    }
+    bool allowed = true;
+    for (size_t i = 0; i < n; ++i) {
+      const MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
+      result.used[i] = UsedNow(c, req.windows[i]);
+      // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
+      // state, and it denies. A shadow limit never denies.
+      if (!plan.limits[i].shadow &&
+          (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost)) {
+        allowed = false;
+      }
+    }
+    result.allowed = allowed;
+    return entry;
+  }
+
+  // The second half, under the same lock: applies the verdict result.allowed (the request's own,
+  // or its group's) to `entry` (Admit's, or nullptr) and result.used. A peek changes nothing. A
+  // denial changes nothing but may fire a 100% threshold of a limit that denied (or, shadow,
+  // would have); an admission adds the cost everywhere (a shadow counter past its quota stops at
+  // kMaxUsed) and may fire any threshold. Returns whether an event was recorded.
+  bool Apply(const StoreRequest& req, Entry* entry, StoreResult& result, Outbox& outbox,
+             absl::Duration grace) {
+    if (req.cost == 0) return false;
+    const Plan& plan = *req.plan;
+    const size_t n = plan.limits.size();
+    const bool allowed = result.allowed;
+    bool recorded = false;
+    bool wrote = false;  // the expiry is computed once, and only when something was written
+    for (size_t i = 0; i < n; ++i) {
+      const Limit& limit = plan.limits[i];
+      const WindowBounds& w = req.windows[i];
+      // An unusable counter denies (unless shadow) but is left as it is: nothing is written or
+      // fired for it.
+      const int64_t used = result.used[i];
+      if (!UsableCounter(used)) continue;
+      // This limit alone would refuse: it denied, or (shadow) would have.
+      const bool over = used > limit.quota - req.cost;
+      if (!allowed && !over) continue;
+      // Only a shadow limit can pass its quota, and it stops at kMaxUsed.
+      const int64_t after = !allowed                     ? used
+                            : used > kMaxUsed - req.cost ? kMaxUsed
+                                                         : used + req.cost;
+
+      const MemoryStore::Counter* current = entry ? &entry->counters[i] : nullptr;
+      uint16_t fired = FiredNow(current, w);
+      uint16_t newly = 0;
+      for (size_t t = 0; t < limit.thresholds.size(); ++t) {
+        const Threshold& th = limit.thresholds[t];
+        const uint16_t bit = static_cast<uint16_t>(1u << t);
+        if (fired & bit) continue;
+        const bool crossed = allowed ? after >= th.count : th.percent == 100;
+        if (!crossed) continue;
+        // The flag is set only if the event is recorded: a full outbox leaves it armed.
+        if (outbox.Push(MakeEvent(req, limit, w, th.percent, after))) newly |= bit;
+      }
+      recorded = recorded || newly != 0;
+      if (!allowed && newly == 0) continue;
+
+      if (entry == nullptr) {
+        auto [ins, unused] = map.try_emplace(std::string(req.subject));
+        entry = &ins->second;
+        entry->alert_layout = plan.alert_layout;
+        Remember(plan);
+        entry->counters.resize(n);
+        for (size_t j = 0; j < n; ++j) entry->counters[j].tag = Tag16(plan.limits[j]);
+      }
+      MemoryStore::Counter& c = entry->counters[i];
+      if (c.window != Window32(w)) {
+        c = MemoryStore::Counter{.used = 0, .window = Window32(w), .tag = c.tag};
+      }
+      c.used = after;
+      c.fired = static_cast<uint16_t>(fired | newly);
+      result.used[i] = after;
+      wrote = true;
+    }
+    if (wrote) entry->expires = std::max(entry->expires, ExpiryFor(req, grace));
+    return recorded;
+  }
 };
 
 MemoryStore::MemoryStore(Options options)
@@ -250,10 +341,13 @@ MemoryStore::Shard& MemoryStore::ShardFor(std::string_view subject) const {
   return ShardForHash(SubjectHash{}(subject));
 }
 
-MemoryStore::Shard& MemoryStore::ShardForHash(size_t hash) const {
-  if (shard_bits_ == 0) return shards_[0];
+size_t MemoryStore::ShardIndex(size_t hash) const {
   // The top bits pick the shard; the map inside uses the low bits, so the two stay independent.
-  return shards_[hash >> (64 - shard_bits_)];
+  return shard_bits_ == 0 ? 0 : hash >> (64 - shard_bits_);
+}
+
+MemoryStore::Shard& MemoryStore::ShardForHash(size_t hash) const {
+  return shards_[ShardIndex(hash)];
 }
 
 void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
@@ -261,84 +355,59 @@ void MemoryStore::Decide(const StoreRequest& req, DecideCallback done) {
 }
 
 std::optional<absl::StatusOr<StoreResult>> MemoryStore::DecideNow(const StoreRequest& req) {
-  const Plan& plan = *req.plan;
-  const size_t n = plan.limits.size();
   StoreResult result;
-  result.used.resize(n);
   bool recorded = false;  // events pushed to the outbox: its listener is told after the lock
-
   // One hash for both the shard and the lookup in it.
   const size_t hash = SubjectHash{}(req.subject);
   Shard& shard = ShardForHash(hash);
   {
     std::lock_guard lock(shard.mu);
-    auto it = shard.map.find(req.subject, hash);
-    Entry* entry = it == shard.map.end() ? nullptr : &it->second;
-    if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
-      shard.Adapt(req.subject, *entry, plan);
-    }
-
-    // Admission: all-or-nothing over every limit.
-    bool allowed = true;
-    for (size_t i = 0; i < n; ++i) {
-      const Counter* c = entry ? &entry->counters[i] : nullptr;
-      result.used[i] = UsedNow(c, req.windows[i]);
-      // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
-      // state, and it denies.
-      if (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost) {
-        allowed = false;
-      }
-    }
-    result.allowed = allowed;
-
-    // A peek changes nothing. A denial changes nothing but may fire a 100% threshold of a limit
-    // that denied; an admission adds the cost everywhere and may fire any threshold.
-    if (req.cost > 0) {
-      bool wrote = false;  // the expiry is computed once, and only when something was written
-      for (size_t i = 0; i < n; ++i) {
-        const Limit& limit = plan.limits[i];
-        const WindowBounds& w = req.windows[i];
-        // An unusable counter denies but is left as it is: nothing is written or fired for it.
-        const bool violated =
-            !allowed && UsableCounter(result.used[i]) && result.used[i] > limit.quota - req.cost;
-        const int64_t after = allowed ? result.used[i] + req.cost : result.used[i];
-        if (!allowed && !violated) continue;
-
-        const Counter* current = entry ? &entry->counters[i] : nullptr;
-        uint16_t fired = FiredNow(current, w);
-        uint16_t newly = 0;
-        for (size_t t = 0; t < limit.thresholds.size(); ++t) {
-          const Threshold& th = limit.thresholds[t];
-          const uint16_t bit = static_cast<uint16_t>(1u << t);
-          if (fired & bit) continue;
-          const bool crossed = allowed ? after >= th.count : th.percent == 100;
-          if (!crossed) continue;
-          // The flag is set only if the event is recorded: a full outbox leaves it armed.
-          if (outbox_.Push(MakeEvent(req, limit, w, th.percent, after))) newly |= bit;
-        }
-        recorded = recorded || newly != 0;
-        if (!allowed && newly == 0) continue;
-
-        if (entry == nullptr) {
-          auto [ins, unused] = shard.map.try_emplace(std::string(req.subject));
-          entry = &ins->second;
-          entry->alert_layout = plan.alert_layout;
-          shard.Remember(plan);
-          entry->counters.resize(n);
-          for (size_t j = 0; j < n; ++j) entry->counters[j].tag = Tag16(plan.limits[j]);
-        }
-        Counter& c = entry->counters[i];
-        if (c.window != Window32(w)) c = Counter{.used = 0, .window = Window32(w), .tag = c.tag};
-        c.used = after;
-        c.fired = static_cast<uint16_t>(fired | newly);
-        result.used[i] = after;
-        wrote = true;
-      }
-      if (wrote) entry->expires = std::max(entry->expires, ExpiryFor(req, options_.grace));
-    }
+    Entry* entry = shard.Admit(req, hash, result);
+    recorded = shard.Apply(req, entry, result, outbox_, options_.grace);
   }
   if (recorded) outbox_.NotifyRecorded();
   return result;
+}
+
+void MemoryStore::DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) {
+  const size_t n = req.parts.size();
+  StoreGroupResult out;
+  out.parts.resize(n);
+  absl::InlinedVector<size_t, 4> hashes(n);
+  absl::InlinedVector<size_t, 4> order;  // distinct shard indexes, increasing: the lock order
+  for (size_t p = 0; p < n; ++p) {
+    hashes[p] = SubjectHash{}(req.parts[p].subject);
+    order.push_back(ShardIndex(hashes[p]));
+  }
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  bool recorded = false;
+  {
+    // std::mutex is not recursive: each shard is locked once, in increasing order, so two groups
+    // (and a group and a single decision, which takes one lock) never wait on each other in a
+    // cycle.
+    absl::InlinedVector<std::unique_lock<std::mutex>, 4> locks;
+    locks.reserve(order.size());
+    for (size_t s : order) locks.emplace_back(shards_[s].mu);
+
+    bool allowed = true;
+    for (size_t p = 0; p < n; ++p) {
+      (void)shards_[ShardIndex(hashes[p])].Admit(req.parts[p], hashes[p], out.parts[p]);
+      allowed = allowed && out.parts[p].allowed;
+    }
+    out.allowed = allowed;
+    for (size_t p = 0; p < n; ++p) {
+      const StoreRequest& part = req.parts[p];
+      Shard& shard = shards_[ShardIndex(hashes[p])];
+      out.parts[p].allowed = allowed;
+      // Looked up again: another part's new entry in the same shard may have moved this one.
+      auto it = shard.map.find(part.subject, hashes[p]);
+      Entry* entry = it == shard.map.end() ? nullptr : &it->second;
+      recorded = shard.Apply(part, entry, out.parts[p], outbox_, options_.grace) || recorded;
+    }
+  }
+  if (recorded) outbox_.NotifyRecorded();
+  std::move(done)(std::move(out));
 }
 
 void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {

@@ -85,6 +85,9 @@ class MemoryStore final : public Store {
 
   void Decide(const StoreRequest& req, DecideCallback done) override;
   std::optional<absl::StatusOr<StoreResult>> DecideNow(const StoreRequest& req) override;
+  // Locks the shards of every part (each once, in increasing order), decides every part as Decide
+  // does, and applies the group's verdict to all of them before unlocking. Answers at once.
+  void DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) override;
   void Usage(const StoreRequest& req, UsageCallback done) override;
   void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
              StatusCallback done) override;
@@ -108,6 +111,8 @@ class MemoryStore final : public Store {
  private:
   struct Shard;
   [[nodiscard]] Shard& ShardFor(std::string_view subject) const;
+  // The index of the shard for a subject whose hash is `hash`.
+  [[nodiscard]] size_t ShardIndex(size_t hash) const;
   // The shard for a key whose hash (KeyHash) is already known.
   [[nodiscard]] Shard& ShardForHash(size_t hash) const;
 

@@ -168,32 +168,45 @@ std::string LimitWindow(const StoreRequest& req, size_t i) {
                       req.windows[i].id);
 }
 
+// Where a request's keys live: its group's bucket for a group-placed subject, else its own.
+std::string_view Placement(const StoreRequest& req) {
+  return req.group.empty() ? req.subject : req.group;
+}
+
 }  // namespace
 
 // The subject goes last: it may contain ':', and every part before it cannot.
 std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(req.subject), ":c:", LimitWindow(req, i), ":", ToAbsl(req.subject));
+  return absl::StrCat(Tag(Placement(req)), ":c:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
 std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(req.subject), ":a:", LimitWindow(req, i), ":", ToAbsl(req.subject));
+  return absl::StrCat(Tag(Placement(req)), ":a:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
-std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) const {
-  const Plan& plan = *req.plan;
-  const size_t n = plan.limits.size();
+std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest> parts,
+                                                   std::string_view placement) const {
+  size_t keys = 1;
+  size_t args = 0;
+  for (const StoreRequest& part : parts) {
+    keys += 2 * part.plan->limits.size();
+    args += 4 + 9 * part.plan->limits.size();
+  }
   std::vector<std::string> argv;
-  argv.reserve(3 + 2 * n + 1 + 7 + 8 * n);
+  argv.reserve(3 + keys + 3 + args);
   argv.push_back("EVALSHA");
   argv.push_back(script_sha_);
-  argv.push_back(absl::StrCat(2 * n + 1));
-  for (size_t i = 0; i < n; ++i) argv.push_back(CounterKey(req, i));
-  for (size_t i = 0; i < n; ++i) argv.push_back(FlagsKey(req, i));
-  argv.push_back(OutboxKey(BucketOf(req.subject)));
+  argv.push_back(absl::StrCat(keys));
+  for (const StoreRequest& part : parts) {
+    for (size_t i = 0; i < part.plan->limits.size(); ++i) argv.push_back(CounterKey(part, i));
+    for (size_t i = 0; i < part.plan->limits.size(); ++i) argv.push_back(FlagsKey(part, i));
+  }
+  argv.push_back(OutboxKey(BucketOf(placement)));
 
-  const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : req.now;
-  argv.push_back(absl::StrCat(req.cost));
-  argv.push_back(absl::StrCat(absl::ToUnixMillis(req.now)));
+  const StoreRequest& first = parts.front();
+  const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : first.now;
+  argv.push_back(absl::StrCat(first.cost));
+  argv.push_back(absl::StrCat(absl::ToUnixMillis(first.now)));
   argv.push_back(absl::StrCat(options_.outbox_max));
   // The caller gives up decision_deadline after the command is queued, i.e. after this instant;
   // the clock may be off by clock_error either way, hence the margin. Microseconds, rounded down:
@@ -210,69 +223,114 @@ std::vector<std::string> RedisStore::DecideCommand(const StoreRequest& req) cons
           ? std::string("0")
           : absl::StrCat(std::max<int64_t>(
                 1, absl::ToUnixMicros(redis_now + options_.decision_deadline + margin))));
-  argv.push_back(absl::StrCat(n));
-  argv.push_back(std::string(req.subject));
-  argv.push_back(plan.name);
-  for (size_t i = 0; i < n; ++i) {
-    const Limit& limit = plan.limits[i];
-    const WindowBounds& w = req.windows[i];
-    const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
-    argv.push_back(limit.name);
-    argv.push_back(absl::StrCat(limit.quota));
-    argv.push_back(absl::StrCat(absl::ToUnixSeconds(
-        absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) + absl::UnixEpoch())));
-    argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.start)));
-    argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.end)));
-    argv.push_back(absl::StrCat(limit.thresholds.size()));
-    for (const Threshold& t : limit.thresholds) {
-      argv.push_back(absl::StrCat(t.percent));
-      argv.push_back(absl::StrCat(t.count));
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const StoreRequest& req = parts[p];
+    const Plan& plan = *req.plan;
+    // The first part's cost went first (ARGV[1]); a further part's starts its header.
+    if (p > 0) argv.push_back(absl::StrCat(req.cost));
+    argv.push_back(absl::StrCat(plan.limits.size()));
+    argv.push_back(std::string(req.subject));
+    argv.push_back(plan.name);
+    for (size_t i = 0; i < plan.limits.size(); ++i) {
+      const Limit& limit = plan.limits[i];
+      const WindowBounds& w = req.windows[i];
+      const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
+      argv.push_back(limit.name);
+      argv.push_back(absl::StrCat(limit.quota));
+      argv.push_back(limit.shadow ? "1" : "0");
+      argv.push_back(absl::StrCat(absl::ToUnixSeconds(
+          absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) + absl::UnixEpoch())));
+      argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.start)));
+      argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.end)));
+      argv.push_back(absl::StrCat(limit.thresholds.size()));
+      for (const Threshold& t : limit.thresholds) {
+        argv.push_back(absl::StrCat(t.percent));
+        argv.push_back(absl::StrCat(t.count));
+      }
     }
   }
   return argv;
 }
 
 void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                                const std::vector<std::string>& refund) {
+                                const std::vector<std::vector<std::string>>& refunds) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
   if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
   // The late replies of a stall typically arrive while the breaker is still open; the refund
-  // must go out anyway. Counted when its reply arrives, in time or late.
+  // must go out anyway. Counted when its reply arrives, in time or late (a group's refunds, one
+  // per part that paid, count as one).
   const absl::Time start = StartTimer();
-  conn->SendDespiteBreaker(
-      refund,
-      [this, start](absl::StatusOr<Reply> r) {
-        if (r.ok()) Observed(RedisCommandKind::kRefund, start);
-        if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
-        shrinks_.fetch_add(1, std::memory_order_release);
-      },
-      [this, start](Reply r) {
-        Observed(RedisCommandKind::kRefund, start);
-        if (r.is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
-        shrinks_.fetch_add(1, std::memory_order_release);
-      });
+  auto pending = std::make_shared<size_t>(refunds.size());
+  auto refunded = std::make_shared<bool>(true);
+  auto count = [this, start, pending, refunded](bool ok) {
+    *refunded = *refunded && ok;
+    if (--*pending > 0) return;
+    Observed(RedisCommandKind::kRefund, start);
+    if (*refunded) refunds_.fetch_add(1, std::memory_order_relaxed);
+    shrinks_.fetch_add(1, std::memory_order_release);
+  };
+  for (const std::vector<std::string>& refund : refunds) {
+    conn->SendDespiteBreaker(
+        refund, [count](absl::StatusOr<Reply> r) { count(r.ok() && r->is_integer()); },
+        [count](Reply r) { count(r.is_integer()); });
+  }
 }
 
 void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
-  const size_t n = req.plan->limits.size();
+  DecideParts(absl::MakeConstSpan(&req, 1), Placement(req),
+              [done = std::move(done)](absl::StatusOr<StoreGroupResult> result) mutable {
+                if (!result.ok()) {
+                  std::move(done)(result.status());
+                  return;
+                }
+                std::move(done)(std::move(result->parts.front()));
+              });
+}
+
+void RedisStore::DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) {
+  if (req.parts.empty() || req.parts.size() > kMaxGroupParts) {
+    std::move(done)(absl::InvalidArgumentError("redis: a group has 1 to 64 parts"));
+    return;
+  }
+  DecideParts(req.parts, req.group.empty() ? req.parts.front().subject : req.group,
+              std::move(done));
+}
+
+void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_view placement,
+                             GroupDecideCallback done) {
+  absl::InlinedVector<size_t, 4> sizes;
+  size_t n = 0;
+  for (const StoreRequest& part : parts) {
+    sizes.push_back(part.plan->limits.size());
+    n += part.plan->limits.size();
+  }
   Connection* conn = connection_for_thread_();
   LateReply late;
-  if (req.cost > 0) {
-    // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round.
-    auto refund = std::make_shared<std::vector<std::string>>();
-    refund->reserve(4 + n);
-    *refund = {"EVAL", std::string(kRefundScript), absl::StrCat(n)};
-    for (size_t i = 0; i < n; ++i) refund->push_back(CounterKey(req, i));
-    refund->push_back(absl::StrCat(req.cost));
-    late = [this, conn, n, refund](const Reply& reply) { OnLateDecision(conn, reply, n, *refund); };
+  // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round. One per
+  // part that paid (each its own cost); all keys share the call's hash tag.
+  auto refunds = std::make_shared<std::vector<std::vector<std::string>>>();
+  for (const StoreRequest& part : parts) {
+    if (part.cost == 0) continue;
+    const size_t m = part.plan->limits.size();
+    std::vector<std::string>& refund = refunds->emplace_back();
+    refund.reserve(4 + m);
+    refund = {"EVAL", std::string(kRefundScript), absl::StrCat(m)};
+    for (size_t i = 0; i < m; ++i) refund.push_back(CounterKey(part, i));
+    refund.push_back(absl::StrCat(part.cost));
+  }
+  if (!refunds->empty()) {
+    late = [this, conn, n, refunds](const Reply& reply) {
+      OnLateDecision(conn, reply, n, *refunds);
+    };
   }
   const absl::Time start = StartTimer();
   RunScript(
-      conn, DecideCommand(req),
-      [this, n, start, done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
+      conn, DecideCommand(parts, placement),
+      [this, n, sizes = std::move(sizes), start,
+       done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
           std::move(done)(ConnectionFailure(reply.status()));
           return;
@@ -298,10 +356,16 @@ void RedisStore::Decide(const StoreRequest& req, DecideCallback done) {
         if (const int64_t refused = reply->elements[n + 2].integer; refused > 0) {
           refused_.fetch_add(static_cast<uint64_t>(refused), std::memory_order_relaxed);
         }
-        StoreResult result;
+        StoreGroupResult result;
         result.allowed = reply->elements[0].integer == 1;
-        result.used.resize(n);
-        for (size_t i = 0; i < n; ++i) result.used[i] = reply->elements[i + 1].integer;
+        result.parts.resize(sizes.size());
+        size_t e = 1;
+        for (size_t p = 0; p < sizes.size(); ++p) {
+          result.parts[p].allowed = result.allowed;
+          result.parts[p].used.resize(sizes[p]);
+          for (size_t i = 0; i < sizes[p]; ++i)
+            result.parts[p].used[i] = reply->elements[e++].integer;
+        }
         std::move(done)(std::move(result));
       },
       std::move(late));

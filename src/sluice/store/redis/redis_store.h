@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "sluice/common/clock.h"
 #include "sluice/limiter/store.h"
 #include "sluice/store/redis/connection.h"
@@ -68,11 +69,15 @@ class RedisStore final : public Store {
   RedisStore(std::function<Connection*()> connection_for_thread, RedisStoreOptions options);
 
   void Decide(const StoreRequest& req, DecideCallback done) override;
+  // One EVALSHA of decide.lua for the whole group; every key carries the hash tag of `req.group`
+  // (of the first part's subject when empty), so the call is valid on Redis Cluster.
+  void DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) override;
   void Usage(const StoreRequest& req, UsageCallback done) override;
   void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
              StatusCallback done) override;
 
-  // Key layout (docs/redis.md).
+  // Key layout (docs/redis.md). BucketOf and Tag take where the keys live: the subject, or the
+  // group of a group-placed subject (StoreRequest::group), which CounterKey and FlagsKey follow.
   [[nodiscard]] int BucketOf(std::string_view subject) const;
   [[nodiscard]] std::string Tag(std::string_view subject) const;
   [[nodiscard]] std::string CounterKey(const StoreRequest& req, size_t i) const;
@@ -101,14 +106,20 @@ class RedisStore final : public Store {
   [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
 
  private:
-  std::vector<std::string> DecideCommand(const StoreRequest& req) const;
+  // The EVALSHA of decide.lua deciding `parts` together, with the keys of `placement`'s bucket.
+  std::vector<std::string> DecideCommand(absl::Span<const StoreRequest> parts,
+                                         std::string_view placement) const;
+  // Decide and DecideGroup: one script call for `parts` (a single decision is one part).
+  void DecideParts(absl::Span<const StoreRequest> parts, std::string_view placement,
+                   GroupDecideCallback done);
   // A start time for Observed (none without an observer: no clock is read).
   [[nodiscard]] absl::Time StartTimer() const;
   // Reports the round trip of a command of `kind` started at `start` (from StartTimer).
   void Observed(RedisCommandKind kind, absl::Time start) const;
-  // The late reply `reply` of a decision: if it admitted (cost > 0), sends `refund` on `conn`.
+  // The late reply `reply` of a decision (`n` limits in all): if it admitted, sends `refunds`
+  // (one per part of cost > 0) on `conn`.
   void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                      const std::vector<std::string>& refund);
+                      const std::vector<std::vector<std::string>>& refunds);
 
   std::function<Connection*()> connection_for_thread_;
   RedisStoreOptions options_;

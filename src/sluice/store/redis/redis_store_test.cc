@@ -379,5 +379,85 @@ INSTANTIATE_TEST_SUITE_P(Redis, StoreConformanceTest,
                              "redis", [] { return std::make_unique<RedisHarness>(); }}),
                          StoreHarnessName);
 
+// A group's parts, each its own subject, placed in group "order-7" (two parts of plan p).
+struct GroupFixture {
+  StoreRequest Part(const StoreRequest& base, std::string_view subject, int64_t cost) const {
+    StoreRequest part = base;
+    part.subject = subject;
+    part.group = "order-7";
+    part.cost = cost;
+    return part;
+  }
+};
+
+absl::StatusOr<StoreGroupResult> DecideGroupOn(boost::asio::io_context& io, RedisStore& store,
+                                               const std::vector<StoreRequest>& parts) {
+  std::optional<absl::StatusOr<StoreGroupResult>> out;
+  store.DecideGroup({.group = "order-7", .parts = parts},
+                    [&](absl::StatusOr<StoreGroupResult> r) { out = std::move(r); });
+  EXPECT_TRUE(testing_util::PumpUntil(io, [&] { return out.has_value(); }));
+  return out.value_or(absl::UnknownError("no answer"));
+}
+
+TEST_F(RedisStoreTest, EveryKeyOfAGroupSharesTheGroupsHashTagAndExpires) {
+  Connect(2000ms);
+  const StoreRequest base = Request();
+  GroupFixture g;
+  // Subjects whose own buckets differ, so the shared tag can only come from the group.
+  std::vector<StoreRequest> parts;
+  std::vector<std::string> subjects;
+  for (int i = 0; subjects.size() < 3 && i < 100; ++i) {
+    std::string s = "user-" + std::to_string(i);
+    if (subjects.empty() || store_->BucketOf(s) != store_->BucketOf(subjects.back())) {
+      subjects.push_back(s);
+    }
+  }
+  ASSERT_EQ(subjects.size(), 3u);
+  ASSERT_NE(store_->BucketOf(subjects[0]), store_->BucketOf(subjects[1]));
+  for (const std::string& s : subjects) parts.push_back(g.Part(base, s, 2));
+  absl::StatusOr<StoreGroupResult> r = DecideGroupOn(io_, *store_, parts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->allowed);
+  ASSERT_EQ(r->parts.size(), 3u);
+  for (const StoreResult& part : r->parts) EXPECT_EQ(part.used[0], 2);
+
+  absl::StatusOr<Reply> keys = testing_util::SendAndWait(io_, *connection_, {"KEYS", "*:c:*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 3u);
+  const std::string tag = store_->Tag("order-7") + ":";
+  for (const Reply& key : keys->elements) {
+    EXPECT_TRUE(key.str.starts_with(tag)) << key.str << " lacks " << tag;
+    absl::StatusOr<Reply> ttl = testing_util::SendAndWait(io_, *connection_, {"TTL", key.str});
+    ASSERT_TRUE(ttl.ok());
+    EXPECT_GT(ttl->integer, 0) << key.str;
+  }
+  // A single decision of a group-placed subject finds the same counter.
+  StoreRequest single = g.Part(base, subjects[1], 1);
+  absl::StatusOr<StoreResult> one = Decide(single);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->used[0], 3);
+}
+
+TEST_F(RedisStoreTest, AGroupAdmissionWhoseReplyCameLateIsRefundedPartByPart) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30));
+  const StoreRequest base = Request();
+  GroupFixture g;
+  std::vector<StoreRequest> parts = {g.Part(base, "alice", 3), g.Part(base, "bob", 0),
+                                     g.Part(base, "carol", 5)};
+  ASSERT_TRUE(DecideGroupOn(io_, *store_, parts).ok());  // loads the script: 3, 0, 5
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreGroupResult>> out;
+  store_->DecideGroup({.group = "order-7", .parts = parts},
+                      [&](absl::StatusOr<StoreGroupResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_EQ(StoreFailureOf(out->status()), StoreFailure::kTimeout);
+  server_.Resume();
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
+  EXPECT_EQ(store_->late_admissions(), 1u);
+  EXPECT_EQ(Get(store_->CounterKey(parts[0], 0)), "3");
+  EXPECT_EQ(Get(store_->CounterKey(parts[1], 0)), "(nil)");
+  EXPECT_EQ(Get(store_->CounterKey(parts[2], 0)), "5");
+}
+
 }  // namespace
 }  // namespace sluice::redis
