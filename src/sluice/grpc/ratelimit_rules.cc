@@ -105,14 +105,11 @@ absl::StatusOr<config::WindowSpec> WindowForUnit(RlUnit unit) {
     case RlUnit::kMonth:
       return config::ParseWindow("month");
     case RlUnit::kWeek:
+      return config::ParseWindow("week");
     case RlUnit::kYear:
-      // The only place that changes when sluice's windows gain week and year.
-      break;
+      return config::ParseWindow("year");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unit ", ToAbsl(config::RlUnitName(unit)),
-                   " is not supported yet (sluice's windows have second, minute, hour, day and "
-                   "month)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown unit ", static_cast<int>(unit)));
 }
 
 std::string RlLimitName(RlUnit unit) {
@@ -212,6 +209,7 @@ class RlRuleSet::Builder {
                           ToStd(window.status().message()));
           }
           rule->plan = OneLimitPlan(rule->path, rule->requests_per_unit, rule->unit, *window);
+          rule->plan.limits[0].shadow = rule->shadow;  // counted and reported, never denying
         }
         set_.nodes_[index].rule = rule.get();
         set_.rules_.push_back(std::move(rule));

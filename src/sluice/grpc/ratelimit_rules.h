@@ -53,9 +53,8 @@ struct RlRule {
   Plan plan;
 };
 
-// The window of a unit: second 1s, minute 1m, hour 1h; day and month are calendar periods in UTC.
-// week and year are refused with an error until sluice's windows have them (a calendar week from
-// Monday and a calendar year, in UTC).
+// The window of a unit: second 1s, minute 1m, hour 1h; day, week (from Monday), month and year
+// are calendar periods in UTC.
 [[nodiscard]] absl::StatusOr<config::WindowSpec> WindowForUnit(config::RlUnit unit);
 
 // The name of the limit that counts a rule or an override of `unit`: "per_second", "per_minute",

@@ -129,22 +129,24 @@ TEST(RlRuleSetTest, RulesCarryTheirLimitAsAPlan) {
   EXPECT_EQ(blocked->plan.limits[0].quota, 0);
 }
 
-TEST(RlRuleSetTest, CalendarUnitsAreCalendarWindowsAndWeekYearWaitForTheirWindows) {
+TEST(RlRuleSetTest, CalendarUnitsAreCalendarWindows) {
   EXPECT_EQ(WindowForUnit(config::RlUnit::kDay)->kind, config::WindowSpec::Kind::kDay);
+  EXPECT_EQ(WindowForUnit(config::RlUnit::kWeek)->kind, config::WindowSpec::Kind::kWeek);
   EXPECT_EQ(WindowForUnit(config::RlUnit::kMonth)->kind, config::WindowSpec::Kind::kMonth);
+  EXPECT_EQ(WindowForUnit(config::RlUnit::kYear)->kind, config::WindowSpec::Kind::kYear);
   EXPECT_EQ(WindowForUnit(config::RlUnit::kSecond)->length, absl::Seconds(1));
   EXPECT_EQ(WindowForUnit(config::RlUnit::kHour)->length, absl::Hours(1));
-  EXPECT_THAT(WindowForUnit(config::RlUnit::kWeek).status().message(),
-              HasSubstr("unit week is not supported yet"));
   absl::StatusOr<config::RateLimitFile> file = config::ParseRateLimitFile(
       "domain: d\ndescriptors:\n  - key: a\n  - key: k\n    rate_limit: {unit: year, "
       "requests_per_unit: 1}\n",
       "y.yaml");
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<std::shared_ptr<const RlRuleSet>> set = RlRuleSet::Build({*file});
-  ASSERT_FALSE(set.ok());
-  EXPECT_THAT(set.status().message(),
-              HasSubstr("y.yaml: descriptors[1].rate_limit.unit: unit year is not supported yet"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  const RlRule* rule = (*set)->Match("d", std::vector<RlEntry>{{"k", "v"}}, nullptr);
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(rule->plan.limits[0].window.kind, config::WindowSpec::Kind::kYear);
+  EXPECT_EQ(rule->plan.limits[0].name, "per_year");
 }
 
 TEST(RlRuleSetTest, ADomainTwiceIsRefused) {
@@ -285,7 +287,8 @@ TEST(OverrideTest, SharesTheLimitNameOfItsUnit) {
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->plan.limits[0].tag, plan->limits[0].tag);  // one counter
   EXPECT_NE(OverridePlan(1, config::RlUnit::kMinute)->limits[0].tag, plan->limits[0].tag);
-  EXPECT_FALSE(OverridePlan(1, config::RlUnit::kWeek).ok());
+  EXPECT_EQ(OverridePlan(1, config::RlUnit::kWeek)->limits[0].window.kind,
+            config::WindowSpec::Kind::kWeek);
 }
 
 TEST(OverrideTest, ProtoUnitsAreEnvoys) {

@@ -15,6 +15,7 @@
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/grpc/mapping.h"
+#include "sluice/grpc/ratelimit_request.h"
 #include "sluice/http/resolve.h"
 #include "sluice/limiter/limiter.h"
 
@@ -55,11 +56,19 @@ class RateLimitServiceImpl final : public grpc::CallbackGenericService {
         over_limit_(requests_.WithLabels({"over_limit"})),
         invalid_(requests_.WithLabels({"invalid_argument"})),
         exhausted_(requests_.WithLabels({"resource_exhausted"})),
-        unimplemented_(requests_.WithLabels({"unimplemented"})) {}
+        unimplemented_(requests_.WithLabels({"unimplemented"})),
+        rule_hits_(metrics->AddCounterFamily(
+            "sluice_ratelimit_rule_hits_total",
+            "Rules of envoy.ratelimit_config decided, by domain, rule (its descriptor path, as "
+            "envoyproxy/ratelimit names it in its stats) and result (ok, over_limit, "
+            "shadow_over_limit).",
+            {"domain", "rule", "result"})) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override;
 
   [[nodiscard]] int64_t in_flight() const { return in_flight_.load(); }
+
+  void SetRules(std::shared_ptr<const RlRuleSet> rules) { rules_.store(std::move(rules)); }
 
  private:
   friend class RlsCall;
@@ -72,11 +81,22 @@ class RateLimitServiceImpl final : public grpc::CallbackGenericService {
     http::Target target;
     std::chrono::steady_clock::time_point start;
   };
+  // The same for a request of an envoy.ratelimit_config domain: the rules (their plans) too.
+  struct RlDecision {
+    std::shared_ptr<const http::Frontend> fe;
+    std::shared_ptr<const RlRuleSet> rules;
+    RlQuery query;
+    std::chrono::steady_clock::time_point start;
+  };
 
   // On a gRPC thread: checks the request, then hands the decision to an event loop.
   void Handle(RlsCall* call, const rlsv3::RateLimitRequest& req);
   // On an event loop: resolves who is asking, as /v1/authorize and /v1/check do, and decides.
   void Decide(RlsCall* call, std::shared_ptr<const http::Frontend> fe, Query query);
+  // On an event loop: decides every counter of an envoy.ratelimit_config request as one group.
+  void DecideRules(RlsCall* call, std::shared_ptr<RlDecision> state);
+  // Counts the rules of a decided request in sluice_ratelimit_rule_hits_total.
+  void CountRules(const RlQuery& q, const std::vector<sluice::Decision>& decisions);
 
   const http::FrontendHolder* frontend_;
   http::HttpMetrics* http_metrics_;
@@ -89,6 +109,8 @@ class RateLimitServiceImpl final : public grpc::CallbackGenericService {
   metrics::Counter& invalid_;
   metrics::Counter& exhausted_;
   metrics::Counter& unimplemented_;
+  metrics::CounterFamily& rule_hits_;
+  std::atomic<std::shared_ptr<const RlRuleSet>> rules_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<size_t> next_loop_{0};
 };
@@ -172,6 +194,29 @@ grpc::ServerGenericBidiReactor* RateLimitServiceImpl::CreateReactor(
 
 void RateLimitServiceImpl::Handle(RlsCall* call, const rlsv3::RateLimitRequest& req) {
   std::shared_ptr<const http::Frontend> fe = frontend_->Get();
+  if (std::shared_ptr<const RlRuleSet> rules = rules_.load();
+      rules != nullptr && rules->HasDomain(req.domain())) {
+    absl::StatusOr<RlQuery> query = ParseRlRequest(req, *rules);
+    if (!query.ok()) {
+      invalid_.Inc();
+      call->Fail(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(query.status().message())));
+      return;
+    }
+    if (query->parts.empty()) {  // nothing limits any descriptor: no counter to ask about
+      ok_.Inc();
+      call->Reply(RlResponse(*query, {}));
+      return;
+    }
+    auto state = std::make_shared<RlDecision>(
+        RlDecision{.fe = std::move(fe), .rules = std::move(rules), .query = *std::move(query)});
+    boost::asio::io_context* loop =
+        loops_[next_loop_.fetch_add(1, std::memory_order_relaxed) % loops_.size()];
+    boost::asio::post(*loop, [this, call, state = std::move(state)]() mutable {
+      DecideRules(call, std::move(state));
+    });
+    return;
+  }
   absl::StatusOr<Query> query = ParseRequest(req, fe->envoy.descriptor_keys);
   if (!query.ok()) {
     invalid_.Inc();
@@ -232,6 +277,40 @@ void RateLimitServiceImpl::Decide(RlsCall* call, std::shared_ptr<const http::Fro
   });
 }
 
+void RateLimitServiceImpl::DecideRules(RlsCall* call, std::shared_ptr<RlDecision> state) {
+  state->start = std::chrono::steady_clock::now();
+  const std::vector<GroupPart> parts = GroupParts(state->query);
+  state->fe->limiter->DecideGroup(
+      state->query.group, parts,
+      [this, call, state](absl::StatusOr<std::vector<sluice::Decision>> decisions) {
+        http_metrics_->ObserveDecisionSeconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+        if (!decisions.ok()) {
+          invalid_.Inc();
+          call->Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  std::string(decisions.status().message())));
+          return;
+        }
+        http_metrics_->CountDecision(*state->fe, state->query.group, Combined(*decisions));
+        CountRules(state->query, *decisions);
+        ((*decisions)[0].allowed ? ok_ : over_limit_).Inc();
+        call->Reply(RlResponse(state->query, *decisions));
+      });
+}
+
+void RateLimitServiceImpl::CountRules(const RlQuery& q,
+                                      const std::vector<sluice::Decision>& decisions) {
+  for (size_t i = 0; i < q.parts.size(); ++i) {
+    const RlPart& part = q.parts[i];
+    if (part.rule == nullptr || decisions[i].limits.empty()) continue;
+    const LimitDecision& l = decisions[i].limits.front();
+    const std::string_view result = l.violated     ? "over_limit"
+                                    : l.would_deny ? "shadow_over_limit"
+                                                   : "ok";
+    rule_hits_.WithLabels({q.domain, part.rule->path, result}).Inc();
+  }
+}
+
 RlsServer::RlsServer(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
                      const registry::Index* index, metrics::Registry* metrics,
                      std::vector<boost::asio::io_context*> loops, RlsServerOptions options)
@@ -275,5 +354,9 @@ void RlsServer::FinishShutdown() {
 }
 
 int64_t RlsServer::in_flight() const { return service_->in_flight(); }
+
+void RlsServer::SetRules(std::shared_ptr<const RlRuleSet> rules) {
+  service_->SetRules(std::move(rules));
+}
 
 }  // namespace sluice::rls

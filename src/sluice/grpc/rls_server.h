@@ -33,6 +33,7 @@ class Server;
 namespace sluice::rls {
 
 class RateLimitServiceImpl;
+class RlRuleSet;
 
 struct RlsServerOptions {
   // Largest request accepted; a larger one is refused by gRPC (RESOURCE_EXHAUSTED).
@@ -65,6 +66,10 @@ class RlsServer {
   void FinishShutdown();
 
   [[nodiscard]] int64_t in_flight() const;
+
+  // The envoyproxy/ratelimit rules (envoy.ratelimit_config) requests of their domains are decided
+  // by from now on; null: none (every request is read by sluice's own mapping). Thread-safe.
+  void SetRules(std::shared_ptr<const RlRuleSet> rules);
 
  private:
   std::unique_ptr<RateLimitServiceImpl> service_;

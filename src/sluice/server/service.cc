@@ -34,6 +34,7 @@
 #include "sluice/config/config.h"
 #include "sluice/engine/alert_delivery.h"
 #include "sluice/engine/store_backend.h"
+#include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/grpc/rls_server.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
@@ -210,6 +211,12 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::st
   absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, lc);
   if (fe.ok()) *out = std::move(*cfg);
   return fe;
+}
+
+// The envoyproxy/ratelimit rules envoy.ratelimit_config names; null when it names none.
+absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> LoadRules(const config::Config& cfg) {
+  if (cfg.envoy.ratelimit_config.empty()) return nullptr;
+  return rls::RlRuleSet::Load(cfg.envoy.ratelimit_config);
 }
 
 // What a reload cannot change without a restart.
@@ -393,6 +400,16 @@ int Serve(const std::string& config_path) {
     Log(LogLevel::kError, "invalid configuration").Error(initial.status());
     return config::kExitConfigError;
   }
+  absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> initial_rules = LoadRules(cfg);
+  if (!initial_rules.ok()) {
+    Log(LogLevel::kError, "invalid configuration").Error(initial_rules.status());
+    return config::kExitConfigError;
+  }
+  if (*initial_rules != nullptr && cfg.server.grpc_listen.empty()) {
+    Log(LogLevel::kWarn,
+        "envoy.ratelimit_config is set but server.grpc_listen is not: its rules "
+        "decide nothing until the gRPC service listens");
+  }
 
   backend.RegisterMetrics(registry);
   metrics::RegisterProcessMetrics(registry,
@@ -475,6 +492,7 @@ int Serve(const std::string& config_path) {
   std::optional<rls::RlsServer> rls_server;
   if (!cfg.server.grpc_listen.empty()) {
     rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs);
+    rls_server->SetRules(*std::move(initial_rules));
     if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
       Log(LogLevel::kError, "cannot start the gRPC rate limit service").Error(s);
       data_server.ReleaseAcceptors();
@@ -540,17 +558,20 @@ int Serve(const std::string& config_path) {
           std::unique_lock<std::shared_mutex> no_subject_writes = registry_api.BlockSubjectWrites();
           absl::StatusOr<std::shared_ptr<const http::Frontend>> fe =
               LoadFrontend(config_path, limiter_context, &next);
-          if (!fe.ok()) {
+          absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> rules =
+              fe.ok() ? LoadRules(next) : fe.status();
+          if (!rules.ok()) {
             Log(LogLevel::kError, "reload refused; keeping the running configuration")
-                .Error(fe.status());
+                .Error(rules.status());
             reloads.WithLabels({"refused"}).Inc();
             last_reload_ok.Set(0);
             notifier.Ready(absl::StrCat("reload refused; keeping the running configuration: ",
-                                        fe.status().message()));
+                                        rules.status().message()));
           } else {
             WarnAboutRestartOnlyChanges(cfg, next);
             shutdown_delay = next.server.shutdown_delay;
             frontend.Set(std::move(*fe));
+            if (rls_server) rls_server->SetRules(*std::move(rules));
             no_subject_writes.unlock();
             // Waits for the sink calls in flight (each bounded by its timeout); what they did
             // not finish stays in the outbox for the new dispatcher.

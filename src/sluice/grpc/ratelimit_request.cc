@@ -1,0 +1,227 @@
+#include "sluice/grpc/ratelimit_request.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sluice/common/strings.h"
+#include "sluice/grpc/mapping.h"
+#include "sluice/http/render.h"
+
+namespace sluice::rls {
+namespace {
+
+using Entries = std::vector<RlEntry>;
+
+absl::Status Invalid(size_t descriptor, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("descriptors[", descriptor, "]: ", ToAbsl(what)));
+}
+
+// Two plans that count one counter the same way (so two descriptors naming it add up).
+bool SameLimit(const Plan& a, const Plan& b) {
+  if (a.limits.size() != b.limits.size()) return false;
+  for (size_t i = 0; i < a.limits.size(); ++i) {
+    if (a.limits[i].tag != b.limits[i].tag || a.limits[i].quota != b.limits[i].quota ||
+        a.limits[i].shadow != b.limits[i].shadow) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void SetStatus(const LimitDecision& limit, rlsv3::RateLimitResponse::DescriptorStatus* status) {
+  status->set_code(limit.violated ? rlsv3::RateLimitResponse::OVER_LIMIT
+                                  : rlsv3::RateLimitResponse::OK);
+  *status->mutable_current_limit() = CurrentLimit(limit);
+  status->set_limit_remaining(static_cast<uint32_t>(
+      std::clamp<int64_t>(limit.remaining, 0, std::numeric_limits<uint32_t>::max())));
+  status->mutable_duration_until_reset()->set_seconds(limit.reset_after);
+}
+
+}  // namespace
+
+absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const RlRuleSet& rules) {
+  if (req.descriptors_size() == 0) {
+    return absl::InvalidArgumentError("descriptors: at least one is required");
+  }
+  if (static_cast<size_t>(req.descriptors_size()) > kMaxDescriptors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("descriptors: at most ", kMaxDescriptors, ", got ", req.descriptors_size()));
+  }
+  if (req.hits_addend() > static_cast<uint64_t>(kMaxCost)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hits_addend: at most ", kMaxCost, ", got ", req.hits_addend()));
+  }
+  RlQuery q;
+  q.domain = req.domain();
+  q.group = RlGroup(q.domain);
+  const size_t n = static_cast<size_t>(req.descriptors_size());
+  q.descriptor_part.assign(n, RlQuery::kNoPart);
+  q.unlimited.assign(n, false);
+  const int64_t request_cost = req.hits_addend() == 0 ? 1 : static_cast<int64_t>(req.hits_addend());
+
+  // First every descriptor's rule, so that `replaces` sees all of the request's matches.
+  struct Matched {
+    const RlRule* rule = nullptr;
+    std::string counter_key;
+  };
+  std::vector<Matched> matched(n);
+  Entries entries;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& descriptor = req.descriptors(static_cast<int>(i));
+    if (descriptor.entries_size() == 0) return Invalid(i, "entries: at least one is required");
+    if (static_cast<size_t>(descriptor.entries_size()) > kMaxEntriesPerDescriptor) {
+      return Invalid(i, absl::StrCat("entries: at most ", kMaxEntriesPerDescriptor, ", got ",
+                                     descriptor.entries_size()));
+    }
+    entries.clear();
+    for (int e = 0; e < descriptor.entries_size(); ++e) {
+      const std::string& key = descriptor.entries(e).key();
+      const std::string& value = descriptor.entries(e).value();
+      if (key.empty() || key.size() > kMaxEntryKeyLength) {
+        return Invalid(
+            i, absl::StrCat("entries[", e, "].key: must be 1 to ", kMaxEntryKeyLength, " bytes"));
+      }
+      if (value.size() > kMaxEntryValueLength) {
+        return Invalid(i, absl::StrCat("entries[", e, "].value: longer than ", kMaxEntryValueLength,
+                                       " bytes"));
+      }
+      entries.emplace_back(key, value);
+    }
+    if (descriptor.has_hits_addend() &&
+        descriptor.hits_addend().value() > static_cast<uint64_t>(kMaxCost)) {
+      return Invalid(i, absl::StrCat("hits_addend: at most ", kMaxCost, ", got ",
+                                     descriptor.hits_addend().value()));
+    }
+    matched[i].rule = rules.Match(q.domain, entries, &matched[i].counter_key);
+    if (matched[i].rule == nullptr && descriptor.has_limit()) {
+      // An override limits the descriptor even where no rule does.
+      matched[i].counter_key = RlCounterKey(q.domain, entries);
+    }
+  }
+  // A rule that another matched rule replaces limits nothing in this request.
+  std::vector<const RlRule*> rule_of(n);
+  for (size_t i = 0; i < n; ++i) rule_of[i] = matched[i].rule;
+  ApplyReplaces(absl::MakeSpan(rule_of));
+
+  absl::flat_hash_map<std::string, size_t> by_subject;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& descriptor = req.descriptors(static_cast<int>(i));
+    const RlRule* rule = rule_of[i];
+    if (rule == nullptr && matched[i].rule != nullptr) continue;  // replaced
+    std::unique_ptr<Plan> override_plan;
+    if (descriptor.has_limit()) {
+      absl::StatusOr<config::RlUnit> unit = UnitFromProto(descriptor.limit().unit());
+      if (!unit.ok()) return Invalid(i, absl::StrCat("limit.unit: ", unit.status().message()));
+      absl::StatusOr<Plan> plan = OverridePlan(descriptor.limit().requests_per_unit(), *unit);
+      if (!plan.ok()) return Invalid(i, absl::StrCat("limit: ", plan.status().message()));
+      override_plan = std::make_unique<Plan>(*std::move(plan));
+    } else if (rule == nullptr) {
+      continue;  // nothing limits it
+    } else if (rule->unlimited) {
+      q.unlimited[i] = true;
+      continue;
+    }
+    const int64_t cost = descriptor.has_hits_addend()
+                             ? static_cast<int64_t>(descriptor.hits_addend().value())
+                             : request_cost;
+    std::string subject = RlSubject(matched[i].counter_key);
+    const Plan* plan = override_plan != nullptr ? override_plan.get() : &rule->plan;
+    if (auto it = by_subject.find(subject); it != by_subject.end()) {
+      RlPart& part = q.parts[it->second];
+      if (!SameLimit(*part.plan, *plan)) {
+        return Invalid(i, "names the counter of an earlier descriptor under another limit");
+      }
+      if (part.cost + cost > kMaxCost) {
+        return Invalid(i, absl::StrCat("hits_addend: the descriptors of one counter add up to "
+                                       "more than ",
+                                       kMaxCost));
+      }
+      part.cost += cost;
+      q.descriptor_part[i] = it->second;
+      continue;
+    }
+    RlPart part;
+    part.rule = rule;
+    part.plan = plan;
+    part.override_plan = std::move(override_plan);
+    part.cost = cost;
+    part.subject = subject;
+    by_subject.emplace(std::move(subject), q.parts.size());
+    q.descriptor_part[i] = q.parts.size();
+    q.parts.push_back(std::move(part));
+  }
+  return q;
+}
+
+std::vector<GroupPart> GroupParts(const RlQuery& q) {
+  std::vector<GroupPart> parts;
+  parts.reserve(q.parts.size());
+  for (const RlPart& p : q.parts) {
+    parts.push_back(GroupPart{.subject = p.subject, .plan = p.plan, .cost = p.cost});
+  }
+  return parts;
+}
+
+Decision Combined(const std::vector<Decision>& decisions) {
+  Decision out;
+  out.plan = decisions.front().plan;
+  out.allowed = decisions.front().allowed;
+  out.degraded = decisions.front().degraded;
+  out.failure = decisions.front().failure;
+  out.retry_after = decisions.front().retry_after;
+  for (const Decision& d : decisions) {
+    out.limits.insert(out.limits.end(), d.limits.begin(), d.limits.end());
+  }
+  return out;
+}
+
+rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision>& decisions) {
+  rlsv3::RateLimitResponse res;
+  const bool allowed = decisions.empty() || decisions.front().allowed;
+  res.set_overall_code(allowed ? rlsv3::RateLimitResponse::OK
+                               : rlsv3::RateLimitResponse::OVER_LIMIT);
+  for (size_t i = 0; i < q.descriptor_part.size(); ++i) {
+    auto* status = res.add_statuses();
+    status->set_code(rlsv3::RateLimitResponse::OK);
+    const size_t part = q.descriptor_part[i];
+    if (part == RlQuery::kNoPart) {
+      if (q.unlimited[i]) status->set_limit_remaining(std::numeric_limits<uint32_t>::max());
+      continue;
+    }
+    const Decision& d = decisions[part];
+    if (d.limits.empty()) continue;
+    SetStatus(d.limits.front(), status);
+    // Envoy's RateLimit.name is the rule's `name` (none for an override), not sluice's limit.
+    const RlRule* rule = q.parts[part].override_plan == nullptr ? q.parts[part].rule : nullptr;
+    status->mutable_current_limit()->set_name(rule != nullptr ? rule->name : "");
+  }
+  if (decisions.empty()) return res;
+
+  const Decision all = Combined(decisions);
+  http::Response rendered;
+  if (all.allowed) {
+    http::SetRateLimitHeaders(all, rendered);
+  } else if (all.degraded) {
+    rendered =
+        http::Problem(503, "about:blank", "Service Unavailable",
+                      "the rate limit store is unavailable and on_store_error is deny", 11, true);
+    http::SetRateLimitHeaders(all, rendered);
+  } else {
+    rendered = http::QuotaExceeded(all, 429, 11, true);
+  }
+  std::vector<absl::string_view> shadow;
+  for (const LimitDecision& l : all.limits) {
+    if (l.would_deny) shadow.push_back(l.limit->name);
+  }
+  if (!shadow.empty()) rendered.set("Sluice-Shadow-Denied", absl::StrJoin(shadow, ", "));
+  CopyHeaders(rendered, &res);
+  if (!all.allowed) res.set_raw_body(rendered.body());
+  return res;
+}
+
+}  // namespace sluice::rls

@@ -1,0 +1,156 @@
+#include "sluice/grpc/ratelimit_request.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sluice/common/subject.h"
+#include "sluice/config/ratelimit_file.h"
+
+namespace sluice::rls {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kRules[] = R"(
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /health
+    rate_limit: {unlimited: true}
+  - key: path
+    value: /a
+    rate_limit: {unit: hour, requests_per_unit: 5, name: a_limit}
+  - key: path
+    value: /b
+    rate_limit: {unit: hour, requests_per_unit: 5, replaces: [{name: a_limit}]}
+)";
+
+class ParseRlRequestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<config::RateLimitFile> file = config::ParseRateLimitFile(kRules, "r.yaml");
+    ASSERT_TRUE(file.ok()) << file.status();
+    absl::StatusOr<std::shared_ptr<const RlRuleSet>> set = RlRuleSet::Build({*file});
+    ASSERT_TRUE(set.ok()) << set.status();
+    rules_ = *set;
+    req_.set_domain("edge");
+  }
+
+  ::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor& Add(
+      std::vector<std::pair<std::string, std::string>> entries) {
+    auto* d = req_.add_descriptors();
+    for (const auto& [k, v] : entries) {
+      auto* e = d->add_entries();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    return *d;
+  }
+
+  RlQuery Parsed() {
+    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
+    EXPECT_TRUE(q.ok()) << q.status();
+    return q.ok() ? *std::move(q) : RlQuery{};
+  }
+  std::string ErrorOf() {
+    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
+    EXPECT_FALSE(q.ok());
+    return q.ok() ? "" : std::string(q.status().message());
+  }
+
+  std::shared_ptr<const RlRuleSet> rules_;
+  rlsv3::RateLimitRequest req_;
+};
+
+TEST_F(ParseRlRequestTest, EachMatchedValueIsAPartInTheDomainsGroup) {
+  Add({{"remote_address", "10.0.0.1"}});
+  Add({{"remote_address", "10.0.0.2"}});
+  Add({{"path", "/nowhere"}});
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 2u);
+  EXPECT_NE(q.parts[0].subject, q.parts[1].subject);
+  for (const RlPart& p : q.parts) {
+    EXPECT_TRUE(IsValidSubject(p.subject)) << p.subject;
+    EXPECT_EQ(p.cost, 1);
+    EXPECT_EQ(p.plan->limits[0].quota, 3);
+  }
+  EXPECT_EQ(q.group, RlGroup("edge"));
+  EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{0, 1, RlQuery::kNoPart}));
+  EXPECT_EQ(GroupParts(q).size(), 2u);
+}
+
+TEST_F(ParseRlRequestTest, ARepeatedCounterAddsItsCost) {
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(2);
+  Add({{"remote_address", "10.0.0.1"}});
+  req_.set_hits_addend(3);
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 1u);
+  EXPECT_EQ(q.parts[0].cost, 5);
+  EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{0, 0}));
+}
+
+TEST_F(ParseRlRequestTest, ADescriptorHitsAddendOfZeroPeeksAndTheRequestsZeroIsOne) {
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(0);
+  Add({{"remote_address", "10.0.0.2"}});
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 2u);
+  EXPECT_EQ(q.parts[0].cost, 0);
+  EXPECT_EQ(q.parts[1].cost, 1);
+}
+
+TEST_F(ParseRlRequestTest, UnlimitedAndReplacedRulesCountNothing) {
+  Add({{"path", "/health"}});
+  Add({{"path", "/a"}});
+  Add({{"path", "/b"}});
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 1u);
+  EXPECT_EQ(q.parts[0].rule->path, "edge.path_/b");
+  EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{RlQuery::kNoPart, RlQuery::kNoPart, 0}));
+  EXPECT_EQ(q.unlimited, (std::vector<bool>{true, false, false}));
+}
+
+TEST_F(ParseRlRequestTest, AnOverrideLimitsEvenWithoutARule) {
+  auto& d = Add({{"user_agent", "bot"}});
+  d.mutable_limit()->set_requests_per_unit(7);
+  d.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 1u);
+  EXPECT_EQ(q.parts[0].rule, nullptr);
+  ASSERT_NE(q.parts[0].override_plan, nullptr);
+  EXPECT_EQ(q.parts[0].plan->limits[0].quota, 7);
+}
+
+TEST_F(ParseRlRequestTest, BadRequestsNameTheDescriptor) {
+  EXPECT_EQ(ErrorOf(), "descriptors: at least one is required");
+  Add({});
+  EXPECT_EQ(ErrorOf(), "descriptors[0]: entries: at least one is required");
+  req_.clear_descriptors();
+  Add({{"remote_address", std::string(1025, 'x')}});
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[0]: entries[0].value: longer than 1024 bytes"));
+  req_.clear_descriptors();
+  Add({{"remote_address", "1"}}).mutable_hits_addend()->set_value(1'000'001);
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[0]: hits_addend: at most 1000000"));
+  req_.clear_descriptors();
+  Add({{"remote_address", "1"}}).mutable_hits_addend()->set_value(600'000);
+  Add({{"remote_address", "1"}}).mutable_hits_addend()->set_value(600'000);
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[1]: hits_addend: the descriptors of one counter"));
+  req_.clear_descriptors();
+  Add({{"remote_address", "1"}})
+      .mutable_limit()
+      ->set_unit(static_cast<::envoy::type::v3::RateLimitUnit>(42));
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[0]: limit.unit"));
+  // The same counter under another limit: an override beside the rule.
+  req_.clear_descriptors();
+  Add({{"remote_address", "1"}});
+  auto& d = Add({{"remote_address", "1"}});
+  d.mutable_limit()->set_requests_per_unit(9);
+  d.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[1]: names the counter of an earlier descriptor"));
+}
+
+}  // namespace
+}  // namespace sluice::rls
