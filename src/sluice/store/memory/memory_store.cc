@@ -257,8 +257,9 @@ struct alignas(64) MemoryStore::Shard {
       result.used[i] = UsedNow(c, req.windows[i]);
       // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
       // state, and it denies. A shadow limit never denies.
-      if (!plan.limits[i].shadow &&
-          (!UsableCounter(result.used[i]) || result.used[i] > plan.limits[i].quota - req.cost)) {
+      const int64_t used = result.used[i];
+      if ((!UsableCounter(used) || used > plan.limits[i].quota - req.cost) &&
+          !plan.limits[i].shadow) [[unlikely]] {
         allowed = false;
       }
     }
@@ -287,14 +288,16 @@ struct alignas(64) MemoryStore::Shard {
       // An unusable counter denies (unless shadow) but is left as it is: nothing is written or
       // fired for it.
       const int64_t used = result.used[i];
-      if (!UsableCounter(used)) continue;
-      // This limit alone would refuse: it denied, or (shadow) would have.
-      const bool over = used > limit.quota - req.cost;
-      if (!allowed && !over) continue;
-      // Only a shadow limit can pass its quota, and it stops at kMaxUsed.
-      const int64_t after = !allowed                     ? used
-                            : used > kMaxUsed - req.cost ? kMaxUsed
-                                                         : used + req.cost;
+      int64_t after = used;
+      if (allowed) [[likely]] {
+        // An admission: every enforced counter is usable and has room; a shadow one may be
+        // unusable (left alone) or past its quota (it stops at kMaxUsed).
+        if (!UsableCounter(used)) [[unlikely]]
+          continue;
+        after = used > kMaxUsed - req.cost ? kMaxUsed : used + req.cost;
+      } else if (!UsableCounter(used) || used <= limit.quota - req.cost) {
+        continue;  // a denial fires only for a limit that denied (or, shadow, would have)
+      }
 
       const MemoryStore::Counter* current = entry ? &entry->counters[i] : nullptr;
       uint16_t fired = FiredNow(current, w);
