@@ -60,6 +60,7 @@ struct LimitResult {
   int64_t remaining = 0;                // max(quota - used, 0)
   std::chrono::seconds reset_after{0};  // until this limit's window ends, rounded up
   bool violated = false;                // this limit denied the request
+  bool would_deny = false;              // a shadow limit that would have denied it (it never does)
   std::chrono::seconds retry_after{0};  // reset_after when violated, else 0
 };
 

@@ -28,12 +28,15 @@ struct LimitOptions {
   std::string window;
   // Alert thresholds, percentages 1..100 of the quota (at most 16, any order, no repeats).
   std::vector<int> alert_at;
+  // A shadow limit: decided, counted and alerted, but never denies (docs/semantics.md).
+  bool shadow = false;
 };
 
 struct PlanOptions {
   std::string name;                  // 1-64 of [A-Za-z0-9_.-], unique
   std::string timezone = "UTC";      // an IANA name; decides where calendar windows begin
   std::vector<LimitOptions> limits;  // at least one
+  bool shadow = false;               // every limit is a shadow limit
 };
 
 // Counters in this process. With a snapshot path they survive a restart: loaded when the limiter

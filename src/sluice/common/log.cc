@@ -108,6 +108,21 @@ Log& Log::Str(std::string_view key, std::string_view value) {
   return *this;
 }
 
+Log& Log::StrList(std::string_view key, const std::vector<std::string>& values) {
+  if (!enabled_) return *this;
+  line_ += ",\"";
+  AppendJsonEscaped(line_, key);
+  line_ += "\":[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) line_ += ',';
+    line_ += '"';
+    AppendJsonEscaped(line_, values[i]);
+    line_ += '"';
+  }
+  line_ += ']';
+  return *this;
+}
+
 Log& Log::Int(std::string_view key, int64_t value) {
   if (!enabled_) return *this;
   line_ += ",\"";

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -34,6 +35,8 @@ class Log {
   Log& Int(std::string_view key, int64_t value);
   Log& Double(std::string_view key, double value);
   Log& Bool(std::string_view key, bool value);
+  // Adds a JSON array of strings.
+  Log& StrList(std::string_view key, const std::vector<std::string>& values);
   // Adds "error": the status message.
   Log& Error(const absl::Status& status);
 

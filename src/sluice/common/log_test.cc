@@ -22,6 +22,13 @@ TEST(LogTest, WritesOneJsonObjectPerLine) {
   EXPECT_EQ(line.substr(0, 7), "{\"ts\":\"");
 }
 
+TEST(LogTest, WritesAListOfStringsAsAJsonArray) {
+  ::testing::internal::CaptureStderr();
+  { Log(LogLevel::kWarn, "m").StrList("names", {"a", "b\"c"}).StrList("none", {}); }
+  std::string line = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(line.find("\"names\":[\"a\",\"b\\\"c\"],\"none\":[]}\n"), std::string::npos) << line;
+}
+
 TEST(LogTest, DropsLinesBelowTheLevel) {
   SetLogLevel(LogLevel::kWarn);
   ::testing::internal::CaptureStderr();

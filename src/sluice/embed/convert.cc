@@ -31,6 +31,7 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
     config::PlanConfig& out = cfg.plans.emplace_back();
     out.name = plan.name;
     out.timezone = plan.timezone;
+    out.shadow = plan.shadow;
     for (size_t l = 0; l < plan.limits.size(); ++l) {
       const lib::LimitOptions& limit = plan.limits[l];
       absl::StatusOr<config::WindowSpec> window = config::ParseWindow(limit.window);
@@ -44,7 +45,8 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
       out.limits.push_back(config::LimitConfig{.name = limit.name,
                                                .quota = limit.quota,
                                                .window = *std::move(window),
-                                               .alert_at = std::move(alert_at)});
+                                               .alert_at = std::move(alert_at),
+                                               .shadow = limit.shadow});
     }
   }
   if (const auto* memory = std::get_if<lib::MemoryStoreOptions>(&options.store)) {
@@ -90,6 +92,7 @@ lib::Decision ToPublic(const Decision& decision) {
         .remaining = l.remaining,
         .reset_after = std::chrono::seconds(l.reset_after),
         .violated = l.violated,
+        .would_deny = l.would_deny,
         .retry_after = std::chrono::seconds(l.violated ? l.reset_after : 0),
     });
   }

@@ -106,6 +106,21 @@ TEST_F(MemoryLimiterTest, DecisionReportsEveryLimit) {
   EXPECT_EQ(d.limits[1].remaining, 998);
 }
 
+TEST(ShadowLimiterTest, AShadowLimitNeverDeniesButSaysWhenItWould) {
+  Options options = FreeOptions();
+  options.plans[0].limits[1].quota = 2;
+  options.plans[0].limits[1].shadow = true;
+  std::unique_ptr<Limiter> limiter = OpenOrDie(std::move(options));
+  for (int i = 1; i <= 5; ++i) {
+    Result<Decision> d = limiter->Decide({.subject = "user-1", .plan = "free"});
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->allowed) << i;
+    EXPECT_EQ(d->limits[1].used, i);
+    EXPECT_EQ(d->limits[1].would_deny, i > 2) << i;
+    EXPECT_FALSE(d->limits[1].violated);
+  }
+}
+
 TEST_F(MemoryLimiterTest, ExhaustedLimitIsViolatedWithRetryAfter) {
   for (int i = 0; i < 5; ++i) Decide("user-1");
   const Decision d = Decide("user-1");

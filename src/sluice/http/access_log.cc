@@ -51,6 +51,7 @@ void AccessLog::Write(const AccessEntry& e) {
         .Int("quota", e.quota)
         .Int("retry_after", e.retry_after);
   }
+  if (!e.shadow_denied.empty()) line.StrList("shadow_denied", e.shadow_denied);
   line.Str("client", e.client).Int("latency_us", e.latency_us);
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/config/config.h"
 #include "sluice/limiter/store.h"
@@ -43,6 +44,8 @@ struct AccessEntry {
   int64_t used = 0;
   int64_t quota = 0;
   int64_t retry_after = 0;
+  // The shadow limits that would have denied the request (LimitDecision::would_deny), plan order.
+  std::vector<std::string> shadow_denied;
   std::string client;  // the client address (through trusted proxies)
   int64_t latency_us = 0;
 };
@@ -67,7 +70,8 @@ class AccessLog {
 
   // Writes the line at level info: route, status, subject, plan, key_id (only when set), cost,
   // allowed, degraded, store_error (only when degraded), limit, window, used, quota, retry_after
-  // (only when a limit denied), client, latency_us.
+  // (only when a limit denied), shadow_denied (only when a shadow limit would have denied), client,
+  // latency_us.
   static void Write(const AccessEntry& entry);
 
  private:

@@ -114,6 +114,13 @@ std::string DecisionJson(const Decision& d, std::string_view subject) {
 void SetRateLimitHeaders(const Decision& d, Response& res) {
   if (d.degraded) res.set("Sluice-Degraded", "1");
   if (d.limits.empty()) return;
+  std::string shadow_denied;  // limit names are [A-Za-z0-9_.-]: nothing to quote
+  for (const LimitDecision& l : d.limits) {
+    if (!l.would_deny || l.limit == nullptr) continue;
+    if (!shadow_denied.empty()) shadow_denied += ", ";
+    shadow_denied += l.limit->name;
+  }
+  if (!shadow_denied.empty()) res.set("Sluice-Shadow-Denied", shadow_denied);
   // Every decision passes here, so this avoids Beast's by-name lookups: on a response that has no
   // rate-limit headers yet (the normal case) fields are appended with a known name.
   const bool fresh = res.find("RateLimit") == res.end();

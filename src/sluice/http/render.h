@@ -29,8 +29,9 @@ inline constexpr std::string_view kQuotaExceededType =
 // X-RateLimit-Limit/-Remaining/-Reset for d.Tightest(). A policy's `w` is the window's length in
 // seconds: the fixed length, or the current calendar period's actual length (a DST day is 82800 or
 // 90000, a DST week 601200 or 608400, a leap year 31622400). Sets none of them when d.limits is
-// empty. Also sets `Sluice-Degraded: 1` for a degraded decision. Existing fields of the same names
-// are replaced.
+// empty. Also sets `Sluice-Degraded: 1` for a degraded decision, and `Sluice-Shadow-Denied:
+// <names>` (comma-separated, plan order) when a shadow limit would have denied the request
+// (LimitDecision::would_deny). Existing fields of the same names are replaced.
 void SetRateLimitHeaders(const Decision& d, Response& res);
 
 // Sets Retry-After to d.retry_after seconds (at least 1) for a denied decision; does nothing for an

@@ -283,5 +283,16 @@ TEST_F(RenderTest, JsonResponseIsApplicationJsonWithTheBodyAsGiven) {
   EXPECT_TRUE(res.keep_alive());
 }
 
+TEST_F(RenderTest, ShadowLimitsThatWouldDenyAreNamedInAHeader) {
+  Response res;
+  SetRateLimitHeaders(Allowed(), res);
+  EXPECT_FALSE(Has(res, "Sluice-Shadow-Denied"));
+  Decision d = Allowed();
+  d.limits[0].would_deny = true;
+  d.limits[1].would_deny = true;
+  SetRateLimitHeaders(d, res);
+  EXPECT_EQ(Header(res, "Sluice-Shadow-Denied"), "per_minute, daily");
+}
+
 }  // namespace
 }  // namespace sluice::http

@@ -218,6 +218,11 @@ HttpMetrics::HttpMetrics(metrics::Registry& registry)
           "sluice_limit_denials_total",
           "Denials by plan and limit: a denial counts once for each limit it violated.",
           {"plan", "limit"})),
+      shadow_denials_(registry.AddCounterFamily(
+          "sluice_shadow_denials_total",
+          "Decisions a shadow limit would have denied, by plan and limit (the shadow limit never "
+          "denies: the request may have been admitted).",
+          {"plan", "limit"})),
       access_log_dropped_(registry.AddCounter(
           "sluice_access_log_dropped_total",
           "Access log lines dropped because server.access_log.max_per_second was reached.")),
@@ -253,7 +258,18 @@ void HttpMetrics::CountDecision(const Frontend& fe, const std::string& plan, con
   store_health_.Report(!d.degraded, d.failure);
   if (d.degraded) {
     store_errors_.WithLabels({plan, std::string(StoreFailureName(d.failure))}).Inc();
-  } else if (!d.allowed) {
+    return;
+  }
+  for (size_t i = 0; i < d.limits.size(); ++i) {
+    if (!d.limits[i].would_deny) continue;
+    if (counters != nullptr && i < counters->shadow_denials.size() &&
+        counters->shadow_denials[i] != nullptr) {
+      counters->shadow_denials[i]->Inc();
+    } else if (d.limits[i].limit != nullptr) {
+      shadow_denials_.WithLabels({plan, d.limits[i].limit->name}).Inc();
+    }
+  }
+  if (!d.allowed) {
     for (size_t i = 0; i < d.limits.size(); ++i) {
       if (!d.limits[i].violated) continue;
       if (counters != nullptr && i < counters->limit_denials.size()) {
@@ -273,6 +289,9 @@ std::shared_ptr<const DecisionCounters> HttpMetrics::CountersFor(const PlanSet& 
                                       .denied = &decisions_.WithLabels({name, "denied"})};
     for (const Limit& limit : plan->limits) {
       pc.limit_denials.push_back(&limit_denials_.WithLabels({name, limit.name}));
+      // Only shadow limits would deny without denying: no series for the others.
+      pc.shadow_denials.push_back(limit.shadow ? &shadow_denials_.WithLabels({name, limit.name})
+                                               : nullptr);
     }
     if (plan->index != counters->plans.size()) return nullptr;  // not FromConfig's PlanSet
     counters->plans.push_back(std::move(pc));
@@ -337,6 +356,9 @@ void DescribeDecision(const Target& target, int64_t cost, const Decision& d, Acc
   entry->allowed = d.allowed;
   entry->degraded = d.degraded;
   entry->failure = d.failure;
+  for (const LimitDecision& l : d.limits) {
+    if (l.would_deny && l.limit != nullptr) entry->shadow_denied.push_back(l.limit->name);
+  }
   for (const LimitDecision& l : d.limits) {
     if (!l.violated || l.limit == nullptr) continue;
     entry->limit = l.limit->name;

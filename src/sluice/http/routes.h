@@ -48,6 +48,8 @@ struct DecisionCounters {
     metrics::Counter* allowed = nullptr;
     metrics::Counter* denied = nullptr;
     std::vector<metrics::Counter*> limit_denials;  // by the limit's position in the plan
+    // Likewise, for the shadow limits (null for the others).
+    std::vector<metrics::Counter*> shadow_denials;
   };
   std::vector<PlanCounters> plans;  // by Plan::index
 };
@@ -124,6 +126,7 @@ class HttpMetrics {
  private:
   metrics::CounterFamily& decisions_;
   metrics::CounterFamily& limit_denials_;
+  metrics::CounterFamily& shadow_denials_;
   metrics::Counter& access_log_dropped_;
   metrics::CounterFamily& requests_;
   metrics::CounterFamily& store_errors_;

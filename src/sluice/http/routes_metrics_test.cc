@@ -25,6 +25,7 @@ plans:
   pro:
     limits:
       - { name: per_minute, quota: 100, window: 1m }
+      - { name: trial, quota: 50, window: 1m, shadow: true }
 )";
 
 class DecisionMetricsTest : public ::testing::Test {
@@ -96,6 +97,24 @@ TEST_F(DecisionMetricsTest, ADegradedAnswerCountsAStoreErrorAndNoLimit) {
   const std::string text = registry_.Render();
   EXPECT_THAT(text, HasSubstr("sluice_store_errors_total{plan=\"free\",reason=\"timeout\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("sluice_limit_denials_total{plan=\"free\",limit=\"daily\"} 0\n"));
+}
+
+TEST_F(DecisionMetricsTest, AShadowLimitThatWouldDenyIsCountedWhetherOrNotTheRequestWasAdmitted) {
+  fe_.counters = metrics_.CountersFor(plans_);
+  EXPECT_THAT(registry_.Render(),
+              HasSubstr("sluice_shadow_denials_total{plan=\"pro\",limit=\"trial\"} 0\n"));
+  EXPECT_THAT(registry_.Render(), Not(HasSubstr("sluice_shadow_denials_total{plan=\"free\"")));
+  Decision admitted{.plan = plans_.Find("pro"), .allowed = true};
+  for (const Limit& l : plans_.Find("pro")->limits) admitted.limits.push_back({.limit = &l});
+  admitted.limits[1].would_deny = true;
+  metrics_.CountDecision(fe_, "pro", admitted);
+  Decision denied = Denial(plans_.Find("pro"), {0});
+  denied.limits[1].would_deny = true;
+  metrics_.CountDecision(fe_, "pro", denied);
+  const std::string text = registry_.Render();
+  EXPECT_THAT(text, HasSubstr("sluice_shadow_denials_total{plan=\"pro\",limit=\"trial\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_limit_denials_total{plan=\"pro\",limit=\"trial\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_limit_denials_total{plan=\"pro\",limit=\"per_minute\"} 1\n"));
 }
 
 }  // namespace

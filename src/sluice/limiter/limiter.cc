@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -26,8 +27,11 @@ Windows WindowsFor(const Plan& plan, absl::Time now) {
   return windows;
 }
 
-// Fills every per-limit field that does not depend on the counters.
-Decision SkeletonDecision(const Plan& plan, const Windows& windows, absl::Time now) {
+// Fills every per-limit field that does not depend on the counters. Inlined: a call costs the
+// single decision path measurably.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline Decision SkeletonDecision(const Plan& plan,
+                                                              const Windows& windows,
+                                                              absl::Time now) {
   Decision d;
   d.plan = &plan;
   d.limits.resize(plan.limits.size());
@@ -114,17 +118,30 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
   std::move(done)(std::move(skeleton));
 }
 
-// `field` names the input in the error ("subject", or "parts[2].subject" for a group).
-absl::Status ValidateSubject(std::string_view subject, std::string_view field = "subject") {
-  if (IsValidSubject(subject)) return absl::OkStatus();
+// The errors, out of line: the checks below run on every decision and must stay small enough to
+// inline.
+ABSL_ATTRIBUTE_NOINLINE absl::Status BadSubject(std::string_view field) {
   return absl::InvalidArgumentError(
       absl::StrCat(ToAbsl(field), ": must be 1-200 bytes of letters, digits and ._:@/+=-"));
 }
-
-absl::Status ValidateCost(int64_t cost, std::string_view field = "cost") {
-  if (cost >= 0 && cost <= kMaxCost) return absl::OkStatus();
+ABSL_ATTRIBUTE_NOINLINE absl::Status BadCost(std::string_view field) {
   return absl::InvalidArgumentError(
       absl::StrCat(ToAbsl(field), ": must be an integer from 0 to ", kMaxCost));
+}
+
+// `field` names the input in the error ("subject", or "parts[2].subject" for a group).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status ValidateSubject(
+    std::string_view subject, std::string_view field = "subject") {
+  if (IsValidSubject(subject)) [[likely]]
+    return absl::OkStatus();
+  return BadSubject(field);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::Status ValidateCost(int64_t cost,
+                                                              std::string_view field = "cost") {
+  if (cost >= 0 && cost <= kMaxCost) [[likely]]
+    return absl::OkStatus();
+  return BadCost(field);
 }
 
 // The group's parts, checked in order; the error names the first bad one.

@@ -18,9 +18,14 @@ void Count(std::atomic<uint64_t>* counter) {
 
 PlanQuotas PlanQuotas::Of(const Plan& plan) {
   PlanQuotas pq{.plan_tag = plan.tag};
+  bool any_shadow = false;
   for (const Limit& limit : plan.limits) {
     pq.quotas.push_back(limit.quota);
-    pq.shadow.push_back(limit.shadow);
+    any_shadow = any_shadow || limit.shadow;
+  }
+  // Left empty when no limit is shadow (nearly every plan): a decision copies this.
+  if (any_shadow) {
+    for (const Limit& limit : plan.limits) pq.shadow.push_back(limit.shadow);
   }
   return pq;
 }

@@ -52,7 +52,8 @@ struct OverLimitCacheStats {
 struct PlanQuotas {
   uint64_t plan_tag = 0;
   absl::InlinedVector<int64_t, 4> quotas;
-  // Per limit: a shadow limit (Limit::shadow), which never denies; missing: enforced.
+  // Per limit: a shadow limit (Limit::shadow), which never denies; missing: enforced (Of leaves
+  // it empty for a plan without shadow limits).
   absl::InlinedVector<bool, 4> shadow;
 
   [[nodiscard]] static PlanQuotas Of(const Plan& plan);
