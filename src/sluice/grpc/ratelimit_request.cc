@@ -7,7 +7,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "sluice/common/strings.h"
 #include "sluice/grpc/mapping.h"
 #include "sluice/http/render.h"
@@ -214,11 +213,6 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
   } else {
     rendered = http::QuotaExceeded(all, 429, 11, true);
   }
-  std::vector<absl::string_view> shadow;
-  for (const LimitDecision& l : all.limits) {
-    if (l.would_deny) shadow.push_back(l.limit->name);
-  }
-  if (!shadow.empty()) rendered.set("Sluice-Shadow-Denied", absl::StrJoin(shadow, ", "));
   CopyHeaders(rendered, &res);
   if (!all.allowed) res.set_raw_body(rendered.body());
   return res;
