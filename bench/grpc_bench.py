@@ -189,7 +189,7 @@ def run_h2load(ch, tmp, port, bodies, variant, duration, sluice_pid, admin_port,
            "p99_ms": percentile(lat, 0.99) / 1000, "p999_ms": percentile(lat, 0.999) / 1000,
            "max_ms": lat[-1] / 1000, "cpu_pct": cpu}
     # h2load -D resets the streams in flight when the time is up: sluice counts those calls
-    # (no message) as invalid_argument. A warm-up is therefore not checked; a measured run (-n)
+    # (cancelled before or after their message). A warm-up is therefore not checked; a measured run (-n)
     # ends no stream early, and every request must be one `ok` decision.
     if per_proc and (res["non2xx"] or res["h2load_errors"] or res["grpc_errors"] or
                      delta.get("ok", 0) != res["requests"] or
