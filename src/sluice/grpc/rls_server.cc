@@ -123,8 +123,8 @@ class RateLimitServiceImpl final {
 
 // One ShouldRateLimit call, from gRPC's request for it to its end: reads the one request message,
 // answers once. Its events (the tags it gives gRPC) all come back on its completion queue, whose
-// one thread runs them; it deletes itself there once gRPC is done with it (the answer is written
-// and the call is over), after Reply or Fail, which every path reaches exactly once.
+// one thread runs them; it deletes itself once gRPC is done with it (the answer is written and the
+// call is over) and Reply or Fail, which every path reaches exactly once, has returned.
 class RlsCall final {
  public:
   static constexpr std::string_view kMethod =
@@ -141,11 +141,13 @@ class RlsCall final {
     }
     Done();
     stream_.WriteAndFinish(response_, grpc::WriteOptions(), grpc::Status::OK, Tag(kFinished));
+    Unref();
   }
 
   void Fail(grpc::Status status) {
     Done();
     stream_.Finish(status, Tag(kFinished));
+    Unref();
   }
 
  private:
@@ -170,6 +172,7 @@ class RlsCall final {
           Delete();
           return;
         }
+        refs_.store(2, std::memory_order_relaxed);
         service_->Arm(cq_);  // for the next call
         Start();
         return;
@@ -185,7 +188,7 @@ class RlsCall final {
     }
     if (finished_ && done_) {
       if (no_message_) (ctx_.IsCancelled() ? service_->cancelled_ : service_->invalid_).Inc();
-      Delete();
+      Unref();
     }
   }
 
@@ -195,6 +198,7 @@ class RlsCall final {
       stream_.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                   absl::StrCat("sluice serves only ", ToAbsl(kMethod))),
                      Tag(kFinished));
+      Unref();
       return;
     }
     counted_ = true;
@@ -237,6 +241,13 @@ class RlsCall final {
     counted_ = false;
   }
 
+  // The call is deleted by whichever comes last: the answer's thread leaving Reply or Fail, or the
+  // call's end on the queue's thread (the answer's completion can come back there while Reply is
+  // still returning from gRPC).
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) Delete();
+  }
+
   void Delete() {
     RateLimitServiceImpl* service = service_;
     delete this;
@@ -249,7 +260,8 @@ class RlsCall final {
   grpc::GenericServerAsyncReaderWriter stream_{&ctx_};
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
-  bool counted_ = false;  // in in_flight_
+  bool counted_ = false;      // in in_flight_
+  std::atomic<int> refs_{0};  // once the call came: the answer's and the queue's (Unref)
   // Written and read on the completion queue's thread only.
   bool no_message_ = false;  // the read found no message (counted when the call is over)
   bool finished_ = false;    // kFinished came back
