@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
 #include "sluice/server/config_check.h"
@@ -78,6 +79,13 @@ int CheckConfig(const std::string& path) {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
+#ifdef NDEBUG
+  // Debian's abseil is built without NDEBUG, so absl::Mutex would check lock order (a graph of
+  // every Mutex and lock held) on every lock; gRPC's locks pay it on every call, about 8 % of a
+  // ShouldRateLimit call's CPU (BENCHMARKS.md). Release builds turn it off, as abseil's own
+  // release default does; debug and sanitizer builds keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   // `serve` handles SIGTERM, SIGINT and SIGHUP; held pending from the very start, a signal that a
   // service manager sends while the process is still starting (a reload right after start) is
   // handled once the handlers exist instead of killing the process.

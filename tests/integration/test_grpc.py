@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -243,6 +244,42 @@ class RateLimitServiceTest(GrpcCase):
         self.assertIn('sluice_grpc_requests_total{code="ok"} 1', lines)
         self.assertIn('sluice_grpc_requests_total{code="over_limit"} 1', lines)
         self.assertIn('sluice_grpc_requests_total{code="invalid_argument"} 1', lines)
+
+    def test_a_call_cancelled_before_its_request_is_counted_cancelled(self):
+        stream = self.client.channel.stream_unary(
+            METHOD, request_serializer=rls.RateLimitRequest.SerializeToString,
+            response_deserializer=rls.RateLimitResponse.FromString)
+        release = threading.Event()
+
+        def no_request():
+            release.wait(30)
+            yield from ()
+
+        pending = stream.future(no_request(), timeout=30)
+        self.addCleanup(release.set)
+        # HTTP/2 frames are read in order: once a later call on the same connection is answered,
+        # sluice has the first call, still waiting for its request. The client then resets it.
+        peek = request([("api_key", "key-free"), ("cost", "0")])
+        self.assertEqual(self.client.call(peek, timeout=10).overall_code, OK)
+        self.assertTrue(pending.cancel())
+        release.set()
+
+        def counts():
+            lines = test_redis.metric_lines(self.svc, "sluice_grpc_requests_total{")
+            return {line.split('"')[1]: float(line.split()[-1]) for line in lines}
+
+        deadline = time.monotonic() + 10
+        while counts().get("cancelled", 0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(counts().get("cancelled"), 1)
+        self.assertEqual(counts().get("invalid_argument", 0), 0)
+        # A call the client closes without sending its request is the client's error.
+        with self.assertRaises(grpc.RpcError) as caught:
+            stream(iter([]), timeout=10)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("request: no message", caught.exception.details())
+        self.assertEqual((counts().get("invalid_argument"), counts().get("cancelled")), (1, 1))
+
 
 class GrpcShutdownTest(GrpcCase):
     def test_sigterm_keeps_answering_through_shutdown_delay_then_stops(self):

@@ -1,10 +1,13 @@
 // The Envoy Rate Limit Service v3 front end (envoy.service.ratelimit.v3.RateLimitService/
-// ShouldRateLimit) on gRPC's callback API (a generic service: the request is parsed here, so a
-// malformed one is INVALID_ARGUMENT; every other method is UNIMPLEMENTED). A call is parsed on a
-// gRPC thread, then decided on one of the data plane's event loops (round robin: a Redis decision
-// must start on a loop's own thread, where its connection lives) through the current Frontend's
-// Limiter, exactly as /v1/authorize and /v1/check decide; the reactor finishes from the decision's
-// callback, so a decision waiting on Redis holds no gRPC thread.
+// ShouldRateLimit) on gRPC's asynchronous (completion queue) API: a generic service, so the
+// request is parsed here and a malformed one is INVALID_ARGUMENT; every other method is
+// UNIMPLEMENTED. There is one completion queue per data-plane event loop, each polled by a thread
+// of its own, which reads a call's request, parses it and — with an in-process store
+// (RlsServerOptions::decide_inline) — decides and writes the answer itself, with no hand-off to
+// another thread. Otherwise (Redis) the decision is posted to one of the event loops (round robin:
+// a Redis decision must start on a loop's own thread, where its connection lives) and the answer is
+// written from there when it comes; a decision waiting on Redis holds no thread. Decisions go
+// through the current Frontend's Limiter, exactly as /v1/authorize and /v1/check decide.
 //
 // Thread safety: Start, BeginShutdown and FinishShutdown from one thread; in_flight() from any.
 #ifndef SLUICE_GRPC_RLS_SERVER_H_
@@ -28,6 +31,7 @@
 
 namespace grpc {
 class Server;
+class ServerCompletionQueue;
 }  // namespace grpc
 
 namespace sluice::rls {
@@ -40,6 +44,10 @@ struct RlsServerOptions {
   int max_message_bytes = 64 * 1024;
   // Calls being decided at once; one more is answered RESOURCE_EXHAUSTED at once.
   int64_t max_in_flight = 10'000;
+  // The store answers in-process (the memory store): decide on the completion queue's thread
+  // instead of posting to an event loop. Leave false for a store whose decisions must start on an
+  // event loop's thread (Redis).
+  bool decide_inline = false;
 };
 
 class RlsServer {
@@ -74,6 +82,9 @@ class RlsServer {
  private:
   std::unique_ptr<RateLimitServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  // One per event loop, each with its polling thread.
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::vector<std::thread> pollers_;
   int max_message_bytes_;
   std::thread shutdown_;
   int port_ = 0;

@@ -491,7 +491,10 @@ int Serve(const std::string& config_path) {
   // same Frontend, as the data plane.
   std::optional<rls::RlsServer> rls_server;
   if (!cfg.server.grpc_listen.empty()) {
-    rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs);
+    // The memory store answers in-process: its decisions need no event loop's thread.
+    rls_server.emplace(
+        &frontend, &http_metrics, &registry_index, &registry, context_ptrs,
+        rls::RlsServerOptions{.decide_inline = cfg.store.type == config::StoreType::kMemory});
     rls_server->SetRules(*std::move(initial_rules));
     if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
       Log(LogLevel::kError, "cannot start the gRPC rate limit service").Error(s);
