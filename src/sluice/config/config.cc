@@ -51,14 +51,6 @@
 #include "sluice/common/subject.h"
 #include "sluice/config/yaml_document.h"
 
-// Returns from the enclosing function if `expr` is not OK.
-#define SLUICE_RETURN_IF_ERROR(expr)                    \
-  do {                                                  \
-    if (absl::Status status_ = (expr); !status_.ok()) { \
-      return status_;                                   \
-    }                                                   \
-  } while (false)
-
 namespace sluice::config {
 namespace {
 

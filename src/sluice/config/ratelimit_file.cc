@@ -23,13 +23,6 @@
 #include "absl/strings/string_view.h"
 #include "sluice/config/yaml_document.h"
 
-#define SLUICE_RETURN_IF_ERROR(expr)                    \
-  do {                                                  \
-    if (absl::Status status_ = (expr); !status_.ok()) { \
-      return status_;                                   \
-    }                                                   \
-  } while (false)
-
 namespace sluice::config {
 namespace {
 

@@ -21,13 +21,6 @@
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
-#define SLUICE_RETURN_IF_ERROR(expr)                    \
-  do {                                                  \
-    if (absl::Status status_ = (expr); !status_.ok()) { \
-      return status_;                                   \
-    }                                                   \
-  } while (false)
-
 namespace sluice::config::yaml {
 
 const Value kUndefinedValue;

@@ -14,6 +14,15 @@
 
 #include "absl/status/statusor.h"
 
+// Returns from the enclosing function if `expr` (an absl::Status) is not OK. For the config
+// module's readers.
+#define SLUICE_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    if (absl::Status status_ = (expr); !status_.ok()) { \
+      return status_;                                   \
+    }                                                   \
+  } while (false)
+
 namespace sluice::config::yaml {
 
 // One value of the document. The loader builds these itself from yaml-cpp's parse events (see

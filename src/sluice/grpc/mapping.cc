@@ -57,8 +57,7 @@ void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to) {
   }
 }
 
-absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
-                                   const config::DescriptorKeys& keys) {
+absl::Status CheckBounds(const rlsv3::RateLimitRequest& req) {
   if (req.descriptors_size() == 0) {
     return absl::InvalidArgumentError("descriptors: at least one is required");
   }
@@ -66,13 +65,7 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
     return absl::InvalidArgumentError(
         absl::StrCat("descriptors: at most ", kMaxDescriptors, ", got ", req.descriptors_size()));
   }
-  Query q;
-  q.descriptors = static_cast<size_t>(req.descriptors_size());
-  bool has_key = false, has_subject = false, has_plan = false, has_cost = false;
-  bool has_addend = false;
-  std::string cost_text;
-  uint64_t addend = 0;
-  for (size_t i = 0; i < q.descriptors; ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(req.descriptors_size()); ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
     if (descriptor.entries_size() == 0) return Invalid(i, "entries: at least one is required");
     if (static_cast<size_t>(descriptor.entries_size()) > kMaxEntriesPerDescriptor) {
@@ -81,15 +74,33 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
     }
     for (int e = 0; e < descriptor.entries_size(); ++e) {
       const std::string& key = descriptor.entries(e).key();
-      const std::string& value = descriptor.entries(e).value();
       if (key.empty() || key.size() > kMaxEntryKeyLength) {
         return Invalid(
             i, absl::StrCat("entries[", e, "].key: must be 1 to ", kMaxEntryKeyLength, " bytes"));
       }
-      if (value.size() > kMaxEntryValueLength) {
+      if (descriptor.entries(e).value().size() > kMaxEntryValueLength) {
         return Invalid(i, absl::StrCat("entries[", e, "].value: longer than ", kMaxEntryValueLength,
                                        " bytes"));
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
+                                   const config::DescriptorKeys& keys) {
+  if (absl::Status s = CheckBounds(req); !s.ok()) return s;
+  Query q;
+  q.descriptors = static_cast<size_t>(req.descriptors_size());
+  bool has_key = false, has_subject = false, has_plan = false, has_cost = false;
+  bool has_addend = false;
+  std::string cost_text;
+  uint64_t addend = 0;
+  for (size_t i = 0; i < q.descriptors; ++i) {
+    const auto& descriptor = req.descriptors(static_cast<int>(i));
+    for (int e = 0; e < descriptor.entries_size(); ++e) {
+      const std::string& key = descriptor.entries(e).key();
+      const std::string& value = descriptor.entries(e).value();
       absl::Status s = absl::OkStatus();
       if (key == keys.api_key) {
         s = Assign(i, key, value, &q.api_key, &has_key);

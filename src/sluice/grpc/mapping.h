@@ -26,6 +26,10 @@ inline constexpr size_t kMaxEntriesPerDescriptor = 16;
 inline constexpr size_t kMaxEntryKeyLength = 128;
 inline constexpr size_t kMaxEntryValueLength = 1024;
 
+// The bounds above, on every descriptor of `req` (at least one descriptor, each with at least one
+// entry): InvalidArgument naming the descriptor and entry.
+[[nodiscard]] absl::Status CheckBounds(const rlsv3::RateLimitRequest& req);
+
 // What a RateLimitRequest asks: an API key, or a subject and (optionally) a plan; and a cost.
 struct Query {
   std::string api_key;

@@ -44,13 +44,7 @@ void SetStatus(const LimitDecision& limit, rlsv3::RateLimitResponse::DescriptorS
 }  // namespace
 
 absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const RlRuleSet& rules) {
-  if (req.descriptors_size() == 0) {
-    return absl::InvalidArgumentError("descriptors: at least one is required");
-  }
-  if (static_cast<size_t>(req.descriptors_size()) > kMaxDescriptors) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("descriptors: at most ", kMaxDescriptors, ", got ", req.descriptors_size()));
-  }
+  if (absl::Status s = CheckBounds(req); !s.ok()) return s;
   if (req.hits_addend() > static_cast<uint64_t>(kMaxCost)) {
     return absl::InvalidArgumentError(
         absl::StrCat("hits_addend: at most ", kMaxCost, ", got ", req.hits_addend()));
@@ -72,24 +66,9 @@ absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const
   Entries entries;
   for (size_t i = 0; i < n; ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
-    if (descriptor.entries_size() == 0) return Invalid(i, "entries: at least one is required");
-    if (static_cast<size_t>(descriptor.entries_size()) > kMaxEntriesPerDescriptor) {
-      return Invalid(i, absl::StrCat("entries: at most ", kMaxEntriesPerDescriptor, ", got ",
-                                     descriptor.entries_size()));
-    }
     entries.clear();
     for (int e = 0; e < descriptor.entries_size(); ++e) {
-      const std::string& key = descriptor.entries(e).key();
-      const std::string& value = descriptor.entries(e).value();
-      if (key.empty() || key.size() > kMaxEntryKeyLength) {
-        return Invalid(
-            i, absl::StrCat("entries[", e, "].key: must be 1 to ", kMaxEntryKeyLength, " bytes"));
-      }
-      if (value.size() > kMaxEntryValueLength) {
-        return Invalid(i, absl::StrCat("entries[", e, "].value: longer than ", kMaxEntryValueLength,
-                                       " bytes"));
-      }
-      entries.emplace_back(key, value);
+      entries.emplace_back(descriptor.entries(e).key(), descriptor.entries(e).value());
     }
     if (descriptor.has_hits_addend() &&
         descriptor.hits_addend().value() > static_cast<uint64_t>(kMaxCost)) {
