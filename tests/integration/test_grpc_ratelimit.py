@@ -159,8 +159,8 @@ class RatelimitConfigTest(unittest.TestCase):
         res = self.call("edge", [("path", "/login")])
         self.assertEqual(res.overall_code, OVER_LIMIT)
         self.assertEqual(res.statuses[0].current_limit.name, "login")
-        # sluice names a rule's limit by its unit (so an override of that unit shares it).
-        self.assertEqual(json.loads(res.raw_body)["violated-policies"], ["per_minute"])
+        self.assertEqual(json.loads(res.raw_body)["violated-policies"], ["login"])
+        self.assertIn('"login";q=2;w=60', headers(res)["RateLimit-Policy"])
         # /api/* : 4 an hour, per path (the request's value is the counter's).
         for remaining in (3, 2, 1, 0):
             res = self.call("edge", [("path", "/api/orders")])
@@ -186,7 +186,7 @@ class RatelimitConfigTest(unittest.TestCase):
         for _ in range(3):
             res = self.call("edge", [("path", "/beta")])
             self.assertEqual((res.overall_code, res.statuses[0].code), (OK, OK))
-            self.assertIn("Sluice-Shadow-Denied", headers(res))
+            self.assertEqual(headers(res)["Sluice-Shadow-Denied"], "edge.path_/beta")
         lines = test_redis.metric_lines(self.svc, "sluice_shadow_denials_total{")
         self.assertEqual([line.rsplit(" ", 1)[1] for line in lines], ["3"])
         rule = 'domain="edge",rule="edge.path_/beta"'
@@ -265,6 +265,12 @@ class RatelimitConfigTest(unittest.TestCase):
         self.assertFalse(res.statuses[1].HasField("current_limit"))
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OK)
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OVER_LIMIT)
+
+    def test_rule_subjects_are_reserved(self):
+        status, _, body = self.svc.check({"subject": "rl:edge/remote_address=10.0.0.1",
+                                          "plan": "free"})
+        self.assertEqual(status, 400)
+        self.assertIn("reserved", body["detail"])
 
     def test_a_domain_without_rules_is_read_by_sluice_mapping(self):
         res = self.call("other", [("api_key", "key-free")])
@@ -355,6 +361,21 @@ class RatelimitConfigRedisTest(unittest.TestCase):
         self.assertEqual(400 - allowed, sum(1 for r in results if r.overall_code == OVER_LIMIT))
         self.assertFalse(any("Sluice-Degraded" in headers(r) for r in results))
 
+    def test_a_rule_of_zero_refuses_without_degrading_and_consumes_nothing(self):
+        redis = test_redis.RedisServer().start()
+        self.addCleanup(redis.close)
+        rules = self.rules("domain: z\ndescriptors:\n  - key: ip\n    value: 6.6.6.6\n"
+                           "    rate_limit: { unit: second, requests_per_unit: 0 }\n"
+                           "  - key: route\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n")
+        svc, client = self.service(redis.port, rules, timeout="500ms")
+        test_redis.RedisStoreTest.warm(self, svc)
+        res = client.call(request("z", [("ip", "6.6.6.6")], [("route", "/r")]), timeout=10)
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual([s.code for s in res.statuses], [OVER_LIMIT, OK])
+        self.assertNotIn("Sluice-Degraded", headers(res))
+        res = client.call(request("z", [("route", "/r")]), timeout=10)
+        self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, 4))
+
     def test_a_failing_store_follows_on_store_error(self):
         redis = test_redis.RedisServer().start()
         redis.close()  # nothing listens there now: every decision fails
@@ -372,6 +393,10 @@ class RatelimitConfigRedisTest(unittest.TestCase):
                     self.assertEqual(headers(res)["Sluice-Degraded"], "1")
                 if want == OVER_LIMIT:
                     self.assertEqual(json.loads(res.raw_body)["status"], 503)
+                # A call of shadow rules alone never denies, not even degraded under deny.
+                res = client.call(request("edge", [("path", "/beta")]), timeout=10)
+                self.assertEqual(res.overall_code, OK)
+                self.assertEqual(headers(res)["Sluice-Degraded"], "1")
 
 
 if __name__ == "__main__":

@@ -1049,6 +1049,10 @@ absl::Status ValidateKeys(const Config& config) {
                    absl::StrCat("bad subject ", Quote(key.subject),
                                 " (want 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -)"));
     }
+    if (IsRuleSubject(key.subject)) {
+      return Error(at(".subject"), absl::StrCat("subjects beginning \"rl:\" are reserved (they "
+                                                "hold envoy.ratelimit_config's counters)"));
+    }
     if (!plan_names.contains(key.plan)) {
       return Error(at(".plan"), absl::StrCat("unknown plan ", Quote(key.plan)));
     }

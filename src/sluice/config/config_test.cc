@@ -682,6 +682,12 @@ TEST_F(ConfigTest, BadSubjectIsRejected) {
             "_ : @ / + = -)");
 }
 
+TEST_F(ConfigTest, RuleSubjectsAreReserved) {
+  EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: \"rl:edge/ip=1\", plan: free}\n")),
+            "test.yaml: keys[0].subject: subjects beginning \"rl:\" are reserved (they hold "
+            "envoy.ratelimit_config's counters)");
+}
+
 TEST_F(ConfigTest, KeyWithoutSubjectIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, plan: free}\n")),
             "test.yaml: keys[0].subject: missing required field");

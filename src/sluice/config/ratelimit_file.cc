@@ -225,12 +225,18 @@ class FileParser {
                                          " in one file)"));
       }
       FieldMap f;
-      SLUICE_RETURN_IF_ERROR(ReadMap(
-          *node->items[i], dpath,
-          {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}, f));
+      SLUICE_RETURN_IF_ERROR(ReadMap(*node->items[i], dpath,
+                                     {"key", "value", "rate_limit", "descriptors", "shadow_mode",
+                                      "detailed_metric", "value_to_metric", "share_threshold"},
+                                     f));
       RlDescriptor& d = out.emplace_back();
       SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "key"), Child(dpath, "key"), d.key));
       if (d.key.empty()) return Error(Child(dpath, "key"), "missing required key");
+      if (d.key.size() > kMaxRlEntryKeyLength) {
+        return Error(Child(dpath, "key"),
+                     absl::StrCat("longer than ", kMaxRlEntryKeyLength,
+                                  " bytes (no request's entry key may be longer)"));
+      }
       SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "value"), Child(dpath, "value"), d.value));
       const auto [it, inserted] = seen.try_emplace(std::make_pair(d.key, d.value), i);
       if (!inserted) {
@@ -243,6 +249,10 @@ class FileParser {
           ReadBool(Get(f, "shadow_mode"), Child(dpath, "shadow_mode"), d.shadow_mode));
       SLUICE_RETURN_IF_ERROR(
           ReadBool(Get(f, "detailed_metric"), Child(dpath, "detailed_metric"), d.detailed_metric));
+      SLUICE_RETURN_IF_ERROR(
+          ReadBool(Get(f, "value_to_metric"), Child(dpath, "value_to_metric"), d.value_to_metric));
+      SLUICE_RETURN_IF_ERROR(
+          ReadBool(Get(f, "share_threshold"), Child(dpath, "share_threshold"), d.share_threshold));
       if (const Value* rl = Get(f, "rate_limit"); !Absent(rl)) {
         SLUICE_RETURN_IF_ERROR(
             ParseRateLimit(*rl, Child(dpath, "rate_limit"), d.rate_limit.emplace()));

@@ -55,8 +55,12 @@ struct RlDescriptor {
   // comes before the '*'; otherwise this value exactly. At most kMaxRlKeyLength bytes.
   std::string value;
   std::optional<RlRateLimit> rate_limit;
-  bool shadow_mode = false;               // decided and counted, never denied
-  bool detailed_metric = false;           // envoyproxy/ratelimit: metrics name the request's value
+  bool shadow_mode = false;      // decided and counted, never denied
+  bool detailed_metric = false;  // envoyproxy/ratelimit: metrics name the request's value
+  bool value_to_metric = false;  // likewise (metrics only; sluice's never name values)
+  // With a wildcard value: every value it matches counts on one counter (the pattern's) instead
+  // of one counter per value.
+  bool share_threshold = false;
   std::vector<RlDescriptor> descriptors;  // the next level
 };
 
@@ -69,9 +73,11 @@ struct RateLimitFile {
 inline constexpr size_t kMaxRlFileBytes = size_t{4} << 20;  // 4 MiB
 inline constexpr size_t kMaxRlDepth = 16;                   // levels of descriptors
 inline constexpr size_t kMaxRlDescriptors = 10'000;         // per file, all levels
-inline constexpr size_t kMaxRlKeyLength = 1024;             // a key, a value, a domain, a name
-inline constexpr size_t kMaxRlFiles = 1'000;                // in a directory
-inline constexpr size_t kMaxRlReplaces = 64;                // per rate_limit
+inline constexpr size_t kMaxRlKeyLength = 1024;             // a value, a domain, a name
+// A descriptor's key: at most what the Rate Limit Service accepts as a request's entry key.
+inline constexpr size_t kMaxRlEntryKeyLength = 128;
+inline constexpr size_t kMaxRlFiles = 1'000;  // in a directory
+inline constexpr size_t kMaxRlReplaces = 64;  // per rate_limit
 
 // Parses the YAML text of one file. `source` names it in errors, which are InvalidArgument
 // "<source>: <key path>: <what is wrong>", the path as the file nests it:

@@ -73,6 +73,8 @@ descriptors:
     value: "user-*"
     shadow_mode: true
     detailed_metric: yes
+    value_to_metric: true
+    share_threshold: true
     rate_limit:
       name: specific
       unit: Minute
@@ -89,6 +91,8 @@ descriptors:
   EXPECT_EQ(user.value, "user-*");
   EXPECT_TRUE(user.shadow_mode);
   EXPECT_TRUE(user.detailed_metric);
+  EXPECT_TRUE(user.value_to_metric);
+  EXPECT_TRUE(user.share_threshold);
   ASSERT_TRUE(user.rate_limit.has_value());
   EXPECT_EQ(user.rate_limit->name, "specific");
   EXPECT_EQ(user.rate_limit->unit, RlUnit::kMinute);
@@ -219,6 +223,8 @@ TEST(RateLimitFileTest, ReplacesRules) {
 }
 
 TEST(RateLimitFileTest, BoundsKeyLengthDepthAndCount) {
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: " + std::string(129, 'k') + "\n"),
+              HasSubstr("descriptors[0].key: longer than 128 bytes"));
   const std::string long_value(kMaxRlKeyLength + 1, 'v');
   EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: " + long_value + "\n"),
               HasSubstr("descriptors[0].value: too long: 1025 bytes (at most 1024)"));

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "sluice/config/config.h"
+#include "sluice/config/ratelimit_file.h"
 #include "sluice/http/render.h"
 #include "sluice/http/resolve.h"
 #include "sluice/limiter/decision.h"
@@ -23,7 +24,7 @@ namespace rlsv3 = ::envoy::service::ratelimit::v3;
 // Bounds on a request, beyond the server's maximum message size.
 inline constexpr size_t kMaxDescriptors = 64;
 inline constexpr size_t kMaxEntriesPerDescriptor = 16;
-inline constexpr size_t kMaxEntryKeyLength = 128;
+inline constexpr size_t kMaxEntryKeyLength = config::kMaxRlEntryKeyLength;  // 128
 inline constexpr size_t kMaxEntryValueLength = 1024;
 
 // The bounds above, on every descriptor of `req` (at least one descriptor, each with at least one

@@ -81,16 +81,19 @@ absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const
       matched[i].counter_key = RlCounterKey(q.domain, entries);
     }
   }
-  // A rule that another matched rule replaces limits nothing in this request.
+  // A rule that another matched rule replaces limits nothing in this request. A descriptor that
+  // carries Envoy's override is limited by the override alone: its rule neither replaces nor is
+  // replaced.
   std::vector<const RlRule*> rule_of(n);
-  for (size_t i = 0; i < n; ++i) rule_of[i] = matched[i].rule;
+  for (size_t i = 0; i < n; ++i) {
+    rule_of[i] = req.descriptors(static_cast<int>(i)).has_limit() ? nullptr : matched[i].rule;
+  }
   ApplyReplaces(absl::MakeSpan(rule_of));
 
   absl::flat_hash_map<std::string, size_t> by_subject;
   for (size_t i = 0; i < n; ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
-    const RlRule* rule = rule_of[i];
-    if (rule == nullptr && matched[i].rule != nullptr) continue;  // replaced
+    const RlRule* rule = nullptr;
     std::unique_ptr<Plan> override_plan;
     if (descriptor.has_limit()) {
       absl::StatusOr<config::RlUnit> unit = UnitFromProto(descriptor.limit().unit());
@@ -98,11 +101,15 @@ absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const
       absl::StatusOr<Plan> plan = OverridePlan(descriptor.limit().requests_per_unit(), *unit);
       if (!plan.ok()) return Invalid(i, absl::StrCat("limit: ", plan.status().message()));
       override_plan = std::make_unique<Plan>(*std::move(plan));
-    } else if (rule == nullptr) {
+    } else if (matched[i].rule == nullptr) {
       continue;  // nothing limits it
-    } else if (rule->unlimited) {
-      q.unlimited[i] = true;
+    } else if (matched[i].rule->unlimited) {
+      q.unlimited[i] = true;  // replaced or not, as envoyproxy/ratelimit answers it
       continue;
+    } else if (rule_of[i] == nullptr) {
+      continue;  // replaced
+    } else {
+      rule = rule_of[i];
     }
     const int64_t cost = descriptor.has_hits_addend()
                              ? static_cast<int64_t>(descriptor.hits_addend().value())
@@ -145,6 +152,18 @@ std::vector<GroupPart> GroupParts(const RlQuery& q) {
   return parts;
 }
 
+// How the answer's headers and body name a part's limit: the rule's `name`, else its descriptor
+// path (sluice's own limit names, per_<unit>, would not tell two rules apart), with bytes a header
+// may not carry replaced by '?'; an override keeps per_<unit>.
+static std::string ShownName(const RlPart& part, const Limit& limit) {
+  if (part.rule == nullptr) return limit.name;
+  std::string name = part.rule->name.empty() ? part.rule->path : part.rule->name;
+  for (char& c : name) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return name;
+}
+
 Decision Combined(const std::vector<Decision>& decisions) {
   Decision out;
   out.plan = decisions.front().plan;
@@ -175,12 +194,22 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
     if (d.limits.empty()) continue;
     SetStatus(d.limits.front(), status);
     // Envoy's RateLimit.name is the rule's `name` (none for an override), not sluice's limit.
-    const RlRule* rule = q.parts[part].override_plan == nullptr ? q.parts[part].rule : nullptr;
+    const RlRule* rule = q.parts[part].rule;
     status->mutable_current_limit()->set_name(rule != nullptr ? rule->name : "");
   }
   if (decisions.empty()) return res;
 
-  const Decision all = Combined(decisions);
+  Decision all = Combined(decisions);
+  // The same limits under the names the client can tell apart (copies that live for this call).
+  std::vector<Limit> shown;
+  shown.reserve(all.limits.size());
+  for (size_t part = 0, k = 0; part < decisions.size(); ++part) {
+    for (size_t j = 0; j < decisions[part].limits.size(); ++j, ++k) {
+      shown.push_back(*all.limits[k].limit);
+      shown.back().name = ShownName(q.parts[part], *all.limits[k].limit);
+      all.limits[k].limit = &shown.back();
+    }
+  }
   http::Response rendered;
   if (all.allowed) {
     http::SetRateLimitHeaders(all, rendered);

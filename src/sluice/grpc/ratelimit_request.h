@@ -27,7 +27,7 @@ namespace rlsv3 = ::envoy::service::ratelimit::v3;
 // set of entry values.
 struct RlPart {
   std::string subject;           // RlSubject of the counter key
-  const RlRule* rule = nullptr;  // null for an override where no rule matched
+  const RlRule* rule = nullptr;  // the rule decided; null for Envoy's limit override
   // The plan decided: the rule's, or `override_plan` (kept at a stable address: Decisions point
   // into it).
   const Plan* plan = nullptr;

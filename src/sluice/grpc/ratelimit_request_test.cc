@@ -113,6 +113,27 @@ TEST_F(ParseRlRequestTest, UnlimitedAndReplacedRulesCountNothing) {
   EXPECT_EQ(q.unlimited, (std::vector<bool>{true, false, false}));
 }
 
+TEST_F(ParseRlRequestTest, AnOverriddenDescriptorNeitherReplacesNorIsReplaced) {
+  // /b replaces a_limit; with an override, /b's rule replaces nothing.
+  auto& b = Add({{"path", "/b"}});
+  b.mutable_limit()->set_requests_per_unit(9);
+  b.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  Add({{"path", "/a"}});
+  RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 2u);
+  EXPECT_EQ(q.parts[0].rule, nullptr);  // the override
+  EXPECT_EQ(q.parts[1].rule->name, "a_limit");
+  // And an overridden /a is not replaced by /b's rule.
+  req_.clear_descriptors();
+  auto& a = Add({{"path", "/a"}});
+  a.mutable_limit()->set_requests_per_unit(9);
+  a.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  Add({{"path", "/b"}});
+  q = Parsed();
+  ASSERT_EQ(q.parts.size(), 2u);
+  EXPECT_EQ(q.parts[0].plan->limits[0].quota, 9);
+}
+
 TEST_F(ParseRlRequestTest, AnOverrideLimitsEvenWithoutARule) {
   auto& d = Add({{"user_agent", "bot"}});
   d.mutable_limit()->set_requests_per_unit(7);

@@ -181,6 +181,7 @@ class RlRuleSet::Builder {
         node.any_value.try_emplace(d.key, index);
       } else if (absl::EndsWith(d.value, "*")) {
         node.wildcard[d.key].emplace_back(d.value.substr(0, d.value.size() - 1), index);
+        if (d.share_threshold) set_.nodes_[index].shared_value = d.value;
       } else {
         node.exact[d.key].try_emplace(d.value, index);
       }
@@ -275,14 +276,29 @@ const RlRule* RlRuleSet::Match(std::string_view domain, absl::Span<const RlEntry
   if (root == roots_.end()) return nullptr;
   const Node* node = &nodes_[root->second];
   const RlRule* rule = nullptr;
+  bool shared = false;  // some level's wildcard shares one counter among its values
   for (size_t i = 0; i < entries.size(); ++i) {
     const Node* next = Pick(*node, entries[i].first, entries[i].second);
     if (next == nullptr) break;
+    shared = shared || !next->shared_value.empty();
     if (i + 1 == entries.size()) rule = next->rule;
     if (!next->has_children) break;
     node = next;
   }
-  if (rule != nullptr && counter_key != nullptr) *counter_key = RlCounterKey(domain, entries);
+  if (rule == nullptr || counter_key == nullptr) return rule;
+  if (!shared) {
+    *counter_key = RlCounterKey(domain, entries);
+    return rule;
+  }
+  // The walk again, keying each shared wildcard level by its pattern rather than the value.
+  std::vector<RlEntry> keyed(entries.begin(), entries.end());
+  node = &nodes_[root->second];
+  for (RlEntry& entry : keyed) {
+    const Node* next = Pick(*node, entry.first, entry.second);
+    if (!next->shared_value.empty()) entry.second = next->shared_value;
+    node = next;
+  }
+  *counter_key = RlCounterKey(domain, keyed);
   return rule;
 }
 

@@ -107,6 +107,8 @@ class RlRuleSet {
     absl::flat_hash_map<std::string, size_t> any_value;
     const RlRule* rule = nullptr;
     bool has_children = false;
+    // share_threshold on a wildcard: the value counters are keyed by (the file's "prefix*").
+    std::string shared_value;
   };
   class Builder;
 

@@ -105,6 +105,29 @@ TEST(RlRuleSetTest, ExactBeatsWildcardBeatsKeyOnly) {
   EXPECT_EQ(PathOf(*set, "edge", {{"host", "x"}}), "none");
 }
 
+TEST(RlRuleSetTest, ASharedWildcardCountsEveryValueOnOneCounter) {
+  auto set = Rules({R"(
+domain: d
+descriptors:
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: /apart/*
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)"});
+  ASSERT_NE(set, nullptr);
+  std::string a, b;
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/shared/x"}}, &a), nullptr);
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/shared/y"}}, &b), nullptr);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, RlCounterKey("d", std::vector<RlEntry>{{"path", "/shared/*"}}));
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/apart/x"}}, &a), nullptr);
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/apart/y"}}, &b), nullptr);
+  EXPECT_NE(a, b);
+}
+
 TEST(RlRuleSetTest, RulesCarryTheirLimitAsAPlan) {
   auto set = Rules({kEdge});
   ASSERT_NE(set, nullptr);

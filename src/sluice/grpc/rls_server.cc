@@ -71,7 +71,7 @@ class RateLimitServiceImpl final {
             "sluice_ratelimit_rule_hits_total",
             "Rules of envoy.ratelimit_config decided, by domain, rule (its descriptor path, as "
             "envoyproxy/ratelimit names it in its stats) and result (ok, over_limit, "
-            "shadow_over_limit).",
+            "shadow_over_limit, not_counted: the call was denied by another rule).",
             {"domain", "rule", "result"})) {}
 
   [[nodiscard]] int64_t in_flight() const { return in_flight_.load(); }
@@ -439,9 +439,11 @@ void RateLimitServiceImpl::CountRules(const RlQuery& q,
     const RlPart& part = q.parts[i];
     if (part.rule == nullptr || decisions[i].limits.empty()) continue;
     const LimitDecision& l = decisions[i].limits.front();
-    const std::string_view result = l.violated     ? "over_limit"
-                                    : l.would_deny ? "shadow_over_limit"
-                                                   : "ok";
+    // A call denied by another descriptor's rule counted nothing here: "not_counted".
+    const std::string_view result = l.violated              ? "over_limit"
+                                    : !decisions[i].allowed ? "not_counted"
+                                    : l.would_deny          ? "shadow_over_limit"
+                                                            : "ok";
     rule_hits_.WithLabels({q.domain, part.rule->path, result}).Inc();
   }
 }

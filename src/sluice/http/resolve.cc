@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/common/subject.h"
 #include "sluice/http/key_registry.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
@@ -75,6 +76,11 @@ bool ResolveKey(const Frontend& fe, const registry::Index* index, std::string_vi
 
 bool ResolveSubject(const Frontend& fe, const registry::Index* index, std::string subject,
                     std::string plan, absl::Time now, Target* target, Refusal* refusal) {
+  if (IsRuleSubject(subject)) {
+    return Refuse(refusal, 400, "Bad Request",
+                  "subject: subjects beginning \"rl:\" are reserved (envoy.ratelimit_config's "
+                  "counters)");
+  }
   std::shared_ptr<const registry::Subject> record =
       index != nullptr ? index->FindSubject(subject) : nullptr;
   if (plan.empty()) {

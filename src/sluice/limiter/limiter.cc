@@ -77,10 +77,23 @@ void ApplyCounters(const StoreResult& result, int64_t cost, const PlanQuotas& pl
 }
 
 // A decision the store could not answer: on_store_error decides (docs/semantics.md).
-void Degrade(const absl::Status& failure, config::OnStoreError policy, Decision& d) {
+// True when some limit of `d` may deny (is not a shadow limit).
+bool Enforces(const Decision& d) {
+  for (const LimitDecision& l : d.limits) {
+    if (l.limit != nullptr && !l.limit->shadow) return true;
+  }
+  return false;
+}
+
+// A failed store's answer: on_store_error decides, except that a decision with nothing but
+// shadow limits is allowed whatever the policy (shadow limits never deny).
+void Degrade(const absl::Status& failure, config::OnStoreError policy, bool enforced, Decision& d) {
   d.degraded = true;
   d.failure = StoreFailureOf(failure);
-  d.allowed = policy == config::OnStoreError::kAllow;
+  d.allowed = policy == config::OnStoreError::kAllow || !enforced;
+}
+void Degrade(const absl::Status& failure, config::OnStoreError policy, Decision& d) {
+  Degrade(failure, policy, Enforces(d), d);
 }
 
 // What finishing a decision needs once the store has answered, copied out of the request and the
@@ -186,7 +199,9 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
     const absl::Status failure =
         result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
                     : result.status();
-    for (Decision& d : decisions) Degrade(failure, policy, d);
+    bool enforced = false;  // the group's verdict: one enforced limit anywhere lets policy decide
+    for (const Decision& d : decisions) enforced = enforced || Enforces(d);
+    for (Decision& d : decisions) Degrade(failure, policy, enforced, d);
     std::move(done)(std::move(decisions));
     return;
   }

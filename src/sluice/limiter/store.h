@@ -43,7 +43,8 @@
 namespace sluice {
 
 // The largest quota the configuration accepts (config.cc's kMaxQuota), hence the largest value
-// a counter can reach: an admission keeps used <= quota. Doubles represent every integer up to
+// a counter can reach: an admission keeps used <= quota for enforced limits, and a shadow limit's
+// counter stops at kMaxUsed. Doubles represent every integer up to
 // kMaxUsed + 1,000,000 exactly (decide.lua relies on it).
 inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
 

@@ -260,6 +260,10 @@ absl::StatusOr<Subject> ParseSubjectBody(std::string_view id, std::string_view b
   if (!IsValidSubject(id)) {
     return Error("id", "must be 1-200 bytes of A-Z a-z 0-9 . _ : @ / + = -");
   }
+  if (IsRuleSubject(id)) {
+    return Error("id",
+                 "subjects beginning \"rl:\" are reserved (envoy.ratelimit_config's counters)");
+  }
   absl::StatusOr<json> parsed = ParseObject(body, /*empty_is_object=*/true);
   if (!parsed.ok()) return parsed.status();
   const json& object = *parsed;

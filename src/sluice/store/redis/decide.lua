@@ -37,7 +37,7 @@
 --   7  plan            string (plan name: the plan in force, for the event only)
 --   then for each limit i = 1..N, in plan order:
 --      name            string (limit name)
---      quota           1..1,000,000,000,000,000 (the configuration's maximum); decimal, no
+--      quota           0..1,000,000,000,000,000 (0 refuses all but a peek); decimal, no
 --                      leading zeros (it is copied into flag fields and events as given)
 --      shadow          1: a shadow limit (docs/semantics.md, Shadow limits): it never denies;
 --                      admitted, its counter grows by the cost even past the quota (capped at
@@ -69,7 +69,8 @@
 -- the dispatcher (XACK + XDEL).
 --
 -- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
--- kMaxUsed (no admission can take a counter past its quota, and no quota exceeds kMaxUsed). A
+-- kMaxUsed (no admission takes an enforced limit's counter past its quota, no quota exceeds
+-- kMaxUsed, and a shadow limit's counter stops at kMaxUsed). A
 -- counter key holding anything else — a negative number, garbage, a value beyond kMaxUsed, a key
 -- of another type — was not written by this script: the limit counts as exhausted (every request,
 -- peeks included, is denied; the reply says -1 for it), nothing is written and nothing fires. So
@@ -130,8 +131,9 @@ while true do
       shadow = ARGV[a + 2] == '1', expire_at = ARGV[a + 3],
       window_start = ARGV[a + 4], window_end = ARGV[a + 5], thresholds = {},
     }
-    if limit.quota == nil or limit.quota < 1 or limit.quota > kMaxUsed or t == nil or
-        not string.match(limit.quota_text, '^[1-9]%d*$') or
+    -- A quota of 0 refuses every request but a peek (envoyproxy/ratelimit's way to block).
+    if limit.quota == nil or limit.quota < 0 or limit.quota > kMaxUsed or t == nil or
+        (limit.quota_text ~= '0' and not string.match(limit.quota_text, '^[1-9]%d*$')) or
         (ARGV[a + 2] ~= '0' and ARGV[a + 2] ~= '1') then
       return redis.error_reply('ERR sluice decide: bad limit ' .. i .. ' of part ' .. p)
     end
