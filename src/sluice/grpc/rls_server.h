@@ -1,15 +1,15 @@
 // The Envoy Rate Limit Service v3 front end (envoy.service.ratelimit.v3.RateLimitService/
-// ShouldRateLimit) on gRPC's asynchronous (completion queue) API: a generic service, so the
-// request is parsed here and a malformed one is INVALID_ARGUMENT; every other method is
-// UNIMPLEMENTED. There is one completion queue per data-plane event loop, each polled by a thread
-// of its own, which reads a call's request, parses it and — with an in-process store
-// (RlsServerOptions::decide_inline) — decides and writes the answer itself, with no hand-off to
-// another thread. Otherwise (Redis) the decision is posted to one of the event loops (round robin:
-// a Redis decision must start on a loop's own thread, where its connection lives) and the answer is
-// written from there when it comes; a decision waiting on Redis holds no thread. Decisions go
-// through the current Frontend's Limiter, exactly as /v1/authorize and /v1/check decide.
+// ShouldRateLimit): gRPC over HTTP/2 served by sluice itself (h2_session.h, on libnghttp2) on the
+// data plane's event loops. Each loop has its own SO_REUSEPORT acceptor; a connection lives on the
+// loop that accepted it, and its calls are parsed, decided and answered there: with the memory
+// store before the read that brought the call is done, with Redis when the decision's callback
+// comes (on the same thread, where that loop's Redis connection lives). No thread of its own, no
+// hand-off. Decisions go through the current Frontend's Limiter, exactly as /v1/authorize and
+// /v1/check decide. A request that is no valid RateLimitRequest is INVALID_ARGUMENT naming the
+// problem; every other method is UNIMPLEMENTED.
 //
-// Thread safety: Start, BeginShutdown and FinishShutdown from one thread; in_flight() from any.
+// Thread safety: Start, BeginShutdown and FinishShutdown from one thread (not a loop's);
+// in_flight() and SetRules from any.
 #ifndef SLUICE_GRPC_RLS_SERVER_H_
 #define SLUICE_GRPC_RLS_SERVER_H_
 
@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -29,25 +28,26 @@
 #include "sluice/http/routes.h"
 #include "sluice/metrics/metrics.h"
 
-namespace grpc {
-class Server;
-class ServerCompletionQueue;
-}  // namespace grpc
-
 namespace sluice::rls {
 
 class RateLimitServiceImpl;
 class RlRuleSet;
 
 struct RlsServerOptions {
-  // Largest request accepted; a larger one is refused by gRPC (RESOURCE_EXHAUSTED).
+  // Largest request message accepted; a longer one is RESOURCE_EXHAUSTED.
   int max_message_bytes = 64 * 1024;
-  // Calls being decided at once; one more is answered RESOURCE_EXHAUSTED at once.
+  // Calls being decided at once, over all connections; one more is RESOURCE_EXHAUSTED at once.
   int64_t max_in_flight = 10'000;
-  // The store answers in-process (the memory store): decide on the completion queue's thread
-  // instead of posting to an event loop. Leave false for a store whose decisions must start on an
-  // event loop's thread (Redis).
-  bool decide_inline = false;
+  // Open connections, over all loops; one more is closed at once (counted in `refused`).
+  int64_t max_connections = 10'000;
+  // Streams at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+  uint32_t max_concurrent_streams = 100;
+  // A connection without a stream for this long gets GOAWAY and is closed.
+  absl::Duration idle_timeout = absl::Minutes(5);
+  // A request (headers to END_STREAM) not complete this long after it began is reset.
+  absl::Duration request_timeout = absl::Seconds(10);
+  // Counted when set (must outlive the server): connections refused at max_connections.
+  metrics::Counter* refused = nullptr;
 };
 
 class RlsServer {
@@ -66,11 +66,13 @@ class RlsServer {
   // The port listened on (after Start).
   [[nodiscard]] int port() const { return port_; }
 
-  // Stops taking calls and lets those in flight finish until `deadline` (then cancels them), on a
-  // thread of its own; returns at once. Idempotent.
+  // Stops accepting, sends GOAWAY on every connection (an idle one closes at once, the others once
+  // their streams are answered) and lets the calls in flight finish until `deadline`; returns at
+  // once. Idempotent.
   void BeginShutdown(absl::Time deadline);
-  // Ends the shutdown (beginning it with an immediate deadline if it was not) and waits for it.
-  // REQUIRES: the loops still run (the calls in flight finish on them).
+  // Ends the shutdown (beginning it with an immediate deadline if it was not) and waits for it:
+  // connections still open at the deadline are closed, and decisions in flight are waited for (each
+  // is bounded by the store timeout). REQUIRES: the loops still run.
   void FinishShutdown();
 
   [[nodiscard]] int64_t in_flight() const;
@@ -81,12 +83,7 @@ class RlsServer {
 
  private:
   std::unique_ptr<RateLimitServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
-  // One per event loop, each with its polling thread.
-  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
-  std::vector<std::thread> pollers_;
-  int max_message_bytes_;
-  std::thread shutdown_;
+  bool started_ = false;
   int port_ = 0;
 };
 

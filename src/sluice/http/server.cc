@@ -309,6 +309,24 @@ bool AddressInUse(const tcp::endpoint& endpoint) {
 
 }  // namespace
 
+absl::StatusOr<int> LockListenAddress(const tcp::endpoint& endpoint) {
+  const std::string where =
+      endpoint.address().is_v6()
+          ? absl::StrCat("[", endpoint.address().to_string(), "]:", endpoint.port())
+          : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+  bool taken = false;
+  const int lock = LockAddress(endpoint, &taken);
+  if (taken || AddressInUse(endpoint)) {
+    if (lock >= 0) ::close(lock);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", where, ": address already in use",
+        taken ? " by another sluice process (two instances sharing a port would each count "
+                "half of every subject's requests)"
+              : ""));
+  }
+  return lock;
+}
+
 HttpServer::HttpServer(RequestHandler* handler, ServerOptions options)
     : handler_(handler), options_(std::move(options)) {}
 
@@ -333,17 +351,9 @@ absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
           ? absl::StrCat("[", endpoint.address().to_string(), "]:", endpoint.port())
           : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
   if (endpoint.port() != 0) {
-    bool taken = false;
-    const int lock = LockAddress(endpoint, &taken);
-    if (taken || AddressInUse(endpoint)) {
-      if (lock >= 0) ::close(lock);
-      return absl::UnavailableError(absl::StrCat(
-          "cannot listen on ", where, ": address already in use",
-          taken ? " by another sluice process (two instances sharing a port would each count "
-                  "half of every subject's requests)"
-                : ""));
-    }
-    address_lock_ = lock;
+    absl::StatusOr<int> lock = LockListenAddress(endpoint);
+    if (!lock.ok()) return lock.status();
+    address_lock_ = *lock;
   }
   std::vector<std::unique_ptr<Listener>> listeners;
   tcp::endpoint bound = endpoint;

@@ -87,6 +87,13 @@ struct ServerOptions {
 // Parses "127.0.0.1:8080" or "[::1]:8080".
 [[nodiscard]] absl::StatusOr<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view text);
 
+// Makes sure no other process listens on `endpoint` (port not 0), even one that set SO_REUSEPORT
+// too, such as a second sluice with the same configuration: returns a descriptor to keep open
+// while listening (an abstract Unix socket named after the address, which the kernel releases when
+// the process dies; -1 if it could not be made), or Unavailable naming the address. HttpServer and
+// the gRPC service both use it.
+[[nodiscard]] absl::StatusOr<int> LockListenAddress(const boost::asio::ip::tcp::endpoint& endpoint);
+
 class HttpServer {
  public:
   // `handler` must outlive the server.

@@ -491,10 +491,9 @@ int Serve(const std::string& config_path) {
   // same Frontend, as the data plane.
   std::optional<rls::RlsServer> rls_server;
   if (!cfg.server.grpc_listen.empty()) {
-    // The memory store answers in-process: its decisions need no event loop's thread.
-    rls_server.emplace(
-        &frontend, &http_metrics, &registry_index, &registry, context_ptrs,
-        rls::RlsServerOptions{.decide_inline = cfg.store.type == config::StoreType::kMemory});
+    rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs,
+                       rls::RlsServerOptions{.max_connections = cfg.server.max_connections,
+                                             .refused = &refused.WithLabels({"grpc"})});
     rls_server->SetRules(*std::move(initial_rules));
     if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
       Log(LogLevel::kError, "cannot start the gRPC rate limit service").Error(s);
@@ -600,7 +599,7 @@ int Serve(const std::string& config_path) {
           data_server.StopAccepting();
           admin_server.StopAccepting();
           drain_deadline = std::chrono::steady_clock::now() + kDrainDeadline;
-          // gRPC takes no new calls from here and cancels what is left at the deadline.
+          // gRPC: GOAWAY on every connection; what is left at the deadline is closed.
           if (rls_server) rls_server->BeginShutdown(absl::Now() + absl::FromChrono(kDrainDeadline));
           poll_drain();
         };

@@ -1,0 +1,595 @@
+#include "sluice/grpc/h2_session.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/message_lite.h"
+
+namespace sluice::rls {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A message's prefix: the compressed flag and the 4-byte big-endian length.
+constexpr size_t kPrefix = 5;
+// How often a connection looks at its deadlines (idle, requests not ended, grpc-timeout).
+constexpr Clock::duration kTick = std::chrono::seconds(1);
+constexpr size_t kReadBytes = 8 * 1024;
+
+constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+
+// A header field; `flags` kNoCopy for strings that outlive the frame (literals), 0 to copy.
+nghttp2_nv Field(std::string_view name, std::string_view value, uint8_t flags = kNoCopy) {
+  return nghttp2_nv{.name = reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                    .value = reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())),
+                    .namelen = name.size(),
+                    .valuelen = value.size(),
+                    .flags = flags};
+}
+
+std::string_view View(const uint8_t* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
+
+bool IsGrpcContentType(std::string_view v) {
+  constexpr std::string_view kType = "application/grpc";
+  if (v.size() < kType.size()) return false;
+  for (size_t i = 0; i < kType.size(); ++i) {
+    const char c = v[i] >= 'A' && v[i] <= 'Z' ? static_cast<char>(v[i] - 'A' + 'a') : v[i];
+    if (c != kType[i]) return false;
+  }
+  return v.size() == kType.size() || v[kType.size()] == '+' || v[kType.size()] == ';';
+}
+
+}  // namespace
+
+std::string PercentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c <= 0x7E && c != '%') {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value) {
+  if (value.size() < 2 || value.size() > 9) return std::nullopt;
+  int64_t n = 0;
+  for (const char c : value.substr(0, value.size() - 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  using std::chrono::nanoseconds;
+  switch (value.back()) {
+    case 'H':
+      return std::chrono::duration_cast<nanoseconds>(std::chrono::hours(n));
+    case 'M':
+      return std::chrono::duration_cast<nanoseconds>(std::chrono::minutes(n));
+    case 'S':
+      return std::chrono::duration_cast<nanoseconds>(std::chrono::seconds(n));
+    case 'm':
+      return std::chrono::duration_cast<nanoseconds>(std::chrono::milliseconds(n));
+    case 'u':
+      return std::chrono::duration_cast<nanoseconds>(std::chrono::microseconds(n));
+    case 'n':
+      return nanoseconds(n);
+    default:
+      return std::nullopt;
+  }
+}
+
+// One request stream, from its first HEADERS frame to nghttp2's closing it.
+struct H2Connection::Stream {
+  enum class State {
+    kHeaders,   // reading the request's header block
+    kBody,      // a call of the served method: reading its message
+    kDeciding,  // handed to the service, no answer yet
+    kAnswered,  // answered (or refused); whatever else comes is ignored
+  };
+  explicit Stream(int32_t stream_id) : id(stream_id) {}
+  int32_t id;
+  State state = State::kHeaders;
+  bool post = false;
+  bool grpc_type = false;
+  bool path_served = false;
+  bool has_deadline = false;
+  bool refuse_rest = false;  // answered early: reset the stream once the answer is out
+  size_t header_bytes = 0;
+  Clock::time_point deadline;          // grpc-timeout, if has_deadline
+  Clock::time_point request_deadline;  // the request must have ended by then
+  std::string body;                    // the message's prefix and bytes as they come
+  std::string payload;                 // the answer's DATA: prefix and message
+  size_t sent = 0;
+};
+
+// The nghttp2 callbacks: each finds its connection in `user_data`.
+struct H2Connection::Callbacks {
+  static H2Connection* Self(void* user_data) { return static_cast<H2Connection*>(user_data); }
+
+  static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    H2Connection* self = Self(user_data);
+    auto stream = std::make_unique<Stream>(frame->hd.stream_id);
+    stream->request_deadline = Clock::now() + self->options_->request_timeout;
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, stream.get());
+    self->streams_[frame->hd.stream_id] = std::move(stream);
+    return 0;
+  }
+
+  static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t /*flags*/,
+                      void* user_data) {
+    H2Connection* self = Self(user_data);
+    auto* s =
+        static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (s == nullptr) return 0;
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > self->options_->max_header_list_bytes) {
+      if (s->state != Stream::State::kAnswered) {
+        s->state = Stream::State::kAnswered;
+        self->service_->Count("resource_exhausted");
+      }
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+    }
+    if (s->state != Stream::State::kHeaders) return 0;  // trailers of the request: not read
+    const std::string_view n = View(name, namelen);
+    const std::string_view v = View(value, valuelen);
+    if (n == ":method") {
+      s->post = v == "POST";
+    } else if (n == ":path") {
+      s->path_served = v == self->options_->method;
+    } else if (n == "content-type") {
+      s->grpc_type = IsGrpcContentType(v);
+    } else if (n == "grpc-timeout") {
+      // A malformed one is ignored (as if absent), as gRPC's own servers do.
+      if (std::optional<std::chrono::nanoseconds> t = ParseGrpcTimeout(v)) {
+        s->has_deadline = true;
+        s->deadline = Clock::now() +
+                      std::chrono::duration_cast<Clock::duration>(
+                          std::min<std::chrono::nanoseconds>(*t, std::chrono::hours(24 * 365)));
+      }
+    }
+    return 0;
+  }
+
+  static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    H2Connection* self = Self(user_data);
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    auto* s =
+        static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (s == nullptr) return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      self->OnRequestHeaders(*s);
+    }
+    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+      s->refuse_rest = false;  // the request is complete anyway
+      self->OnRequestEnd(*s);
+    }
+    return 0;
+  }
+
+  // Once an answer given before the request ended is out (nghttp2 would drop a response still
+  // queued behind an RST_STREAM): RST_STREAM NO_ERROR, the client need not send the rest (RFC
+  // 9113 §8.1).
+  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
+                         void* /*user_data*/) {
+    if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+      return 0;
+    }
+    auto* s =
+        static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (s != nullptr && s->refuse_rest &&
+        nghttp2_session_get_stream_remote_close(session, s->id) == 0) {
+      s->refuse_rest = false;
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+    }
+    return 0;
+  }
+
+  static int OnDataChunk(nghttp2_session* session, uint8_t /*flags*/, int32_t stream_id,
+                         const uint8_t* data, size_t len, void* user_data) {
+    auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
+    if (s != nullptr) Self(user_data)->OnRequestData(*s, data, len);
+    return 0;
+  }
+
+  static int OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id, uint32_t /*error_code*/,
+                           void* user_data) {
+    Self(user_data)->OnStreamClose(stream_id);
+    return 0;
+  }
+
+  // The answer's DATA, then its trailers.
+  static ssize_t ReadPayload(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
+                             size_t length, uint32_t* data_flags, nghttp2_data_source* source,
+                             void* /*user_data*/) {
+    auto* s = static_cast<Stream*>(source->ptr);
+    const size_t n = std::min(length, s->payload.size() - s->sent);
+    std::memcpy(buf, s->payload.data() + s->sent, n);
+    s->sent += n;
+    if (s->sent == s->payload.size()) {
+      *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      const nghttp2_nv trailers[] = {Field("grpc-status", "0")};
+      if (nghttp2_submit_trailer(session, stream_id, trailers, 1) != 0) {
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      }
+    }
+    return static_cast<ssize_t>(n);
+  }
+};
+
+void GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
+  H2Connection::Stream* s = conn_->Find(stream_id_);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
+  conn_->AnswerMessage(*s, message);
+  conn_->ScheduleFlush();
+}
+
+void GrpcCall::Fail(GrpcCode code, std::string_view message) const {
+  H2Connection::Stream* s = conn_->Find(stream_id_);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
+  conn_->AnswerStatus(*s, code, message);
+  conn_->ScheduleFlush();
+}
+
+H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
+                           const H2Options* options, size_t loop)
+    : socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      service_(service),
+      options_(options),
+      loop_(loop),
+      in_(kReadBytes) {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, &Callbacks::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, &Callbacks::OnHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Callbacks::OnFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, &Callbacks::OnDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &Callbacks::OnStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &Callbacks::OnFrameSend);
+  nghttp2_option* option = nullptr;
+  nghttp2_option_new(&option);
+  // Header fields are bounded by max_header_list_bytes (checked as they come); the HPACK table
+  // the peer may make us keep is bounded by nghttp2's default SETTINGS_HEADER_TABLE_SIZE (4 KiB).
+  nghttp2_option_set_max_send_header_block_length(option, 16 * 1024);
+  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_option_del(option);
+  nghttp2_session_callbacks_del(callbacks);
+}
+
+H2Connection::~H2Connection() {
+  nghttp2_session_del(session_);
+  service_->ConnectionDestroyed();
+}
+
+void H2Connection::Start() {
+  boost::system::error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  last_activity_ = Clock::now();
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_->max_concurrent_streams},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
+       static_cast<uint32_t>(options_->max_header_list_bytes)},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  ArmTimer(last_activity_ + kTick);
+  Flush();
+  StartRead();
+}
+
+void H2Connection::GoAway() {
+  if (closed_ || going_away_) return;
+  going_away_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  ScheduleFlush();
+}
+
+void H2Connection::Close() {
+  if (closed_) return;
+  closed_ = true;
+  for (auto& [id, s] : streams_) {
+    if (s->state == Stream::State::kHeaders || s->state == Stream::State::kBody) {
+      service_->Count("cancelled");  // the client went away before its request was complete
+    }
+    s->state = Stream::State::kAnswered;
+  }
+  boost::system::error_code ignored;
+  timer_.cancel();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  service_->ConnectionClosed(this);
+}
+
+H2Connection::Stream* H2Connection::Find(int32_t stream_id) {
+  if (closed_) return nullptr;
+  const auto it = streams_.find(stream_id);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+void H2Connection::StartRead() {
+  if (closed_ || reading_) return;
+  if (nghttp2_session_want_read(session_) == 0) {
+    MaybeFinish();
+    return;
+  }
+  // A peer that does not read its answers is not read from either.
+  if (out_.size() + writing_.size() > options_->max_buffered_output) return;
+  reading_ = true;
+  socket_.async_read_some(asio::buffer(in_),
+                          [self = shared_from_this()](const boost::system::error_code& ec,
+                                                      size_t n) { self->OnRead(ec, n); });
+}
+
+void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
+  reading_ = false;
+  if (closed_) return;
+  if (ec) {
+    Close();
+    return;
+  }
+  last_activity_ = Clock::now();
+  in_recv_ = true;
+  const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
+  in_recv_ = false;
+  if (rv < 0) {
+    // A bad connection preface, a flood, or the like: GOAWAY, then close once it is written.
+    nghttp2_session_terminate_session(session_, NGHTTP2_PROTOCOL_ERROR);
+  }
+  Flush();
+  StartRead();
+}
+
+void H2Connection::ScheduleFlush() {
+  if (in_recv_ || flush_posted_ || closed_) return;
+  flush_posted_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->flush_posted_ = false;
+    self->Flush();
+  });
+}
+
+void H2Connection::Flush() {
+  if (closed_) return;
+  for (;;) {
+    const uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_, &data);
+    if (n < 0) {
+      Close();
+      return;
+    }
+    if (n == 0) break;
+    out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+  }
+  if (writing_now_) return;
+  if (out_.empty()) {
+    MaybeFinish();
+    return;
+  }
+  writing_now_ = true;
+  writing_.swap(out_);
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                      self->OnWritten(ec);
+                    });
+}
+
+void H2Connection::OnWritten(const boost::system::error_code& ec) {
+  writing_now_ = false;
+  writing_.clear();
+  if (closed_) return;
+  if (ec) {
+    Close();
+    return;
+  }
+  Flush();
+  StartRead();  // if it paused for the output to drain
+}
+
+void H2Connection::MaybeFinish() {
+  if (closed_ || writing_now_ || !out_.empty()) return;
+  if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
+    Close();
+  }
+}
+
+void H2Connection::ArmTimer(Clock::time_point at) {
+  timer_.expires_at(at);  // cancels a wait in progress (its handler sees operation_aborted)
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec != asio::error::operation_aborted) self->OnTimer();
+  });
+}
+
+void H2Connection::OnTimer() {
+  if (closed_) return;
+  const Clock::time_point now = Clock::now();
+  Clock::time_point next = now + kTick;
+  for (auto& [id, s] : streams_) {
+    switch (s->state) {
+      case Stream::State::kHeaders:
+      case Stream::State::kBody:
+        if (now >= s->request_deadline) {
+          // The client started a request and did not finish it in time.
+          s->state = Stream::State::kAnswered;
+          service_->Count("cancelled");
+          nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+        }
+        break;
+      case Stream::State::kDeciding:
+        if (s->has_deadline) {
+          if (now >= s->deadline) {
+            service_->Count("deadline_exceeded");
+            AnswerStatus(*s, GrpcCode::kDeadlineExceeded, "deadline exceeded");
+          } else {
+            next = std::min(next, s->deadline);
+          }
+        }
+        break;
+      case Stream::State::kAnswered:
+        // Answered early, and the client has still not ended its request.
+        if (now >= s->request_deadline &&
+            nghttp2_session_get_stream_remote_close(session_, id) == 0) {
+          nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+          s->request_deadline = Clock::time_point::max();
+        }
+        break;
+    }
+  }
+  if (streams_.empty() && now - last_activity_ >= options_->idle_timeout) GoAway();
+  Flush();
+  if (!closed_) ArmTimer(next);
+}
+
+void H2Connection::OnRequestHeaders(Stream& s) {
+  if (s.state != Stream::State::kHeaders) return;
+  if (!s.post) {
+    service_->Count("not_grpc");
+    AnswerHttp(s, "405");
+  } else if (!s.grpc_type) {
+    service_->Count("not_grpc");
+    AnswerHttp(s, "415");
+  } else if (!s.path_served) {
+    service_->Count("unimplemented");
+    AnswerStatus(s, GrpcCode::kUnimplemented,
+                 absl::StrCat("sluice serves only ", options_->method));
+  } else {
+    s.state = Stream::State::kBody;
+  }
+  // A refused stream's body, if one comes, is dropped as it arrives; no RST_STREAM, which gRPC
+  // clients can take for an error of its own (INTERNAL) when it comes before they have sent their
+  // message. A client that never ends the stream has it reset at request_timeout.
+}
+
+void H2Connection::OnRequestData(Stream& s, const uint8_t* data, size_t len) {
+  if (s.state != Stream::State::kBody) return;
+  // One byte past the largest request is enough to know it is too long.
+  const size_t room = kPrefix + options_->max_message_bytes + 1 - s.body.size();
+  s.body.append(reinterpret_cast<const char*>(data), std::min(len, room));
+  if (s.body.size() < kPrefix) return;
+  const auto* p = reinterpret_cast<const uint8_t*>(s.body.data());
+  const uint32_t length =
+      (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | uint32_t{p[4]};
+  if (p[0] == 1) {
+    service_->Count("unimplemented");
+    AnswerStatus(s, GrpcCode::kUnimplemented,
+                 "request: compressed messages are not supported; send identity",
+                 /*accept_identity=*/true);
+  } else if (p[0] != 0) {
+    service_->Count("internal");
+    AnswerStatus(s, GrpcCode::kInternal, "request: bad message flag");
+  } else if (length > options_->max_message_bytes) {
+    service_->Count("resource_exhausted");
+    AnswerStatus(s, GrpcCode::kResourceExhausted,
+                 absl::StrCat("request: a message of ", length, " bytes; at most ",
+                              options_->max_message_bytes, " are accepted"));
+    RefuseRestOfRequest(s);  // the client need not send the rest
+  } else if (s.body.size() > kPrefix + length) {
+    service_->Count("invalid_argument");
+    AnswerStatus(s, GrpcCode::kInvalidArgument,
+                 "request: more than one message (the method is unary)");
+  }
+}
+
+void H2Connection::OnRequestEnd(Stream& s) {
+  if (s.state != Stream::State::kBody) return;
+  if (s.body.empty()) {
+    service_->Count("invalid_argument");
+    AnswerStatus(s, GrpcCode::kInvalidArgument, "request: no message");
+    return;
+  }
+  const auto* p = reinterpret_cast<const uint8_t*>(s.body.data());
+  if (s.body.size() < kPrefix ||
+      s.body.size() < kPrefix + ((uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) |
+                                 (uint32_t{p[3]} << 8) | uint32_t{p[4]})) {
+    service_->Count("internal");
+    AnswerStatus(s, GrpcCode::kInternal, "request: truncated message");
+    return;
+  }
+  if (s.has_deadline && Clock::now() >= s.deadline) {
+    service_->Count("deadline_exceeded");
+    AnswerStatus(s, GrpcCode::kDeadlineExceeded, "deadline exceeded before the decision");
+    return;
+  }
+  s.state = Stream::State::kDeciding;
+  const int32_t id = s.id;
+  std::string body = std::move(s.body);
+  service_->OnCall(GrpcCall(shared_from_this(), id), std::string_view(body).substr(kPrefix));
+  // A decision still waiting (Redis) with a grpc-timeout: wake when it passes.
+  Stream* after = Find(id);
+  if (after != nullptr && after->state == Stream::State::kDeciding && after->has_deadline &&
+      after->deadline < timer_.expiry()) {
+    ArmTimer(after->deadline);
+  }
+}
+
+void H2Connection::OnStreamClose(int32_t stream_id) {
+  const auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return;
+  const Stream::State state = it->second->state;
+  if (state == Stream::State::kHeaders || state == Stream::State::kBody) {
+    service_->Count("cancelled");  // reset before its request was complete
+  }
+  // kDeciding: the service's answer, when it comes, finds no stream and is dropped.
+  streams_.erase(it);
+}
+
+void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite& message) {
+  s.state = Stream::State::kAnswered;
+  const size_t size = message.ByteSizeLong();
+  s.payload.resize(kPrefix + size);
+  auto* p = reinterpret_cast<uint8_t*>(s.payload.data());
+  p[0] = 0;
+  p[1] = static_cast<uint8_t>(size >> 24);
+  p[2] = static_cast<uint8_t>(size >> 16);
+  p[3] = static_cast<uint8_t>(size >> 8);
+  p[4] = static_cast<uint8_t>(size);
+  message.SerializeWithCachedSizesToArray(p + kPrefix);
+  s.sent = 0;
+  const nghttp2_nv headers[] = {Field(":status", "200"), Field("content-type", "application/grpc")};
+  nghttp2_data_provider provider{};
+  provider.source.ptr = &s;
+  provider.read_callback = &Callbacks::ReadPayload;
+  nghttp2_submit_response(session_, s.id, headers, std::size(headers), &provider);
+}
+
+void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
+                                bool accept_identity) {
+  s.state = Stream::State::kAnswered;
+  s.body = {};
+  const std::string status = std::to_string(static_cast<int>(code));
+  const std::string encoded = PercentEncode(message);
+  nghttp2_nv headers[] = {Field(":status", "200"), Field("content-type", "application/grpc"),
+                          Field("grpc-status", status, NGHTTP2_NV_FLAG_NO_COPY_NAME),
+                          Field("grpc-message", encoded, NGHTTP2_NV_FLAG_NO_COPY_NAME),
+                          Field("grpc-accept-encoding", "identity")};
+  nghttp2_submit_response(session_, s.id, headers, accept_identity ? 5 : 4, nullptr);
+}
+
+void H2Connection::AnswerHttp(Stream& s, std::string_view status) {
+  s.state = Stream::State::kAnswered;
+  const nghttp2_nv headers[] = {Field(":status", status), Field("allow", "POST")};
+  nghttp2_submit_response(session_, s.id, headers, status == "405" ? 2 : 1, nullptr);
+}
+
+void H2Connection::RefuseRestOfRequest(Stream& s) {
+  s.body = {};
+  s.refuse_rest = true;  // acted on once the answer is sent (OnFrameSend)
+}
+
+}  // namespace sluice::rls

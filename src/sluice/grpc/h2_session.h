@@ -1,0 +1,191 @@
+// The server side of gRPC over HTTP/2 (grpc/grpc doc/PROTOCOL-HTTP2.md) for unary calls of one
+// method, on libnghttp2 and one Asio socket: h2c with prior knowledge, as gRPC clients and Envoy
+// connect. The connection reads into a buffer, feeds it to nghttp2, hands every complete call to
+// a GrpcService and, once a read is processed, writes all the frames nghttp2 produced in one write
+// (one write in flight at a time; answers that come while it is in flight go out with the next).
+//
+// What the session answers itself, before the service sees a call: a method other than POST
+// (:status 405), a content-type not application/grpc (:status 415), another :path
+// (UNIMPLEMENTED), a compressed message (UNIMPLEMENTED, grpc-accept-encoding: identity), a message
+// longer than max_message_bytes (RESOURCE_EXHAUSTED, the rest of the request refused with
+// RST_STREAM NO_ERROR), no message, a truncated one (INTERNAL) or a second one
+// (INVALID_ARGUMENT), a grpc-timeout already past (DEADLINE_EXCEEDED). A call still being decided
+// when its grpc-timeout passes is answered DEADLINE_EXCEEDED then; the decision's answer is
+// dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
+// sends it) and the socket is closed once it is written.
+//
+// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused by nghttp2), a header list
+// of at most max_header_list_bytes (a longer one resets the stream), output buffered per
+// connection (reading pauses while more than max_buffered_output waits for a peer that does not
+// read), a request that has not ended request_timeout after it began is reset, and a connection
+// without a stream for idle_timeout gets GOAWAY and is closed.
+//
+// Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
+#ifndef SLUICE_GRPC_H2_SESSION_H_
+#define SLUICE_GRPC_H2_SESSION_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+struct nghttp2_session;
+
+namespace google::protobuf {
+class MessageLite;
+}  // namespace google::protobuf
+
+namespace sluice::rls {
+
+// The gRPC status codes sluice answers with.
+enum class GrpcCode : int {
+  kOk = 0,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kResourceExhausted = 8,
+  kUnimplemented = 12,
+  kInternal = 13,
+};
+
+class H2Connection;
+
+// A call handed to the service: answer it exactly once, now or later, on the connection's thread.
+// An answer for a call whose stream or connection is gone (reset, closed, timed out) is dropped.
+class GrpcCall {
+ public:
+  // grpc-status 0 with `message` as the one response message.
+  void Reply(const google::protobuf::MessageLite& message) const;
+  // grpc-status `code` with grpc-message `message` (Trailers-Only).
+  void Fail(GrpcCode code, std::string_view message) const;
+
+ private:
+  friend class H2Connection;
+  GrpcCall(std::shared_ptr<H2Connection> conn, int32_t stream_id)
+      : conn_(std::move(conn)), stream_id_(stream_id) {}
+  std::shared_ptr<H2Connection> conn_;
+  int32_t stream_id_;
+};
+
+// What a connection hands up. Every method is called on the connection's thread.
+class GrpcService {
+ public:
+  virtual ~GrpcService() = default;
+  // A complete request of the served method; `message` (the one message, without its prefix) is
+  // valid during the call only.
+  virtual void OnCall(GrpcCall call, std::string_view message) = 0;
+  // A call the session answered or dropped without the service, by outcome: "invalid_argument",
+  // "internal", "unimplemented", "resource_exhausted", "deadline_exceeded", "not_grpc" (405 or
+  // 415), "cancelled" (reset or abandoned by the client before its request was complete).
+  virtual void Count(std::string_view outcome) = 0;
+  // The connection closed its socket (once) / its object is gone (once, after it closed).
+  virtual void ConnectionClosed(H2Connection* conn) = 0;
+  virtual void ConnectionDestroyed() = 0;
+};
+
+struct H2Options {
+  // The :path served, e.g. "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
+  std::string method;
+  size_t max_message_bytes = 64 * 1024;
+  uint32_t max_concurrent_streams = 100;
+  // Sum over a request's header fields of name + value + 32 (RFC 9113's measure).
+  size_t max_header_list_bytes = 16 * 1024;
+  // Output waiting for the peer beyond which the connection stops reading.
+  size_t max_buffered_output = 256 * 1024;
+  std::chrono::steady_clock::duration request_timeout = std::chrono::seconds(10);
+  std::chrono::steady_clock::duration idle_timeout = std::chrono::minutes(5);
+};
+
+class H2Connection : public std::enable_shared_from_this<H2Connection> {
+ public:
+  // `service` and `options` must outlive the connection. `loop` is the caller's tag (which event
+  // loop owns it).
+  H2Connection(boost::asio::ip::tcp::socket socket, GrpcService* service, const H2Options* options,
+               size_t loop);
+  ~H2Connection();
+  H2Connection(const H2Connection&) = delete;
+  H2Connection& operator=(const H2Connection&) = delete;
+
+  // Sends the server's SETTINGS and starts reading.
+  void Start();
+  // Graceful end: GOAWAY naming the last stream taken; the streams in flight are answered, then
+  // the connection closes. Idempotent.
+  void GoAway();
+  // Closes the socket now; the streams not answered are dropped. Idempotent.
+  void Close();
+
+  [[nodiscard]] size_t loop() const { return loop_; }
+
+  // Implementation details (h2_session.cc): the nghttp2 callbacks.
+  struct Callbacks;
+  struct Stream;
+
+ private:
+  friend class GrpcCall;
+
+  void StartRead();
+  void OnRead(const boost::system::error_code& ec, size_t n);
+  // Drains nghttp2's output into the write buffer and starts a write if none is in flight.
+  void Flush();
+  // Flushes now unless inside nghttp2_session_mem_recv (the read path flushes after it) or a flush
+  // is already posted: answers that come together go out in one write.
+  void ScheduleFlush();
+  void OnWritten(const boost::system::error_code& ec);
+  // Closes once nghttp2 wants neither to read nor to write and nothing waits to be written.
+  void MaybeFinish();
+  void ArmTimer(std::chrono::steady_clock::time_point at);
+  void OnTimer();
+
+  Stream* Find(int32_t stream_id);
+  // The request's headers are complete: answers what the session refuses.
+  void OnRequestHeaders(Stream& s);
+  void OnRequestData(Stream& s, const uint8_t* data, size_t len);
+  // END_STREAM: checks the message and hands the call to the service.
+  void OnRequestEnd(Stream& s);
+  void OnStreamClose(int32_t stream_id);
+
+  void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
+  // Trailers-Only: grpc-status and grpc-message in the response's one HEADERS frame.
+  void AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
+                    bool accept_identity = false);
+  // A plain HTTP answer (:status only) for a request that is no gRPC call.
+  void AnswerHttp(Stream& s, std::string_view status);
+  // After an answer sent before the request ended: RST_STREAM NO_ERROR (RFC 9113 §8.1) once
+  // the answer is out, unless the request has ended by then.
+  void RefuseRestOfRequest(Stream& s);
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  GrpcService* service_;
+  const H2Options* options_;
+  size_t loop_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<uint8_t> in_;
+  std::string out_;      // produced, not yet being written
+  std::string writing_;  // the write in flight
+  std::chrono::steady_clock::time_point last_activity_;
+  bool reading_ = false;
+  bool writing_now_ = false;
+  bool in_recv_ = false;
+  bool flush_posted_ = false;
+  bool going_away_ = false;
+  bool closed_ = false;
+};
+
+// grpc-message's encoding: bytes 0x20..0x7E except '%' as they are, every other byte %XX.
+[[nodiscard]] std::string PercentEncode(std::string_view text);
+// grpc-timeout ("1S", "250m", at most 8 digits and one of H M S m u n); nullopt if malformed.
+[[nodiscard]] std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value);
+
+}  // namespace sluice::rls
+
+#endif  // SLUICE_GRPC_H2_SESSION_H_

@@ -1,0 +1,436 @@
+"""The gRPC rate limit service (server.grpc_listen) at the HTTP/2 level: odd and hostile input
+from a hand-driven HTTP/2 client (python3-h2 for the framing, raw bytes where h2 would refuse),
+each asserting the status or the behaviour sluice answers with (docs/gateways.md, "gRPC over
+HTTP/2")."""
+import json
+import signal
+import socket
+import struct
+import sys
+import time
+import unittest
+
+try:
+    import h2.config
+    import h2.connection
+    import h2.events
+except ImportError:
+    # python3-h2 installs into Debian's dist-packages, which a python3 of another origin does not
+    # search.
+    sys.path.append("/usr/lib/python3/dist-packages")
+    import h2.config
+    import h2.connection
+    import h2.events
+
+import harness
+import test_grpc
+import test_redis
+
+METHOD = test_grpc.METHOD
+rls = test_grpc.rls
+
+PLANS = """
+plans:
+  wide:
+    limits:
+      - { name: per_minute, quota: 1000000, window: 1m }
+keys:
+  - { key: key-wide, subject: user-1, plan: wide }
+"""
+
+PROTOCOL_ERROR = 1
+REFUSED_STREAM = 7
+GOAWAY = 7  # frame type
+
+
+def message(key="key-wide"):
+    """A gRPC message (flag 0, 4-byte length, bytes) of a valid request for `key`."""
+    body = test_grpc.request([("api_key", key), ("cost", "0")]).SerializeToString()
+    return b"\0" + struct.pack(">I", len(body)) + body
+
+
+class Stream:
+    def __init__(self):
+        self.headers = None
+        self.data = b""
+        self.trailers = None
+        self.reset = None  # error code of an RST_STREAM from the server
+        self.ended = False
+
+    @property
+    def done(self):
+        return self.ended or self.reset is not None
+
+    def grpc(self):
+        """(grpc-status, grpc-message) from the trailers, or from the headers (Trailers-Only)."""
+        fields = self.trailers if self.trailers is not None else self.headers
+        return int(fields["grpc-status"]), fields.get("grpc-message", "")
+
+
+class H2Client:
+    """One HTTP/2 connection with prior knowledge (h2c), driven by hand."""
+
+    def __init__(self, port, handshake=True):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.h2 = h2.connection.H2Connection(config=h2.config.H2Configuration(
+            client_side=True, header_encoding="utf-8", validate_outbound_headers=False))
+        self.streams = {}
+        self.goaway = None
+        self.closed = False
+        self.h2.initiate_connection()
+        self.flush()
+        if handshake:
+            self.pump(lambda: True, once=True)  # the server's SETTINGS
+
+    def close(self):
+        self.sock.close()
+
+    def flush(self):
+        data = self.h2.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def start(self, path=METHOD, method="POST", content_type="application/grpc", extra=()):
+        sid = self.h2.get_next_available_stream_id()
+        headers = [(":method", method), (":scheme", "http"), (":authority", "sluice"),
+                   (":path", path), ("te", "trailers")]
+        if content_type is not None:
+            headers.append(("content-type", content_type))
+        self.h2.send_headers(sid, headers + list(extra))
+        self.streams[sid] = Stream()
+        self.flush()
+        return sid
+
+    def send(self, sid, data, end=True):
+        self.h2.send_data(sid, data, end_stream=end)
+        self.flush()
+
+    def call(self, body, **kwargs):
+        sid = self.start(**kwargs)
+        self.send(sid, body)
+        return self.wait(sid)
+
+    def pump(self, until, timeout=10, once=False):
+        """Reads and handles frames until `until()` holds or the server closes the connection."""
+        deadline = time.monotonic() + timeout
+        while not until() or once:
+            once = False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("timed out waiting for the server")
+            self.sock.settimeout(left)
+            data = self.sock.recv(65536)
+            if not data:
+                self.closed = True
+                return
+            for event in self.h2.receive_data(data):
+                self.on_event(event)
+            self.flush()
+
+    def on_event(self, e):
+        s = self.streams.get(getattr(e, "stream_id", None))
+        if isinstance(e, h2.events.ResponseReceived):
+            s.headers = dict(e.headers)
+        elif isinstance(e, h2.events.DataReceived):
+            s.data += e.data
+            self.h2.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        elif isinstance(e, h2.events.TrailersReceived):
+            s.trailers = dict(e.headers)
+        elif isinstance(e, h2.events.StreamEnded):
+            s.ended = True
+        elif isinstance(e, h2.events.StreamReset):
+            if s is not None:
+                s.reset = e.error_code
+        elif isinstance(e, h2.events.ConnectionTerminated):
+            self.goaway = e.error_code
+
+    def wait(self, sid, timeout=10):
+        s = self.streams[sid]
+        self.pump(lambda: s.done or self.closed, timeout)
+        return s
+
+
+def read_until_closed(sock, timeout=10):
+    """Every byte the server sends until it closes the connection."""
+    sock.settimeout(timeout)
+    out = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return out
+        out += data
+
+
+def frames(data):
+    """(type, flags, stream id, payload) of each frame in raw server output."""
+    out = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        out.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF,
+                    data[9:9 + length]))
+        data = data[9 + length:]
+    return out
+
+
+class H2Case(unittest.TestCase):
+    def start(self, body=PLANS, extra_server=""):
+        d = harness.tempdir()
+        self.addCleanup(d.cleanup)
+        self.grpc_port = harness.free_port()
+        self.svc = harness.Service(body, d.name, extra_server=(
+            f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n' + extra_server))
+        self.svc.__enter__()
+        self.addCleanup(self.svc.__exit__)
+
+    def client(self, **kwargs):
+        c = H2Client(self.grpc_port, **kwargs)
+        self.addCleanup(c.close)
+        return c
+
+    def counts(self):
+        lines = test_redis.metric_lines(self.svc, "sluice_grpc_requests_total{")
+        return {line.split('"')[1]: float(line.split()[-1]) for line in lines}
+
+    def assert_serving(self):
+        """A fresh connection is still answered (nothing above broke the service)."""
+        s = self.client().call(message())
+        self.assertEqual(s.grpc(), (0, ""))
+
+
+class OddRequestsTest(H2Case):
+    def setUp(self):
+        self.start()
+
+    def test_a_valid_call_is_headers_one_message_and_trailers(self):
+        s = self.client().call(message())
+        self.assertEqual(s.headers[":status"], "200")
+        self.assertEqual(s.headers["content-type"], "application/grpc")
+        self.assertNotIn("grpc-status", s.headers)
+        self.assertEqual(s.trailers["grpc-status"], "0")
+        self.assertEqual(s.data[0], 0)
+        length = struct.unpack(">I", s.data[1:5])[0]
+        self.assertEqual(length, len(s.data) - 5)
+        res = rls.RateLimitResponse.FromString(s.data[5:])
+        self.assertEqual(res.overall_code, rls.RateLimitResponse.OK)
+
+    def test_a_bad_preface_gets_goaway_and_the_connection_is_closed(self):
+        sock = socket.create_connection(("127.0.0.1", self.grpc_port), timeout=10)
+        self.addCleanup(sock.close)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = frames(read_until_closed(sock))
+        goaways = [f for f in out if f[0] == GOAWAY]
+        self.assertEqual(len(goaways), 1, out)
+        self.assertEqual(struct.unpack(">I", goaways[0][3][4:8])[0], PROTOCOL_ERROR)
+        self.assert_serving()
+
+    def test_a_frame_on_stream_zero_that_needs_a_stream_is_a_connection_error(self):
+        c = self.client()
+        # A DATA frame on stream 0 (RFC 9113 §6.1: PROTOCOL_ERROR for the connection).
+        c.sock.sendall(struct.pack(">I", 4)[1:] + b"\x00\x01" + b"\0\0\0\0" + b"abcd")
+        c.pump(lambda: False)
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway, PROTOCOL_ERROR)
+
+    def test_a_get_is_405(self):
+        s = self.client().call(b"", method="GET")
+        self.assertEqual((s.headers[":status"], s.headers["allow"]), ("405", "POST"))
+        self.assertEqual(self.counts().get("not_grpc"), 1)
+
+    def test_a_content_type_other_than_grpc_is_415(self):
+        s = self.client().call(message(), content_type="application/json")
+        self.assertEqual(s.headers[":status"], "415")
+        s = self.client().call(message(), content_type=None)
+        self.assertEqual(s.headers[":status"], "415")
+        # application/grpc+proto is gRPC.
+        s = self.client().call(message(), content_type="application/grpc+proto")
+        self.assertEqual(s.grpc(), (0, ""))
+
+    def test_another_path_is_unimplemented_trailers_only(self):
+        s = self.client().call(message(), path="/envoy.service.ratelimit.v2.RateLimitService/X")
+        self.assertIsNone(s.trailers)
+        self.assertEqual(s.headers[":status"], "200")
+        code, text = s.grpc()
+        self.assertEqual(code, 12)
+        self.assertIn("sluice serves only", text)
+        self.assertEqual(self.counts().get("unimplemented"), 1)
+
+    def test_a_compressed_message_is_unimplemented_naming_identity(self):
+        body = message()
+        s = self.client().call(b"\1" + body[1:], extra=[("grpc-encoding", "gzip")])
+        self.assertEqual(s.grpc()[0], 12)
+        self.assertEqual(s.headers["grpc-accept-encoding"], "identity")
+
+    def test_a_message_over_the_bound_is_resource_exhausted_and_the_rest_refused(self):
+        c = self.client()
+        sid = c.start()
+        # Only the prefix: a message of 1 MiB announced; sluice answers before the rest comes.
+        c.send(sid, b"\0" + struct.pack(">I", 1 << 20), end=False)
+        c.pump(lambda: c.streams[sid].reset is not None)
+        s = c.streams[sid]
+        code, text = s.grpc()
+        self.assertEqual(code, 8)
+        self.assertIn("1048576 bytes", text)
+        self.assertEqual(s.reset, 0)  # RST_STREAM NO_ERROR: stop sending
+        self.assertEqual(self.counts().get("resource_exhausted"), 1)
+        # The connection goes on.
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+
+    def test_a_truncated_message_is_internal(self):
+        body = message()
+        s = self.client().call(body[:-3])
+        self.assertEqual(s.grpc(), (13, "request: truncated message"))
+        s = self.client().call(body[:3])  # not even a whole prefix
+        self.assertEqual(s.grpc()[0], 13)
+        self.assertEqual(self.counts().get("internal"), 2)
+
+    def test_a_second_message_is_invalid_argument(self):
+        s = self.client().call(message() + message())
+        code, text = s.grpc()
+        self.assertEqual(code, 3)
+        self.assertIn("more than one message", text)
+
+    def test_no_message_and_bytes_that_are_no_request_are_invalid_argument(self):
+        self.assertEqual(self.client().call(b"").grpc(), (3, "request: no message"))
+        s = self.client().call(b"\0\0\0\0\4\xff\xff\xff\xff")
+        code, text = s.grpc()
+        self.assertEqual(code, 3)
+        self.assertIn("not a valid envoy.service.ratelimit.v3.RateLimitRequest", text)
+
+    def test_grpc_message_is_percent_encoded(self):
+        req = test_grpc.request([("subject", "user-1"), ("plan", "nosuch\u00e9")])
+        body = req.SerializeToString()
+        s = self.client().call(b"\0" + struct.pack(">I", len(body)) + body)
+        code, text = s.grpc()
+        self.assertEqual(code, 3)
+        self.assertTrue(all(0x20 <= ord(ch) <= 0x7E for ch in text), text)
+        self.assertIn("%C3%A9", text)
+
+    def test_a_header_list_over_the_bound_resets_the_stream(self):
+        c = self.client()
+        sid = c.start(extra=[("x-big", "v" * 20000)])
+        c.send(sid, message())
+        s = c.wait(sid)
+        self.assertIsNotNone(s.reset)
+        self.assertIsNone(s.headers)
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+
+    def test_grpc_timeout_already_past_is_deadline_exceeded_and_a_long_one_is_kept(self):
+        c = self.client()
+        s = c.call(message(), extra=[("grpc-timeout", "1n")])
+        self.assertEqual(s.grpc()[0], 4)
+        self.assertEqual(c.call(message(), extra=[("grpc-timeout", "10S")]).grpc(), (0, ""))
+        # A malformed one is ignored.
+        self.assertEqual(c.call(message(), extra=[("grpc-timeout", "soon")]).grpc(), (0, ""))
+        self.assertEqual(self.counts().get("deadline_exceeded"), 1)
+
+    def test_streams_beyond_max_concurrent_streams_are_refused(self):
+        # All headers go out before the server's SETTINGS are read, so the client does not hold
+        # itself to the limit of 100.
+        c = H2Client(self.grpc_port, handshake=False)
+        self.addCleanup(c.close)
+        sids = [c.start() for _ in range(101)]
+        c.pump(lambda: c.streams[sids[-1]].reset is not None)
+        self.assertEqual(c.streams[sids[-1]].reset, REFUSED_STREAM)
+        # The 100 taken are answered once their requests come.
+        for sid in sids[:-1]:
+            c.h2.send_data(sid, message(), end_stream=True)
+        c.flush()
+        c.pump(lambda: all(c.streams[s].done for s in sids[:-1]))
+        self.assertEqual([c.streams[s].grpc()[0] for s in sids[:-1]], [0] * 100)
+
+    def test_rst_stream_before_the_request_is_counted_cancelled(self):
+        c = self.client()
+        sid = c.start()
+        c.send(sid, message()[:4], end=False)
+        c.h2.reset_stream(sid)
+        c.flush()
+        # Frames are handled in order: the next call's answer comes after the reset was read.
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+        self.assertEqual(self.counts().get("cancelled"), 1)
+
+    def test_a_client_gone_mid_request_is_counted_cancelled(self):
+        c = H2Client(self.grpc_port)
+        sid = c.start()
+        c.send(sid, message()[:6], end=False)
+        c.close()
+        deadline = time.monotonic() + 10
+        while self.counts().get("cancelled", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.counts().get("cancelled"), 1)
+        self.assert_serving()
+
+    def test_many_calls_sent_together_on_one_connection_are_all_answered(self):
+        c = self.client()
+        for _ in range(20):
+            sids = [c.start() for _ in range(50)]
+            for sid in sids:
+                c.h2.send_data(sid, message(), end_stream=True)
+            c.flush()
+            c.pump(lambda: all(c.streams[s].done for s in sids), timeout=30)
+            self.assertTrue(all(c.streams[s].grpc()[0] == 0 for s in sids))
+
+
+class RedisPendingTest(H2Case):
+    def test_a_client_gone_while_redis_decides_leaves_the_service_answering(self):
+        # A "Redis" that accepts and never answers: every decision waits for the store timeout.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.addCleanup(silent.close)
+        port = silent.getsockname()[1]
+        self.start(test_redis.redis_yaml(port, "allow", "200ms") + PLANS)
+        c = H2Client(self.grpc_port)
+        sid = c.start()
+        c.send(sid, message())
+        c.close()  # gone before the decision's answer: the next call proves the service is fine
+        s = self.client().call(message())
+        self.assertEqual(s.grpc(), (0, ""))
+        res = rls.RateLimitResponse.FromString(s.data[5:])
+        self.assertEqual({h.key: h.value for h in res.response_headers_to_add}
+                         .get("Sluice-Degraded"), "1")
+
+
+class ShutdownTest(H2Case):
+    def test_sigterm_with_an_idle_connection_open_stops_at_once_after_goaway(self):
+        self.start(extra_server="  shutdown_delay: 0s\n")
+        c = self.client()
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+        start = time.monotonic()
+        self.svc.server.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.svc.server.proc.wait(timeout=15), 0)
+        took = time.monotonic() - start
+        # The drain deadline is 10 s; an idle connection must not hold the exit until then.
+        self.assertLess(took, 3.0)
+        c.pump(lambda: False)
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway, 0)  # GOAWAY NO_ERROR before the close
+
+    def test_a_call_in_flight_at_sigterm_is_answered(self):
+        self.start(extra_server="  shutdown_delay: 0s\n")
+        # h2 only writes here (it refuses to go on once it has read a GOAWAY): the answer is read
+        # from the raw frames.
+        c = H2Client(self.grpc_port, handshake=False)
+        self.addCleanup(c.close)
+        sid = c.start()
+        body = message()
+        c.send(sid, body[:-1], end=False)  # the request is not complete yet
+        self.svc.server.proc.send_signal(signal.SIGTERM)
+        self.svc.server.wait_for_line("stopping")
+        c.sock.settimeout(10)
+        seen = b""
+        while not any(f[0] == GOAWAY for f in frames(seen)):
+            data = c.sock.recv(65536)
+            self.assertTrue(data, "closed before GOAWAY")
+            seen += data
+        # The last byte, as a raw DATA frame with END_STREAM.
+        c.sock.sendall(b"\0\0\1" + b"\x00\x01" + struct.pack(">I", sid) + body[-1:])
+        seen += read_until_closed(c.sock)
+        import hpack
+        decoder = hpack.Decoder()
+        fields = [dict(decoder.decode(f[3])) for f in frames(seen) if f[0] == 1 and f[2] == sid]
+        self.assertEqual(fields[0][":status"], "200")
+        self.assertEqual(fields[-1]["grpc-status"], "0")
+        self.assertEqual(self.svc.server.proc.wait(timeout=15), 0)
+
+if __name__ == "__main__":
+    unittest.main()
