@@ -400,7 +400,7 @@ class ShutdownTest(H2Case):
         self.assertEqual(self.svc.server.proc.wait(timeout=15), 0)
         took = time.monotonic() - start
         # The drain deadline is 10 s; an idle connection must not hold the exit until then.
-        self.assertLess(took, 3.0)
+        self.assertLess(took, 5.0)
         c.pump(lambda: False)
         self.assertTrue(c.closed)
         self.assertEqual(c.goaway, 0)  # GOAWAY NO_ERROR before the close

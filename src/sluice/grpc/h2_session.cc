@@ -3,6 +3,8 @@
 #include <nghttp2/nghttp2.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -23,6 +25,9 @@ constexpr size_t kPrefix = 5;
 // How often a connection looks at its deadlines (idle, requests not ended, grpc-timeout).
 constexpr Clock::duration kTick = std::chrono::seconds(1);
 constexpr size_t kReadBytes = 8 * 1024;
+// Closed streams kept for reuse per connection, unless their body buffer grew past this.
+constexpr size_t kSpareStreams = 8;
+constexpr size_t kKeptBufferBytes = 4 * 1024;
 
 constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
 
@@ -36,6 +41,113 @@ nghttp2_nv Field(std::string_view name, std::string_view value, uint8_t flags = 
 }
 
 std::string_view View(const uint8_t* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
+
+// nghttp2 allocates several small blocks per stream and per frame (the stream's state, every
+// header field it decodes, every frame it queues). A free list per size class and thread (a
+// session is used on one thread only) makes them cheap: a block carries its class in a 16-byte
+// header; blocks over 4 KiB go to malloc directly; each list keeps at most kMaxKept blocks. Under
+// AddressSanitizer plain malloc is used, so that its checks cover nghttp2's memory too.
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (Header*& head : heads_) {
+      while (head != nullptr) {
+        Header* next = head->next;
+        std::free(head);
+        head = next;
+      }
+    }
+  }
+
+  void* Alloc(size_t n) {
+    const uint32_t c = ClassOf(n);
+    Header* h = nullptr;
+    if (c == kLarge) {
+      h = static_cast<Header*>(std::malloc(sizeof(Header) + n));
+      if (h == nullptr) return nullptr;
+      h->size = n;
+    } else if (heads_[c] != nullptr) {
+      h = heads_[c];
+      heads_[c] = h->next;
+      --counts_[c];
+    } else {
+      h = static_cast<Header*>(std::malloc(sizeof(Header) + (kSmallest << c)));
+      if (h == nullptr) return nullptr;
+    }
+    h->cls = c;
+    return h + 1;
+  }
+
+  void Free(void* p) {
+    if (p == nullptr) return;
+    Header* h = static_cast<Header*>(p) - 1;
+    const uint32_t c = h->cls;
+    if (c == kLarge || counts_[c] >= kMaxKept) {
+      std::free(h);
+      return;
+    }
+    h->next = heads_[c];
+    heads_[c] = h;
+    ++counts_[c];
+  }
+
+  void* Realloc(void* p, size_t n) {
+    if (p == nullptr) return Alloc(n);
+    Header* h = static_cast<Header*>(p) - 1;
+    const size_t usable = h->cls == kLarge ? h->size : kSmallest << h->cls;
+    if (n <= usable && h->cls != kLarge) return p;
+    void* q = Alloc(n);
+    if (q == nullptr) return nullptr;
+    std::memcpy(q, p, std::min(usable, n));
+    Free(p);
+    return q;
+  }
+
+ private:
+  static constexpr size_t kSmallest = 32;
+  static constexpr uint32_t kClasses = 8;  // 32 B .. 4 KiB
+  static constexpr uint32_t kLarge = kClasses;
+  static constexpr size_t kMaxKept = 512;
+  struct Header {
+    uint32_t cls;
+    uint32_t unused;
+    union {
+      Header* next;  // in a free list
+      size_t size;   // a large block's size
+    };
+  };
+  static_assert(sizeof(Header) == 16);
+
+  static uint32_t ClassOf(size_t n) {
+    uint32_t c = 0;
+    while (c < kClasses && (kSmallest << c) < n) ++c;
+    return c;
+  }
+
+  Header* heads_[kClasses] = {};
+  size_t counts_[kClasses] = {};
+};
+
+#if defined(__SANITIZE_ADDRESS__)
+nghttp2_mem* Allocator() { return nullptr; }  // nghttp2's default: malloc
+#else
+thread_local BlockCache t_blocks;
+nghttp2_mem* Allocator() {
+  static nghttp2_mem mem{
+      .mem_user_data = nullptr,
+      .malloc = [](size_t n, void*) { return t_blocks.Alloc(n); },
+      .free = [](void* p, void*) { t_blocks.Free(p); },
+      .calloc = [](size_t count, size_t n, void*) -> void* {
+        if (n != 0 && count > SIZE_MAX / n) return nullptr;
+        void* p = t_blocks.Alloc(count * n);
+        if (p != nullptr) std::memset(p, 0, count * n);
+        return p;
+      },
+      .realloc = [](void* p, size_t n, void*) { return t_blocks.Realloc(p, n); },
+  };
+  return &mem;
+}
+#endif
 
 bool IsGrpcContentType(std::string_view v) {
   constexpr std::string_view kType = "application/grpc";
@@ -100,8 +212,17 @@ struct H2Connection::Stream {
     kDeciding,  // handed to the service, no answer yet
     kAnswered,  // answered (or refused); whatever else comes is ignored
   };
-  explicit Stream(int32_t stream_id) : id(stream_id) {}
-  int32_t id;
+  // For a new stream; a stream object is reused (its buffers keep their capacity).
+  void Reset(int32_t stream_id) {
+    id = stream_id;
+    state = State::kHeaders;
+    post = grpc_type = path_served = has_deadline = refuse_rest = false;
+    header_bytes = 0;
+    body.clear();
+    payload.clear();
+    sent = 0;
+  }
+  int32_t id = 0;
   State state = State::kHeaders;
   bool post = false;
   bool grpc_type = false;
@@ -123,10 +244,17 @@ struct H2Connection::Callbacks {
   static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     H2Connection* self = Self(user_data);
-    auto stream = std::make_unique<Stream>(frame->hd.stream_id);
+    std::unique_ptr<Stream> stream;
+    if (self->spare_.empty()) {
+      stream = std::make_unique<Stream>();
+    } else {
+      stream = std::move(self->spare_.back());
+      self->spare_.pop_back();
+    }
+    stream->Reset(frame->hd.stream_id);
     stream->request_deadline = Clock::now() + self->options_->request_timeout;
     nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, stream.get());
-    self->streams_[frame->hd.stream_id] = std::move(stream);
+    self->streams_.push_back(std::move(stream));
     return 0;
   }
 
@@ -267,7 +395,7 @@ H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
   // Header fields are bounded by max_header_list_bytes (checked as they come); the HPACK table
   // the peer may make us keep is bounded by nghttp2's default SETTINGS_HEADER_TABLE_SIZE (4 KiB).
   nghttp2_option_set_max_send_header_block_length(option, 16 * 1024);
-  nghttp2_session_server_new2(&session_, callbacks, this, option);
+  nghttp2_session_server_new3(&session_, callbacks, this, option, Allocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
 }
@@ -285,6 +413,8 @@ void H2Connection::Start() {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_->max_concurrent_streams},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
        static_cast<uint32_t>(options_->max_header_list_bytes)},
+      // Every stream is one small call: RFC 7540's priority tree would only cost.
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   ArmTimer(last_activity_ + kTick);
@@ -304,7 +434,7 @@ void H2Connection::GoAway() {
 void H2Connection::Close() {
   if (closed_) return;
   closed_ = true;
-  for (auto& [id, s] : streams_) {
+  for (auto& s : streams_) {
     if (s->state == Stream::State::kHeaders || s->state == Stream::State::kBody) {
       service_->Count("cancelled");  // the client went away before its request was complete
     }
@@ -319,8 +449,11 @@ void H2Connection::Close() {
 
 H2Connection::Stream* H2Connection::Find(int32_t stream_id) {
   if (closed_) return nullptr;
-  const auto it = streams_.find(stream_id);
-  return it == streams_.end() ? nullptr : it->second.get();
+  // At most max_concurrent_streams, usually one or a few: a scan is cheaper than a map.
+  for (const auto& s : streams_) {
+    if (s->id == stream_id) return s.get();
+  }
+  return nullptr;
 }
 
 void H2Connection::StartRead() {
@@ -420,7 +553,8 @@ void H2Connection::OnTimer() {
   if (closed_) return;
   const Clock::time_point now = Clock::now();
   Clock::time_point next = now + kTick;
-  for (auto& [id, s] : streams_) {
+  for (auto& s : streams_) {
+    const int32_t id = s->id;
     switch (s->state) {
       case Stream::State::kHeaders:
       case Stream::State::kBody:
@@ -528,25 +662,35 @@ void H2Connection::OnRequestEnd(Stream& s) {
   }
   s.state = Stream::State::kDeciding;
   const int32_t id = s.id;
+  // The message stays put during the call whatever the service's answer does to the stream.
   std::string body = std::move(s.body);
   service_->OnCall(GrpcCall(shared_from_this(), id), std::string_view(body).substr(kPrefix));
-  // A decision still waiting (Redis) with a grpc-timeout: wake when it passes.
   Stream* after = Find(id);
-  if (after != nullptr && after->state == Stream::State::kDeciding && after->has_deadline &&
+  if (after == nullptr) return;
+  after->body = std::move(body);  // its capacity, for the next stream that reuses this one
+  after->body.clear();
+  // A decision still waiting (Redis) with a grpc-timeout: wake when it passes.
+  if (after->state == Stream::State::kDeciding && after->has_deadline &&
       after->deadline < timer_.expiry()) {
     ArmTimer(after->deadline);
   }
 }
 
 void H2Connection::OnStreamClose(int32_t stream_id) {
-  const auto it = streams_.find(stream_id);
+  const auto it = std::find_if(streams_.begin(), streams_.end(),
+                               [stream_id](const auto& s) { return s->id == stream_id; });
   if (it == streams_.end()) return;
-  const Stream::State state = it->second->state;
+  const Stream::State state = (*it)->state;
   if (state == Stream::State::kHeaders || state == Stream::State::kBody) {
     service_->Count("cancelled");  // reset before its request was complete
   }
   // kDeciding: the service's answer, when it comes, finds no stream and is dropped.
-  streams_.erase(it);
+  std::unique_ptr<Stream> gone = std::move(*it);
+  *it = std::move(streams_.back());
+  streams_.pop_back();
+  if (spare_.size() < kSpareStreams && gone->body.capacity() <= kKeptBufferBytes) {
+    spare_.push_back(std::move(gone));
+  }
 }
 
 void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite& message) {
@@ -571,7 +715,7 @@ void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite&
 void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
                                 bool accept_identity) {
   s.state = Stream::State::kAnswered;
-  s.body = {};
+  s.body.clear();
   const std::string status = std::to_string(static_cast<int>(code));
   const std::string encoded = PercentEncode(message);
   nghttp2_nv headers[] = {Field(":status", "200"), Field("content-type", "application/grpc"),
@@ -588,7 +732,7 @@ void H2Connection::AnswerHttp(Stream& s, std::string_view status) {
 }
 
 void H2Connection::RefuseRestOfRequest(Stream& s) {
-  s.body = {};
+  s.body.clear();
   s.refuse_rest = true;  // acted on once the answer is sent (OnFrameSend)
 }
 

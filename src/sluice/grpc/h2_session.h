@@ -31,7 +31,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -168,7 +167,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   const H2Options* options_;
   size_t loop_;
   nghttp2_session* session_ = nullptr;
-  std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // open, in no particular order
+  std::vector<std::unique_ptr<Stream>> spare_;    // closed, kept for reuse
   std::vector<uint8_t> in_;
   std::string out_;      // produced, not yet being written
   std::string writing_;  // the write in flight
