@@ -108,11 +108,13 @@ if deadline_us > 0 then
   end
 end
 
--- The helpers of the rarer paths are made on first need (a closure per call costs).
+-- The helpers of the rarer paths are made on first need: a closure made on every call costs
+-- every call. new_read_counter() and new_undo() make them.
 local read_counter, undo, fire
 
--- The value of a counter field, 0 when missing, or -1 when it holds no valid counter.
-local function make_read_counter()
+-- read_counter(key, field): the value of a counter field, 0 when missing, or -1 when it holds no
+-- valid counter.
+local function new_read_counter()
   return function(key, field)
     local v = redis.pcall('HGET', key, field)
     if v == false or v == nil then return 0 end
@@ -124,8 +126,9 @@ local function make_read_counter()
   end
 end
 
--- Takes back an increment of `cost` that left `after` in the field (a field it created goes).
-local function make_undo()
+-- undo(key, field, cost, after): takes back an increment of `cost` that left `after` in the
+-- field (a field it created goes).
+local function new_undo()
   return function(key, field, cost, after)
     if after == cost then
       redis.call('HDEL', key, field)
@@ -135,9 +138,9 @@ local function make_undo()
   end
 end
 
--- A new field (the increment returned the cost) may have created its hash: give the hash its
--- expiry in the same atomic step (NX: the first one set stays; every subject of the hash shares
--- the window). False if the limit's static part does not start with an expiry.
+-- A new field (the increment returned the cost) may have created its hash: the hash gets its
+-- expiry in the same atomic step (EXPIREAT NX: the first one set stays; every subject of the
+-- hash shares the window). False if the limit's static part does not start with an expiry.
 local function expire_new(key, static)
   local space = find(static, ' ', 1, true)
   local at = space and tonumber(sub(static, 1, space - 1))
@@ -168,8 +171,8 @@ do
     end
     for a = h + 4, h + 4 * n, 4 do
       local quota, shadow, first = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
-      if quota == nil or quota < 0 or quota > kMaxUsed or quota % 1 ~= 0 or
-          (first ~= '' and tonumber(first) == nil) then
+      if first ~= '' then first = tonumber(first) end
+      if quota == nil or quota < 0 or quota > kMaxUsed or quota % 1 ~= 0 or first == nil then
         bad = 'bad limit at ARGV ' .. a; break
       end
       if shadow == '1' then
@@ -179,7 +182,7 @@ do
       elseif fits then
         local key = KEYS[k]
         if cost == 0 then
-          if read_counter == nil then read_counter = make_read_counter() end
+          if read_counter == nil then read_counter = new_read_counter() end
           local used = read_counter(key, subject)
           if used < 0 or used > quota then
             fits = false
@@ -196,13 +199,13 @@ do
               bad = 'bad limit at ARGV ' .. a
             end
             if bad or after < cost or after > kMaxUsed + cost or after > quota then
-              if undo == nil then undo = make_undo() end
+              if undo == nil then undo = new_undo() end
               undo(key, subject, cost, after)
               fits = false
             else
               reply[r] = after
               done = done + 1
-              if first ~= '' and after >= tonumber(first) then more = true end
+              if first ~= '' and after >= first then more = true end
             end
           end
         end
@@ -216,6 +219,13 @@ do
   if not bad and (h ~= nargs + 1 or k ~= nkeys) then
     bad = 'ARGV does not match N and the keys'
   end
+end
+
+-- The common case ends here: admitted, no shadow limit, no threshold reached.
+if fits and not more and not bad then
+  reply[#reply + 1] = 0
+  reply[#reply + 1] = 0
+  return reply
 end
 
 -- Calls f(h, a, k, r, cost, subject) for every limit of every part, in order: h the part's
@@ -235,7 +245,7 @@ end
 -- Takes back the increments that stand: the first `done` enforced limits of paying parts.
 local function take_back()
   if done == 0 then return end
-  if undo == nil then undo = make_undo() end
+  if undo == nil then undo = new_undo() end
   each_limit(function(h, a, k, r, cost, subject)
     if done > 0 and cost > 0 and ARGV[a + 1] == '0' then
       undo(KEYS[k], subject, cost, reply[r])
@@ -247,12 +257,6 @@ end
 if bad then
   take_back()
   return redis.error_reply('ERR sluice decide: ' .. bad)
-end
-
-if fits and not more then
-  reply[#reply + 1] = 0
-  reply[#reply + 1] = 0
-  return reply
 end
 
 local outbox = KEYS[nkeys]
@@ -303,7 +307,7 @@ fire = function(h, a, key, w, percent, used)
   fired = fired + 1
 end
 
-if read_counter == nil then read_counter = make_read_counter() end
+if read_counter == nil then read_counter = new_read_counter() end
 
 if fits then
   -- Admitted: shadow counters grow too (capped at kMaxUsed), and every threshold reached fires.

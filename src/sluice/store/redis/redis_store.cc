@@ -79,6 +79,10 @@ absl::Status ConnectionFailure(const absl::Status& s) {
   return WithStoreFailure(s, kind);
 }
 
+// An EVALSHA command, shared by its sends and by what its late reply needs (the refunds are
+// built from it only then, not for every decision).
+using SharedCommand = std::shared_ptr<const std::vector<std::string>>;
+
 // What to do with the reply of an EVALSHA that arrives after it timed out.
 using LateReply = std::function<void(const Reply&)>;
 
@@ -86,24 +90,24 @@ using LateReply = std::function<void(const Reply&)>;
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
 // EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Callback done,
-               LateReply late, bool retried = false) {
-  std::vector<std::string> copy = retried ? std::vector<std::string>{} : argv;
+void RunScript(Connection* conn, SharedCommand argv, Connection::Callback done, LateReply late,
+               bool retried = false) {
   Connection::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
+  std::vector<std::string> command = *argv;
   conn->Send(
-      std::move(argv),
-      [conn, copy = std::move(copy), done = std::move(done), late,
+      std::move(command),
+      [conn, argv = retried ? nullptr : std::move(argv), done = std::move(done), late,
        retried](absl::StatusOr<Reply> reply) mutable {
         if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
           conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
-                     [conn, copy = std::move(copy), done = std::move(done),
+                     [conn, argv = std::move(argv), done = std::move(done),
                       late = std::move(late)](absl::StatusOr<Reply> loaded) mutable {
                        if (!loaded.ok()) {
                          std::move(done)(loaded.status());
                          return;
                        }
-                       RunScript(conn, std::move(copy), std::move(done), std::move(late),
+                       RunScript(conn, std::move(argv), std::move(done), std::move(late),
                                  /*retried=*/true);
                      });
           return;
@@ -111,6 +115,33 @@ void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Call
         std::move(done)(std::move(reply));
       },
       std::move(on_late));
+}
+
+// The refund.lua calls that take back what the decision `decide` (an EVALSHA of decide.lua as
+// DecideCommand builds it) charged: one per part that paid, with its counter hashes, its cost
+// and its subject. EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT
+// round. All keys share the decision's hash tag.
+std::vector<std::vector<std::string>> RefundsOf(const std::vector<std::string>& decide) {
+  std::vector<std::vector<std::string>> refunds;
+  size_t keys = 0;
+  if (!absl::SimpleAtoi(ToAbsl(decide[2]), &keys)) return refunds;
+  size_t key = 3;             // the part's first counter hash
+  size_t arg = 3 + keys + 2;  // the part's cost (after deadline_us and the event values)
+  while (arg + 3 < decide.size()) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(ToAbsl(decide[arg + 1]), &n)) break;
+    if (decide[arg] != "0") {
+      std::vector<std::string>& refund = refunds.emplace_back();
+      refund.reserve(5 + n);
+      refund = {"EVAL", std::string(kRefundScript), absl::StrCat(n)};
+      for (size_t i = 0; i < n; ++i) refund.push_back(decide[key + i]);
+      refund.push_back(decide[arg]);      // cost
+      refund.push_back(decide[arg + 2]);  // subject
+    }
+    key += n;
+    arg += 4 + 4 * n;
+  }
+  return refunds;
 }
 
 }  // namespace
@@ -207,7 +238,12 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   argv.push_back(script_sha_);
   argv.push_back(absl::StrCat(keys));
   for (const StoreRequest& part : parts) {
-    for (size_t i = 0; i < part.plan->limits.size(); ++i) argv.push_back(CounterKey(part, i));
+    // CounterKey's parts, the tag and slot computed once per part.
+    const std::string tag = Tag(Placement(part));
+    const int slot = SlotOf(part.subject);
+    for (size_t i = 0; i < part.plan->limits.size(); ++i) {
+      argv.push_back(absl::StrCat(tag, ":h:", LimitWindow(part, i), ":", slot));
+    }
   }
   argv.push_back(OutboxKey(BucketOf(placement)));
 
@@ -256,12 +292,14 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
 }
 
 void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                                const std::vector<std::vector<std::string>>& refunds) {
+                                const std::vector<std::string>& decide) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
   if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
+  const std::vector<std::vector<std::string>> refunds = RefundsOf(decide);
+  if (refunds.empty()) return;
   // The late replies of a stall typically arrive while the breaker is still open; the refund
   // must go out anyway. Counted when its reply arrives, in time or late (a group's refunds, one
   // per part that paid, count as one).
@@ -311,28 +349,16 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
     n += part.plan->limits.size();
   }
   Connection* conn = connection_for_thread_();
+  auto command = std::make_shared<const std::vector<std::string>>(DecideCommand(parts, placement));
   LateReply late;
-  // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round. One per
-  // part that paid (each its own cost); all keys share the call's hash tag.
-  auto refunds = std::make_shared<std::vector<std::vector<std::string>>>();
-  for (const StoreRequest& part : parts) {
-    if (part.cost == 0) continue;
-    const size_t m = part.plan->limits.size();
-    std::vector<std::string>& refund = refunds->emplace_back();
-    refund.reserve(5 + m);
-    refund = {"EVAL", std::string(kRefundScript), absl::StrCat(m)};
-    for (size_t i = 0; i < m; ++i) refund.push_back(CounterKey(part, i));
-    refund.push_back(absl::StrCat(part.cost));
-    refund.push_back(std::string(part.subject));
-  }
-  if (!refunds->empty()) {
-    late = [this, conn, n, refunds](const Reply& reply) {
-      OnLateDecision(conn, reply, n, *refunds);
+  if (std::any_of(parts.begin(), parts.end(), [](const StoreRequest& p) { return p.cost > 0; })) {
+    late = [this, conn, n, command](const Reply& reply) {
+      OnLateDecision(conn, reply, n, *command);
     };
   }
   const absl::Time start = StartTimer();
   RunScript(
-      conn, DecideCommand(parts, placement),
+      conn, std::move(command),
       [this, n, sizes = std::move(sizes), start,
        done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {

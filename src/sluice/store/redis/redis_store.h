@@ -124,10 +124,10 @@ class RedisStore final : public Store {
   [[nodiscard]] absl::Time StartTimer() const;
   // Reports the round trip of a command of `kind` started at `start` (from StartTimer).
   void Observed(RedisCommandKind kind, absl::Time start) const;
-  // The late reply `reply` of a decision (`n` limits in all): if it admitted, sends `refunds`
-  // (one per part of cost > 0) on `conn`.
+  // The late reply `reply` of the decision `decide` (its EVALSHA; `n` limits in all): if it
+  // admitted, sends its refunds (one refund.lua per part of cost > 0) on `conn`.
   void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                      const std::vector<std::vector<std::string>>& refunds);
+                      const std::vector<std::string>& decide);
 
   std::function<Connection*()> connection_for_thread_;
   RedisStoreOptions options_;
