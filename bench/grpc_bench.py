@@ -32,7 +32,7 @@ ROOT = os.path.dirname(HERE)
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 PROTOS = ["envoy/config/core/v3/base.proto",
           "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-          "envoy/service/ratelimit/v3/rls.proto"]
+          "envoy/service/ratelimit/v3/rls.proto", "envoy/type/v3/ratelimit_unit.proto"]
 TOKEN = "bench-admin-token-0123456789"  # the admin plane's /metrics (loopback only, this run only)
 
 # name: h2load processes (one API key each), connections per process, streams per connection;
