@@ -220,6 +220,19 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.decide(lim), (True, [2], 0, 2))  # read as full: refused, armed
         self.assertEqual(self.counter(counters[0]), b"2")
 
+    def test_a_refused_write_fails_the_call_instead_of_reading_as_an_unusable_counter(self):
+        # Out of memory (or a read-only replica), Redis refuses the first increment: the call is
+        # an error, so sluice answers per on_store_error instead of denying.
+        self.redis.call("CONFIG", "SET", "maxmemory", "1")
+        try:
+            with self.assertRaises(RedisError) as refused:
+                self.raw([limit("m", 10), limit("h", 10)])
+            self.assertTrue(str(refused.exception).startswith("OOM"), refused.exception)
+        finally:
+            self.redis.call("CONFIG", "SET", "maxmemory", "0")
+        self.assertEqual(self.all_keys(), [])
+        self.assertEqual(self.decide([limit("m", 10)])[:2], (True, [1]))
+
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
         lim = [limit("m", top)]

@@ -157,7 +157,7 @@ local reply = { 1 }
 -- more is written). Every part and limit is checked on the way, so that a malformed call is
 -- refused with everything it did taken back. `done` counts the increments that stand; `more`
 -- says whether any limit is shadow or reached its first threshold.
-local fits, done, more, bad = true, 0, false, nil
+local fits, done, more, bad, failed = true, 0, false, nil, nil
 do
   local h, k, r = 3, 1, 2
   while h <= nargs do
@@ -193,7 +193,17 @@ do
           -- HINCRBY refuses a field that is no integer, and one that would overflow.
           local after = redis.pcall('HINCRBY', key, subject, cost)
           if type(after) ~= 'number' then
-            fits = false
+            -- A field that is no integer, one that would overflow, or a key of another type is
+            -- an unusable counter; any other refusal (OOM, READONLY, ...) fails the call, as a
+            -- write would have before anything else was written.
+            local e = type(after) == 'table' and after.err or ''
+            if find(e, 'not an integer', 1, true) or find(e, 'overflow', 1, true) or
+                find(e, 'WRONGTYPE', 1, true) then
+              fits = false
+            else
+              failed = after
+              bad = 'refused'
+            end
           else
             if after == cost and not expire_new(key, ARGV[a + 3]) then
               bad = 'bad limit at ARGV ' .. a
@@ -256,6 +266,7 @@ end
 
 if bad then
   take_back()
+  if failed ~= nil then return failed end  -- Redis's own error reply, e.g. OOM
   return redis.error_reply('ERR sluice decide: ' .. bad)
 end
 
