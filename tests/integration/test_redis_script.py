@@ -79,12 +79,15 @@ def limit(name, quota, thresholds=(), window_id=1000, window_len=3600):
             "window_id": window_id, "window_len": window_len}
 
 
-def keys_for(subject, limits, bucket=7):
+def keys_for(subject, limits, bucket=7, slot=3):
     """The keys RedisStore builds: no plan in them (usage follows the subject); the window is
-    named by its length in seconds (these limits are all fixed windows)."""
+    named by its length in seconds (these limits are all fixed windows). The counters are fields
+    (the subject) of the slot's counter hash: every subject here is in slot 3, so the tests also
+    see subjects sharing a hash."""
     tag = f"{PREFIX}:{{{bucket}}}"
-    part = [f"{l['name']}:{l['window_len']}s:{l['window_id']}:{subject}" for l in limits]
-    return [f"{tag}:c:{p}" for p in part], [f"{tag}:a:{p}" for p in part], f"{tag}:outbox"
+    part = [f"{l['name']}:{l['window_len']}s:{l['window_id']}" for l in limits]
+    return ([f"{tag}:h:{p}:{slot}" for p in part], [f"{tag}:a:{p}:{subject}" for p in part],
+            f"{tag}:outbox")
 
 
 class RedisScriptTest(unittest.TestCase):
@@ -131,17 +134,23 @@ class RedisScriptTest(unittest.TestCase):
 
     def raw(self, limits, cost=1, subject="user-42", plan="free", outbox_max=1000, deadline_us=0):
         """EVALs the script; returns the raw reply list."""
-        counters, flags, outbox = keys_for(subject, limits)
-        argv = [cost, self.now * 1000 + 123, outbox_max, deadline_us, len(limits), subject, plan]
+        counters, _, outbox = keys_for(subject, limits)
+        argv = [deadline_us, f"{self.now * 1000 + 123} {outbox_max}", cost, len(limits), subject,
+                plan]
         for l in limits:
             start = self.now - self.now % l["window_len"]
             end = start + l["window_len"]
-            argv += [l["name"], l["quota"], 1 if l.get("shadow") else 0, end + GRACE, start, end,
-                     len(l["thresholds"])]
-            for p in l["thresholds"]:
-                argv += [p, -(-l["quota"] * p // 100)]
-        keys = counters + flags + [outbox]
+            counts = [(p, -(-l["quota"] * p // 100)) for p in sorted(l["thresholds"])]
+            static = " ".join([str(end + GRACE), str(start), str(end), l["name"]] +
+                              [f"{p} {c}" for p, c in counts])
+            argv += [l["quota"], 1 if l.get("shadow") else 0, counts[0][1] if counts else "",
+                     static]
+        keys = counters + [outbox]
         return self.redis.call("EVAL", self.script, len(keys), *keys, *argv)
+
+    def counter(self, key, subject="user-42"):
+        """A counter field as stored (bytes), or None."""
+        return self.redis.call("HGET", key, subject)
 
     def decide(self, limits, cost=1, **kw):
         """Returns (allowed, [used...], fired, refused)."""
@@ -187,18 +196,19 @@ class RedisScriptTest(unittest.TestCase):
         for bad in ["-5", "garbage", "007", "1e3", "0x10", "9223372036854775807",
                     "9007199254740993", "1000000000000001", " 1", ""]:
             with self.subTest(bad=bad):
-                self.redis.call("SET", key, bad)
+                self.redis.call("HSET", key, "user-42", bad)
                 for cost in (0, 1, 5):
                     self.assertEqual(self.decide(lim, cost=cost), (False, [-1], 0, 0))
-                self.assertEqual(self.redis.call("GET", key), bad.encode())
+                self.assertEqual(self.counter(key), bad.encode())
         self.assertEqual(self.outbox(limits=lim), [])
 
     def test_a_counter_key_of_another_type_is_exhausted_instead_of_failing_the_script(self):
         lim = [limit("m", 10), limit("h", 10)]
         counters = keys_for("user-42", lim)[0]
-        self.redis.call("HSET", counters[1], "x", "1")
+        self.redis.call("SET", counters[1], "1")
         self.assertEqual(self.decide(lim), (False, [0, -1], 0, 0))
-        self.assertIsNone(self.redis.call("GET", counters[0]))  # nothing half-written
+        self.assertIsNone(self.counter(counters[0]))  # the first limit's increment taken back
+        self.assertEqual(self.redis.call("EXISTS", counters[0]), 0)
 
     def test_a_flag_hash_or_outbox_of_another_type_does_not_fail_an_admission(self):
         lim = [limit("m", 2, [50, 100])]
@@ -208,22 +218,35 @@ class RedisScriptTest(unittest.TestCase):
         self.redis.call("DEL", flags[0])
         self.redis.call("SET", outbox, "x")
         self.assertEqual(self.decide(lim), (True, [2], 0, 2))  # read as full: refused, armed
-        self.assertEqual(self.redis.call("GET", counters[0]), b"2")
+        self.assertEqual(self.counter(counters[0]), b"2")
+
+    def test_a_refused_write_fails_the_call_instead_of_reading_as_an_unusable_counter(self):
+        # Out of memory (or a read-only replica), Redis refuses the first increment: the call is
+        # an error, so sluice answers per on_store_error instead of denying.
+        self.redis.call("CONFIG", "SET", "maxmemory", "1")
+        try:
+            with self.assertRaises(RedisError) as refused:
+                self.raw([limit("m", 10), limit("h", 10)])
+            self.assertTrue(str(refused.exception).startswith("OOM"), refused.exception)
+        finally:
+            self.redis.call("CONFIG", "SET", "maxmemory", "0")
+        self.assertEqual(self.all_keys(), [])
+        self.assertEqual(self.decide([limit("m", 10)])[:2], (True, [1]))
 
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
         lim = [limit("m", top)]
         key = keys_for("user-42", lim)[0][0]
-        self.redis.call("SET", key, top - 10**6)
+        self.redis.call("HSET", key, "user-42", top - 10**6)
         self.assertEqual(self.decide(lim, cost=10**6)[:2], (True, [top]))
         self.assertEqual(self.decide(lim, cost=1)[:2], (False, [top]))
         self.assertEqual(self.decide(lim, cost=0)[:2], (True, [top]))
 
     # --- refund.lua: an admission whose reply came after the caller answered degraded ----------
 
-    def refund(self, keys, cost):
+    def refund(self, keys, cost, subject="user-42"):
         with open(REFUND_PATH) as f:
-            return self.redis.call("EVAL", f.read(), len(keys), *keys, cost)
+            return self.redis.call("EVAL", f.read(), len(keys), *keys, cost, subject)
 
     def test_a_refund_takes_back_exactly_the_cost_and_keeps_the_expiry(self):
         lim = [limit("m", 10), limit("h", 100)]
@@ -231,17 +254,20 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.decide(lim, cost=3)[:2], (True, [3, 3]))
         self.assertEqual(self.decide(lim, cost=4)[:2], (True, [7, 7]))
         self.assertEqual(self.refund(counters, 4), 2)
-        self.assertEqual([self.redis.call("GET", k) for k in counters], [b"3", b"3"])
+        self.assertEqual([self.counter(k) for k in counters], [b"3", b"3"])
         self.assertTrue(all(self.redis.call("TTL", k) > 0 for k in counters))
+        # Taken back to 0, a field goes (a missing field is 0), and with it an emptied hash.
+        self.assertEqual(self.refund(counters, 3), 2)
+        self.assertEqual(self.redis.call("EXISTS", *counters), 0)
 
     def test_a_refund_leaves_missing_smaller_or_unusable_counters_alone(self):
-        keys = ["sl:{7}:c:a:60s:1:x", "sl:{7}:c:b:60s:1:x", "sl:{7}:c:c:60s:1:x"]
-        self.redis.call("SET", keys[1], "2")
-        self.redis.call("SET", keys[2], "garbage")
-        self.assertEqual(self.refund(keys, 3), 0)
-        self.assertIsNone(self.redis.call("GET", keys[0]))  # no negative key without a TTL
-        self.assertEqual(self.redis.call("GET", keys[1]), b"2")
-        self.assertEqual(self.redis.call("GET", keys[2]), b"garbage")
+        keys = ["sl:{7}:h:a:60s:1:0", "sl:{7}:h:b:60s:1:0", "sl:{7}:h:c:60s:1:0"]
+        self.redis.call("HSET", keys[1], "x", "2")
+        self.redis.call("HSET", keys[2], "x", "garbage")
+        self.assertEqual(self.refund(keys, 3, subject="x"), 0)
+        self.assertEqual(self.redis.call("EXISTS", keys[0]), 0)  # no negative key without a TTL
+        self.assertEqual(self.counter(keys[1], "x"), b"2")
+        self.assertEqual(self.counter(keys[2], "x"), b"garbage")
 
     def test_a_quota_or_cost_beyond_the_bounds_is_refused_before_anything_is_written(self):
         with self.assertRaises(RedisError):
@@ -277,13 +303,28 @@ class RedisScriptTest(unittest.TestCase):
         self.decide(lim, cost=2)
         self.assertEqual(self.decide(lim)[:2], (False, [2, 2]))
         counters, _, _ = keys_for("user-42", lim)
-        self.assertEqual(self.redis.call("GET", counters[1]), b"2")
+        self.assertEqual(self.counter(counters[1]), b"2")
 
     def test_subjects_are_counted_separately(self):
         lim = [limit("daily", 1)]
         self.assertTrue(self.decide(lim, subject="a:b")[0])
         self.assertTrue(self.decide(lim, subject="a")[0])
         self.assertFalse(self.decide(lim, subject="a:b")[0])
+        # Fields of one counter hash (same slot here), each its own counter.
+        counters, _, _ = keys_for("a", lim)
+        self.assertEqual(sorted(self.redis.call("HKEYS", counters[0])), [b"a", b"a:b"])
+
+    def test_a_denial_that_created_a_field_leaves_none(self):
+        # The optimistic increment of a request that cannot fit (cost above the quota, or a
+        # quota of 0) creates the field, and the denial deletes it again.
+        self.assertEqual(self.decide([limit("daily", 0)])[:2], (False, [0]))
+        self.assertEqual(self.decide([limit("daily", 2)], cost=3)[:2], (False, [0]))
+        self.assertEqual(self.all_keys(), [])
+        lim = [limit("per_minute", 5, window_len=60), limit("daily", 2)]
+        self.decide(lim, subject="other")  # the hashes exist, with another subject's fields
+        self.assertEqual(self.decide(lim, cost=3)[:2], (False, [0, 0]))
+        counters, _, _ = keys_for("user-42", lim)
+        self.assertEqual([self.redis.call("HKEYS", k) for k in counters], [[b"other"], [b"other"]])
 
     # --- peeks ---------------------------------------------------------------------------------
 
@@ -335,11 +376,12 @@ class RedisScriptTest(unittest.TestCase):
     def test_a_shadow_counter_stops_at_the_largest_counter_and_keeps_its_ttl(self):
         trial = dict(limit("trial", 3), shadow=True)
         counters, _, _ = keys_for("user-42", [trial])
-        self.redis.call("SET", counters[0], str(10**15 - 1), "EX", "3600")
+        self.redis.call("HSET", counters[0], "user-42", str(10**15 - 1))
+        self.redis.call("EXPIRE", counters[0], "3600")
         allowed, used, _, _ = self.decide([trial], cost=5)
         self.assertTrue(allowed)
         self.assertEqual(used, [10**15])
-        self.assertEqual(self.redis.call("GET", counters[0]), str(10**15).encode())
+        self.assertEqual(self.counter(counters[0]), str(10**15).encode())
         self.assertGreater(self.redis.call("TTL", counters[0]), 0)
 
     def test_every_key_has_a_ttl_after_a_first_denial_that_fired_100(self):
@@ -422,7 +464,7 @@ class RedisScriptTest(unittest.TestCase):
     def test_events_carry_used_and_quota_as_exact_integers(self):
         top = 10**15
         lim = [limit("m", top, [100])]
-        self.redis.call("SET", keys_for("user-42", lim)[0][0], top - 3)
+        self.redis.call("HSET", keys_for("user-42", lim)[0][0], "user-42", top - 3)
         self.decide(lim, cost=3)
         event = self.outbox()[0]
         self.assertEqual((event["used"], event["quota"]), (str(top), str(top)))
@@ -456,10 +498,14 @@ class RedisScriptTest(unittest.TestCase):
                 self.assertIs(type(value), int, reply)
 
     def test_mismatched_arguments_are_an_error(self):
-        counters, flags, outbox = keys_for("user-42", [limit("daily", 5)])
-        with self.assertRaises(RedisError):
-            self.redis.call("EVAL", self.script, 3, *counters, *flags, outbox,
-                            1, 0, 10, 2, "user-42", "free", "daily", 5, 9999999999, 0, 1, 0)
+        counters, _, outbox = keys_for("user-42", [limit("daily", 5)])
+        with self.assertRaises(RedisError):  # N = 2, one limit given
+            self.redis.call("EVAL", self.script, 2, *counters, outbox,
+                            0, "1 10", 1, 2, "user-42", "free", 5, 0, "", "9999999999 0 1 daily")
+        with self.assertRaises(RedisError):  # two limits, but one key
+            self.redis.call("EVAL", self.script, 2, *counters, outbox,
+                            0, "1 10", 1, 2, "user-42", "free", 5, 0, "", "9999999999 0 1 daily",
+                            5, 0, "", "9999999999 0 1 other")
         self.assertEqual(self.redis.call("DBSIZE"), 0)
 
 

@@ -2,8 +2,10 @@
 //
 // A callback that runs before the starting call returns (the memory store answers that way) is
 // taken as is: the coroutine continues without suspending, which saves a trip through the
-// scheduler on every decision. A callback that runs later resumes the coroutine through a post to
-// its executor, so a completion never runs inside the code that started the operation.
+// scheduler on every decision. A callback that runs later resumes the coroutine through a
+// dispatch to its executor: at once when it runs on the coroutine's thread (the Redis store's
+// replies), else posted. Either way a completion never runs inside the code that started the
+// operation.
 #ifndef SLUICE_HTTP_AWAIT_H_
 #define SLUICE_HTTP_AWAIT_H_
 
@@ -14,7 +16,7 @@
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -52,11 +54,13 @@ boost::asio::awaitable<T> AwaitCallback(Start start) {
   // A named initiation object, not a temporary inside the co_await expression: GCC 12 destroys
   // such temporaries twice when the coroutine suspends.
   auto initiation = [executor, state](auto handler) mutable {
+    // Dispatched: on the coroutine's own thread (a Redis reply read there) it resumes at once,
+    // from any other thread it is posted. Either way after `start` has returned.
     auto resume = [executor, handler = std::move(handler)](T result) mutable {
-      boost::asio::post(executor,
-                        [handler = std::move(handler), result = std::move(result)]() mutable {
-                          std::move(handler)(std::move(result));
-                        });
+      boost::asio::dispatch(executor,
+                            [handler = std::move(handler), result = std::move(result)]() mutable {
+                              std::move(handler)(std::move(result));
+                            });
     };
     std::unique_lock lock(state->mu);
     if (state->value.has_value()) {  // completed between the check and here

@@ -321,21 +321,20 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     ArmDeadline();
   }
 
-  // Matches one reply to the oldest command. False if no command was waiting for it.
+  // Matches one reply to the oldest command. False if no command was waiting for it. Runs the
+  // callback right here, from the read loop (never inside Send): posting it would cost every
+  // reply a trip through the scheduler for nothing. The command is off the FIFO before its
+  // callback runs, so the callback may Send (or Stop) freely.
   bool Deliver(Reply reply) {
     if (pending_.empty()) return false;
     Pending p = std::move(pending_.front());
     pending_.pop_front();
     if (p.cancelled) {
       --expired_;
-      if (p.late) {
-        asio::post(io_, [late = std::move(p.late), reply = std::move(reply)]() mutable {
-          std::move(late)(std::move(reply));
-        });
-      }
+      if (p.late) std::move(p.late)(std::move(reply));
     } else {
       OnAnswered();
-      Complete(std::move(p.done), std::move(reply));
+      std::move(p.done)(std::move(reply));
     }
     return true;
   }

@@ -48,7 +48,8 @@ inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 [[nodiscard]] absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url);
 
 // Not thread-safe: every call, including the destructor, must be made on the thread that runs
-// `io`, and callbacks run there too. Callbacks are always posted to `io`, never run inside Send().
+// `io`, and callbacks run there too, never inside Send(): a reply's callback runs from the
+// connection's read loop as the reply is parsed, any other outcome's is posted to `io`.
 //
 // Outcomes of a command, delivered to its callback exactly once:
 //   - OK with the reply; a Redis error reply (-ERR …) is an OK result of Reply type kError.
@@ -78,7 +79,7 @@ class Connection {
   // Closes the connection for good; outstanding commands complete with Unavailable.
   void Stop();
 
-  // `late` (may be null) runs, posted like `done`, if `done` got DeadlineExceeded and the reply
+  // `late` (may be null) runs, from the read loop, if `done` got DeadlineExceeded and the reply
   // arrives afterwards on the same connection.
   void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr);
   // As Send, but not refused while the circuit breaker is open: for a command that must reach

@@ -1,6 +1,6 @@
 -- decide.lua — one rate-limit decision (docs/semantics.md) in one atomic step: a single request,
 -- or a group of requests of distinct subjects decided all-or-nothing (admitted iff every part
--- fits). Requires Redis >= 7.0 (effects replication: the script calls XADD with an auto id).
+-- fits). Requires Redis >= 7.0 (EXPIREAT NX; effects replication: XADD with an auto id).
 --
 -- Every key of one call shares one hash tag {<bucket>} (docs/redis.md), so the script is valid on
 -- Redis Cluster. The caller (RedisStore) builds the keys; <bucket> is a fixed function of the
@@ -8,158 +8,98 @@
 -- at deployment), so the outbox streams are exactly <prefix>:{0}:outbox .. <prefix>:{B-1}:outbox
 -- and a delivery worker finds them all.
 --
--- KEYS: per part, in order, 2N keys (N = number of limits of the part's plan, in plan order),
--- then the outbox; a single decision is one part (2N + 1 keys):
---   counter of limit i (i = 1..N; string holding an integer)
---                            <prefix>:{<bucket>}:c:<limit>:<window>:<window_id>:<subject>
---   then alert flags of limit i (i = 1..N; hash; field "<percent>:<quota>", value "1")
---                            <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
+-- KEYS: per part, in order, N keys (N = number of limits of the part's plan, in plan order),
+-- then the outbox; a single decision is one part (N + 1 keys):
+--   counter hash of limit i  <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot>
+--                            field <subject>, value the counter (an integer). The subjects of one
+--                            slot (a hash of the subject) share the hash: small hashes stay
+--                            listpack-encoded, a few bytes per subject (docs/redis.md).
 --   last: the bucket's outbox stream   <prefix>:{<bucket>}:outbox
+-- The alert flags of a subject and limit live in a hash the script derives from the counter key
+-- (same hash tag, so the same Cluster slot) and touches only when a threshold is reached:
+--                            <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
+--                            field "<percent>:<quota>", value "1"
 --   No plan in the keys: counters and flags follow the subject from plan to plan; <window> is the
 --   fixed length in seconds ("60s") or "<day|week|month|year>@<zone>" (docs/redis.md). A flag
 --   names the quota it fired under, so a threshold fires once per subject, limit, window and
 --   effective quota: a quota raised by a plan change or an override has its thresholds armed, and
 --   one changed back finds its flags still set.
 --
--- ARGV (all decimal integers unless noted):
---   1  cost            the first part's cost, 0..1,000,000; 0 is a peek of that part: nothing of
---                      it is read-modify-written, nothing of it fires
---   2  now_ms          Unix milliseconds (corrected clock); only the event's occurred_at_ms
---   3  outbox_max      the outbox's capacity; at XLEN >= outbox_max an event is refused and its
---                      flag stays armed (it fires at a later request once there is room)
---   4  deadline_us     Unix microseconds (Redis's clock), no later than the instant the caller
+-- ARGV (decimal integers unless noted):
+--   1  deadline_us     Unix microseconds (Redis's clock), no later than the instant the caller
 --                      stops waiting and answers without Redis. A call that starts at or after it
 --                      changes nothing and replies {-1}. 0: no deadline. (A Redis that stalls, e.g.
 --                      SIGSTOP, runs the commands queued in its socket buffers when it resumes;
 --                      without this they would charge requests already answered as degraded.)
---   5  N               number of limits of the first part
---   6  subject         string
---   7  plan            string (plan name: the plan in force, for the event only)
---   then for each limit i = 1..N, in plan order:
---      name            string (limit name)
---      quota           0..1,000,000,000,000,000 (0 refuses all but a peek); decimal, no
---                      leading zeros (it is copied into flag fields and events as given)
---      shadow          1: a shadow limit (docs/semantics.md, Shadow limits): it never denies;
+--   2  event           "<now_ms> <outbox_max>", read only when a threshold fires: the event's
+--                      occurred_at_ms (corrected clock), and the outbox's capacity (at XLEN >=
+--                      outbox_max an event is refused and its flag stays armed)
+--   then per part:
+--      cost            0..1,000,000; 0 is a peek of that part: nothing of it is written, nothing
+--                      of it fires
+--      N               number of limits of the part
+--      subject         string (the counters' field)
+--      plan            string (the plan in force, for the event only)
+--      then for each limit i = 1..N, in plan order, 4 values:
+--        quota         0..1,000,000,000,000,000 (0 refuses all but a peek)
+--        shadow        1: a shadow limit (docs/semantics.md, Shadow limits): it never denies;
 --                      admitted, its counter grows by the cost even past the quota (capped at
 --                      kMaxUsed), and its 100% threshold also fires at a request it would have
 --                      denied; an unusable shadow counter is left alone and denies nothing.
 --                      0: an enforced limit
---      expire_at       Unix seconds: window end + grace (EXPIREAT, absolute; must be in the future)
---      window_start    Unix seconds
---      window_end      Unix seconds
---      T               number of thresholds of this limit
---      T pairs         percent (1..100), count = ceil(quota * percent / 100), precomputed by caller
---   then, for each further part of a group: cost, N, subject, plan and its N limits as above.
+--        first         the count of the limit's lowest threshold (no threshold below it can be
+--                      reached, so nothing about alerts is read while used < first); "" when the
+--                      limit has no thresholds
+--        static        "<expire_at> <window_start> <window_end> <name> <percent> <count> ...":
+--                      Unix seconds (expire_at = window end + grace, for EXPIREAT; must be in the
+--                      future), the limit's name, and each threshold's percent (1..100) and
+--                      count = ceil(quota * percent / 100), precomputed by the caller; read only
+--                      when a counter is created or a threshold is reached
 --
 -- Reply (integers only): { allowed (0|1), used_1, ..., used_M, fired, refused } (M = every
 -- limit of every part, part by part), or { -1 } when the deadline had passed (nothing was read or
 -- written)
 --   allowed  1 iff every limit of every part fits (one verdict for the whole group)
 --   used_i   counter i after this request (incremented if admitted, unchanged if denied), or -1
---            when the counter key holds no valid counter (see "Unusable counters" below)
+--            when the counter holds no valid counter (see "Unusable counters" below)
 --   fired    events written to the outbox by this call
 --   refused  thresholds that crossed but were not recorded because the outbox was full
 --
 -- Outbox entry fields (all strings): type=quota.threshold_reached, subject, plan, limit,
 --   threshold, used, quota, window_start, window_end (Unix seconds), occurred_at_ms.
 --
--- Expiry: counters get EXPIREAT expire_at in the call that creates them, flag hashes in every call
--- that writes them, so no key this script writes is ever left without a TTL. The outbox stream is
--- the exception by design: it is one long-lived key per bucket, bounded by outbox_max, emptied by
--- the dispatcher (XACK + XDEL).
+-- How: an admission is the common case, so each enforced counter of a paying part is incremented
+-- at once (HINCRBY) and checked after; the first that does not fit (or holds no valid counter)
+-- takes every increment of this call back and the call is decided again by reading (HGET), as a
+-- denial. So an admitted request costs one command per limit, plus EXPIREAT when it creates a
+-- counter, plus flag reads only once a threshold is reached.
+--
+-- Expiry: a counter hash gets EXPIREAT expire_at NX in the call that creates its field (every
+-- subject of a hash shares the window, so the first expiry is everyone's), flag hashes in every
+-- call that writes them, so no key this script writes is ever left without a TTL. The outbox
+-- stream is the exception by design: one long-lived key per bucket, bounded by outbox_max,
+-- emptied by the dispatcher (XACK + XDEL).
 --
 -- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
 -- kMaxUsed (no admission takes an enforced limit's counter past its quota, no quota exceeds
--- kMaxUsed, and a shadow limit's counter stops at kMaxUsed). A
--- counter key holding anything else — a negative number, garbage, a value beyond kMaxUsed, a key
--- of another type — was not written by this script: the limit counts as exhausted (every request,
--- peeks included, is denied; the reply says -1 for it), nothing is written and nothing fires. So
--- INCRBY only ever runs on a valid counter: it cannot fail half-way through the script (Redis
--- does not roll back a script's earlier writes) and cannot approach INT64_MAX.
--- Values are Lua doubles: exact up to 2^53 (about 9.007e15), above kMaxUsed + cost. A flag hash
--- or outbox key of the wrong type is read as "already fired" / "full" instead of failing the call.
+-- kMaxUsed, and a shadow limit's counter stops at kMaxUsed). A field holding anything else — a
+-- negative number, garbage, a value beyond kMaxUsed — or a counter key of another type was not
+-- written by this script: the limit counts as exhausted (every request, peeks included, is
+-- denied; the reply says -1 for it), its value is left as it was and nothing fires. An increment
+-- that finds one fails (HINCRBY refuses non-integers and overflow) or is taken back in the same
+-- call, and no increment runs on a counter whose value cannot be exact: a valid one plus the cost
+-- stays below 2^53, exact in a Lua double. A flag hash or outbox key of the wrong type is read as
+-- "already fired" / "full" instead of failing the call.
 
 local kMaxUsed = 1000000000000000
 local kMaxCost = 1000000
+local tonumber, find, sub = tonumber, string.find, string.sub
+local nargs, nkeys = #ARGV, #KEYS
 
--- The value of a counter key, 0 when missing, or -1 when it holds no valid counter.
-local function read_counter(key)
-  local v = redis.pcall('GET', key)
-  if v == false or v == nil then return 0 end
-  if type(v) ~= 'string' or #v > 16 then return -1 end
-  if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return -1 end
-  local n = tonumber(v)
-  if n == nil or n > kMaxUsed then return -1 end
-  return n
-end
-
-local now_ms = ARGV[2]
-local outbox_max = tonumber(ARGV[3])
-local deadline_us = tonumber(ARGV[4])
-
-if outbox_max == nil then
-  return redis.error_reply('ERR sluice decide: bad outbox_max')
-end
+local deadline_us = tonumber(ARGV[1])
 if deadline_us == nil then
   return redis.error_reply('ERR sluice decide: bad deadline_us')
 end
-
--- The parts: the first one's header is ARGV[1] (cost) and ARGV[5..7]; a further part's is
--- cost, N, subject, plan right after the previous part's limits.
-local parts = {}
-local a = 8
-local k = 1  -- the next part's first key
-local cost_at, header_at = 1, 5
-while true do
-  local part = {
-    cost = tonumber(ARGV[cost_at]), n = tonumber(ARGV[header_at]),
-    subject = ARGV[header_at + 1], plan = ARGV[header_at + 2], limits = {}, key = k,
-  }
-  local p = #parts + 1
-  if part.cost == nil or part.cost < 0 or part.cost > kMaxCost or
-      part.cost ~= math.floor(part.cost) then
-    return redis.error_reply('ERR sluice decide: bad cost')
-  end
-  if part.n == nil or part.n < 1 or part.n ~= math.floor(part.n) or part.subject == nil or
-      part.plan == nil or k + 2 * part.n > #KEYS then
-    return redis.error_reply('ERR sluice decide: expected 2N keys per part and the outbox')
-  end
-  for i = 1, part.n do
-    local t = tonumber(ARGV[a + 6])
-    local limit = {
-      name = ARGV[a], quota = tonumber(ARGV[a + 1]), quota_text = ARGV[a + 1],
-      shadow = ARGV[a + 2] == '1', expire_at = ARGV[a + 3],
-      window_start = ARGV[a + 4], window_end = ARGV[a + 5], thresholds = {},
-    }
-    -- A quota of 0 refuses every request but a peek (envoyproxy/ratelimit's way to block).
-    if limit.quota == nil or limit.quota < 0 or limit.quota > kMaxUsed or t == nil or
-        (limit.quota_text ~= '0' and not string.match(limit.quota_text, '^[1-9]%d*$')) or
-        (ARGV[a + 2] ~= '0' and ARGV[a + 2] ~= '1') then
-      return redis.error_reply('ERR sluice decide: bad limit ' .. i .. ' of part ' .. p)
-    end
-    a = a + 7
-    for j = 1, t do
-      limit.thresholds[j] = {
-        percent = ARGV[a], count = tonumber(ARGV[a + 1]),
-        field = ARGV[a] .. ':' .. limit.quota_text,  -- the flag: this percent of this quota
-      }
-      a = a + 2
-    end
-    part.limits[i] = limit
-  end
-  parts[p] = part
-  k = k + 2 * part.n
-  if a > #ARGV then break end
-  cost_at, header_at = a, a + 1
-  a = a + 4
-end
-if a - 1 ~= #ARGV then
-  return redis.error_reply('ERR sluice decide: ARGV does not match N and the thresholds')
-end
-if k ~= #KEYS then
-  return redis.error_reply('ERR sluice decide: expected 2N keys per part and the outbox')
-end
-
 if deadline_us > 0 then
   -- Unix microseconds, about 1.8e15: exact in a double.
   local t = redis.call('TIME')
@@ -168,98 +108,269 @@ if deadline_us > 0 then
   end
 end
 
--- Admission: all-or-nothing over every enforced (not shadow) limit of every part.
-local allowed = 1
-for _, part in ipairs(parts) do
-  part.used = {}
-  for i = 1, part.n do
-    part.used[i] = read_counter(KEYS[part.key + i - 1])
-    if not part.limits[i].shadow and
-        (part.used[i] < 0 or part.used[i] + part.cost > part.limits[i].quota) then
-      allowed = 0
+-- The helpers of the rarer paths are made on first need: a closure made on every call costs
+-- every call. new_read_counter() and new_undo() make them.
+local read_counter, undo, fire
+
+-- read_counter(key, field): the value of a counter field, 0 when missing, or -1 when it holds no
+-- valid counter.
+local function new_read_counter()
+  return function(key, field)
+    local v = redis.pcall('HGET', key, field)
+    if v == false or v == nil then return 0 end
+    if type(v) ~= 'string' or #v > 16 then return -1 end
+    if v ~= '0' and not string.match(v, '^[1-9]%d*$') then return -1 end
+    local n = tonumber(v)
+    if n == nil or n > kMaxUsed then return -1 end
+    return n
+  end
+end
+
+-- undo(key, field, cost, after): takes back an increment of `cost` that left `after` in the
+-- field (a field it created goes).
+local function new_undo()
+  return function(key, field, cost, after)
+    if after == cost then
+      redis.call('HDEL', key, field)
+    else
+      redis.call('HINCRBY', key, field, -cost)
     end
   end
 end
 
-local outbox = KEYS[#KEYS]
-local fired, refused = 0, 0
-local room = nil  -- free places in the outbox, read once on first need
+-- A new field (the increment returned the cost) may have created its hash: the hash gets its
+-- expiry in the same atomic step (EXPIREAT NX: the first one set stays; every subject of the
+-- hash shares the window). False if the limit's static part does not start with an expiry.
+local function expire_new(key, static)
+  local space = find(static, ' ', 1, true)
+  local at = space and tonumber(sub(static, 1, space - 1))
+  if at == nil then return false end
+  redis.call('EXPIREAT', key, string.format('%d', at), 'NX')
+  return true
+end
 
--- Records threshold `th` of limit i of `part` at counter value `after`: event first, then the
--- flag. A full outbox leaves the flag unset (armed), as the memory store does.
-local function fire(part, i, th, after)
+-- reply[1] is the verdict; reply[r] the counter of the (r-1)th limit of the call, part by part.
+local reply = { 1 }
+
+-- Admission, optimistically: each enforced counter of each paying part is incremented, each
+-- enforced counter of a peek is read, in order, until one does not fit (`fits` false: nothing
+-- more is written). Every part and limit is checked on the way, so that a malformed call is
+-- refused with everything it did taken back. `done` counts the increments that stand; `more`
+-- says whether any limit is shadow or reached its first threshold.
+local fits, done, more, bad, failed = true, 0, false, nil, nil
+do
+  local h, k, r = 3, 1, 2
+  while h <= nargs do
+    local cost, n, subject = tonumber(ARGV[h]), tonumber(ARGV[h + 1]), ARGV[h + 2]
+    if cost == nil or cost < 0 or cost > kMaxCost or cost % 1 ~= 0 then
+      bad = 'bad cost'; break
+    end
+    if n == nil or n < 1 or n % 1 ~= 0 or ARGV[h + 3] == nil or k + n > nkeys or
+        h + 3 + 4 * n > nargs then
+      bad = 'expected N keys and 4 N limit values per part, then the outbox'; break
+    end
+    for a = h + 4, h + 4 * n, 4 do
+      local quota, shadow, first = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+      if first ~= '' then first = tonumber(first) end
+      if quota == nil or quota < 0 or quota > kMaxUsed or quota % 1 ~= 0 or first == nil then
+        bad = 'bad limit at ARGV ' .. a; break
+      end
+      if shadow == '1' then
+        more = true
+      elseif shadow ~= '0' then
+        bad = 'bad limit at ARGV ' .. a; break
+      elseif fits then
+        local key = KEYS[k]
+        if cost == 0 then
+          if read_counter == nil then read_counter = new_read_counter() end
+          local used = read_counter(key, subject)
+          if used < 0 or used > quota then
+            fits = false
+          else
+            reply[r] = used
+          end
+        else
+          -- HINCRBY refuses a field that is no integer, and one that would overflow.
+          local after = redis.pcall('HINCRBY', key, subject, cost)
+          if type(after) ~= 'number' then
+            -- A field that is no integer, one that would overflow, or a key of another type is
+            -- an unusable counter; any other refusal (OOM, READONLY, ...) fails the call, as a
+            -- write would have before anything else was written.
+            local e = type(after) == 'table' and after.err or ''
+            if find(e, 'not an integer', 1, true) or find(e, 'overflow', 1, true) or
+                find(e, 'WRONGTYPE', 1, true) then
+              fits = false
+            else
+              failed = after
+              bad = 'refused'
+            end
+          else
+            if after == cost and not expire_new(key, ARGV[a + 3]) then
+              bad = 'bad limit at ARGV ' .. a
+            end
+            if bad or after < cost or after > kMaxUsed + cost or after > quota then
+              if undo == nil then undo = new_undo() end
+              undo(key, subject, cost, after)
+              fits = false
+            else
+              reply[r] = after
+              done = done + 1
+              if first ~= '' and after >= first then more = true end
+            end
+          end
+        end
+      end
+      if bad then break end
+      k, r = k + 1, r + 1
+    end
+    if bad then break end
+    h = h + 4 + 4 * n
+  end
+  if not bad and (h ~= nargs + 1 or k ~= nkeys) then
+    bad = 'ARGV does not match N and the keys'
+  end
+end
+
+-- The common case ends here: admitted, no shadow limit, no threshold reached.
+if fits and not more and not bad then
+  reply[#reply + 1] = 0
+  reply[#reply + 1] = 0
+  return reply
+end
+
+-- Calls f(h, a, k, r, cost, subject) for every limit of every part, in order: h the part's
+-- first ARGV, a the limit's, k its key, r its reply slot.
+local function each_limit(f)
+  local h, k, r = 3, 1, 2
+  while h <= nargs do
+    local cost, n, subject = tonumber(ARGV[h]), tonumber(ARGV[h + 1]), ARGV[h + 2]
+    for a = h + 4, h + 4 * n, 4 do
+      f(h, a, k, r, cost, subject)
+      k, r = k + 1, r + 1
+    end
+    h = h + 4 + 4 * n
+  end
+end
+
+-- Takes back the increments that stand: the first `done` enforced limits of paying parts.
+local function take_back()
+  if done == 0 then return end
+  if undo == nil then undo = new_undo() end
+  each_limit(function(h, a, k, r, cost, subject)
+    if done > 0 and cost > 0 and ARGV[a + 1] == '0' then
+      undo(KEYS[k], subject, cost, reply[r])
+      done = done - 1
+    end
+  end)
+end
+
+if bad then
+  take_back()
+  if failed ~= nil then return failed end  -- Redis's own error reply, e.g. OOM
+  return redis.error_reply('ERR sluice decide: ' .. bad)
+end
+
+local outbox = KEYS[nkeys]
+local fired, refused = 0, 0
+local room = nil    -- free places in the outbox, read once on first need
+local event = nil   -- ARGV[2]'s words, on first need
+
+-- The words of a limit's static part: expire_at, window_start, window_end, name, then
+-- percent/count pairs.
+local function words(text)
+  local w = {}
+  for s in string.gmatch(text, '%S+') do w[#w + 1] = s end
+  return w
+end
+
+-- Records threshold `percent` of the limit at ARGV[a] of the part at ARGV[h] (counter key
+-- `key`) at counter value `used`, unless already flagged: event first, then the flag. A full
+-- outbox leaves the flag unset (armed), as the memory store does.
+fire = function(h, a, key, w, percent, used)
+  local subject = ARGV[h + 2]
+  -- <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> -> ...:a:...:<window_id>:<subject>
+  local tag_end = find(key, '}:h:', 1, true)
+  local last = #key
+  while sub(key, last, last) ~= ':' do last = last - 1 end
+  local flags = sub(key, 1, tag_end) .. ':a:' .. sub(key, tag_end + 4, last) .. subject
+  local quota = string.format('%d', tonumber(ARGV[a]))
+  local field = percent .. ':' .. quota  -- the flag: this percent of this quota
+  if redis.pcall('HEXISTS', flags, field) ~= 0 then return end
+  if event == nil then event = words(ARGV[2]) end
   if room == nil then
     local len = redis.pcall('XLEN', outbox)
-    room = type(len) == 'number' and outbox_max - len or 0
+    local max = tonumber(event[2])
+    room = (type(len) == 'number' and max ~= nil) and max - len or 0
   end
   if room <= 0 then
     refused = refused + 1
     return
   end
-  local limit = part.limits[i]
-  local flags = KEYS[part.key + part.n + i - 1]
   redis.call('XADD', outbox, '*',
-    'type', 'quota.threshold_reached', 'subject', part.subject, 'plan', part.plan,
-    'limit', limit.name,
+    'type', 'quota.threshold_reached', 'subject', subject, 'plan', ARGV[h + 3],
+    'limit', w[4] or '',
     -- %d, not tostring: Lua prints doubles from 1e14 on with an exponent and 14 digits.
-    'threshold', th.percent, 'used', string.format('%d', after), 'quota', limit.quota_text,
-    'window_start', limit.window_start, 'window_end', limit.window_end,
-    'occurred_at_ms', now_ms)
+    'threshold', percent, 'used', string.format('%d', used), 'quota', quota,
+    'window_start', w[2] or '0', 'window_end', w[3] or '0', 'occurred_at_ms', event[1] or '0')
   room = room - 1
-  redis.call('HSET', flags, th.field, '1')
-  redis.call('EXPIREAT', flags, limit.expire_at)
+  redis.call('HSET', flags, field, '1')
+  if tonumber(w[1]) then redis.call('EXPIREAT', flags, w[1]) end
   fired = fired + 1
 end
 
--- A peek (a part of cost 0) writes nothing. An admission adds each part's cost to its counters
--- and may fire any threshold; a denial writes no counter but may fire the 100% threshold of each
--- limit that itself denied (or, shadow, would have denied).
-for _, part in ipairs(parts) do
-  local cost, used = part.cost, part.used
-  if cost > 0 then
-    for i = 1, part.n do
-      local limit = part.limits[i]
-      local counter = KEYS[part.key + i - 1]
-      -- An unusable counter (-1) denies (unless shadow), but is left alone and fires nothing: its
-      -- value means nothing.
-      local violated = allowed == 0 and used[i] >= 0 and used[i] + cost > limit.quota
-      if allowed == 1 and used[i] >= 0 and limit.shadow and used[i] + cost > kMaxUsed then
-        -- A shadow counter past its quota stops at kMaxUsed (so it stays a valid counter). It
-        -- holds more than the cost, so the key exists and has its expiry.
-        if used[i] < kMaxUsed then
-          redis.call('SET', counter, string.format('%d', kMaxUsed), 'KEEPTTL')
+if read_counter == nil then read_counter = new_read_counter() end
+
+if fits then
+  -- Admitted: shadow counters grow too (capped at kMaxUsed), and every threshold reached fires.
+  each_limit(function(h, a, k, r, cost, subject)
+    local key = KEYS[k]
+    if ARGV[a + 1] == '1' then
+      local used = read_counter(key, subject)
+      if used >= 0 and cost > 0 then
+        if used + cost > kMaxUsed then
+          -- A shadow counter past its quota stops at kMaxUsed (so it stays a valid counter).
+          -- It holds more than the cost, so the field exists and its hash has its expiry.
+          if used < kMaxUsed then
+            redis.call('HSET', key, subject, string.format('%d', kMaxUsed))
+          end
+          used = kMaxUsed
+        else
+          used = redis.call('HINCRBY', key, subject, cost)
+          if used == cost then expire_new(key, ARGV[a + 3]) end
         end
-        used[i] = kMaxUsed
-      elseif allowed == 1 and used[i] >= 0 then
-        used[i] = redis.call('INCRBY', counter, cost)
-        -- INCRBY returning the cost means it created the key (a counter is never written
-        -- otherwise): give it its expiry now, in the same atomic step. An existing counter
-        -- already has the same one (same window, same expire_at), so skipping it saves a
-        -- command per limit.
-        if used[i] == cost then redis.call('EXPIREAT', counter, limit.expire_at) end
       end
-      if (allowed == 1 and used[i] >= 0) or violated then
-        for _, th in ipairs(limit.thresholds) do
-          local crossed
-          if allowed == 1 then
-            crossed = used[i] >= th.count
-          else
-            crossed = tonumber(th.percent) == 100
-          end
-          if crossed and
-              redis.pcall('HEXISTS', KEYS[part.key + part.n + i - 1], th.field) == 0 then
-            fire(part, i, th, used[i])
-          end
-        end
+      reply[r] = used
+    end
+    local used, first = reply[r], ARGV[a + 2]
+    -- Thresholds: none can be reached below the first count.
+    if cost > 0 and used >= 0 and first ~= '' and used >= tonumber(first) then
+      local w = words(ARGV[a + 3])
+      for j = 5, #w - 1, 2 do
+        local count = tonumber(w[j + 1])
+        if count ~= nil and used >= count then fire(h, a, key, w, w[j], used) end
       end
     end
-  end
+  end)
+else
+  -- Denied: take back the increments that stood, then read every counter as it is and fire the
+  -- 100% threshold of each limit that itself denies (or, shadow, would have denied).
+  reply[1] = 0
+  take_back()
+  each_limit(function(h, a, k, r, cost, subject)
+    local key = KEYS[k]
+    local used = read_counter(key, subject)
+    reply[r] = used
+    -- An unusable counter (-1) denies (unless shadow), but fires nothing: its value means
+    -- nothing.
+    if cost > 0 and used >= 0 and used + cost > tonumber(ARGV[a]) and ARGV[a + 2] ~= '' then
+      local w = words(ARGV[a + 3])
+      for j = 5, #w - 1, 2 do
+        if w[j] == '100' then fire(h, a, key, w, '100', used) end
+      end
+    end
+  end)
 end
 
-local reply = { allowed }
-for _, part in ipairs(parts) do
-  for i = 1, part.n do reply[#reply + 1] = part.used[i] end
-end
 reply[#reply + 1] = fired
 reply[#reply + 1] = refused
 return reply

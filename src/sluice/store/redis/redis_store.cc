@@ -13,6 +13,7 @@
 #include "sluice/common/strings.h"
 #include "sluice/store/redis/decide_script.h"
 #include "sluice/store/redis/refund_script.h"
+#include "sluice/store/redis/reset_script.h"
 
 namespace sluice::redis {
 namespace {
@@ -78,6 +79,10 @@ absl::Status ConnectionFailure(const absl::Status& s) {
   return WithStoreFailure(s, kind);
 }
 
+// An EVALSHA command, shared by its sends and by what its late reply needs (the refunds are
+// built from it only then, not for every decision).
+using SharedCommand = std::shared_ptr<const std::vector<std::string>>;
+
 // What to do with the reply of an EVALSHA that arrives after it timed out.
 using LateReply = std::function<void(const Reply&)>;
 
@@ -85,24 +90,24 @@ using LateReply = std::function<void(const Reply&)>;
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
 // EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Callback done,
-               LateReply late, bool retried = false) {
-  std::vector<std::string> copy = retried ? std::vector<std::string>{} : argv;
+void RunScript(Connection* conn, SharedCommand argv, Connection::Callback done, LateReply late,
+               bool retried = false) {
   Connection::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
+  std::vector<std::string> command = *argv;
   conn->Send(
-      std::move(argv),
-      [conn, copy = std::move(copy), done = std::move(done), late,
+      std::move(command),
+      [conn, argv = retried ? nullptr : std::move(argv), done = std::move(done), late,
        retried](absl::StatusOr<Reply> reply) mutable {
         if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
           conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
-                     [conn, copy = std::move(copy), done = std::move(done),
+                     [conn, argv = std::move(argv), done = std::move(done),
                       late = std::move(late)](absl::StatusOr<Reply> loaded) mutable {
                        if (!loaded.ok()) {
                          std::move(done)(loaded.status());
                          return;
                        }
-                       RunScript(conn, std::move(copy), std::move(done), std::move(late),
+                       RunScript(conn, std::move(argv), std::move(done), std::move(late),
                                  /*retried=*/true);
                      });
           return;
@@ -110,6 +115,33 @@ void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Call
         std::move(done)(std::move(reply));
       },
       std::move(on_late));
+}
+
+// The refund.lua calls that take back what the decision `decide` (an EVALSHA of decide.lua as
+// DecideCommand builds it) charged: one per part that paid, with its counter hashes, its cost
+// and its subject. EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT
+// round. All keys share the decision's hash tag.
+std::vector<std::vector<std::string>> RefundsOf(const std::vector<std::string>& decide) {
+  std::vector<std::vector<std::string>> refunds;
+  size_t keys = 0;
+  if (!absl::SimpleAtoi(ToAbsl(decide[2]), &keys)) return refunds;
+  size_t key = 3;             // the part's first counter hash
+  size_t arg = 3 + keys + 2;  // the part's cost (after deadline_us and the event values)
+  while (arg + 3 < decide.size()) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(ToAbsl(decide[arg + 1]), &n)) break;
+    if (decide[arg] != "0") {
+      std::vector<std::string>& refund = refunds.emplace_back();
+      refund.reserve(5 + n);
+      refund = {"EVAL", std::string(kRefundScript), absl::StrCat(n)};
+      for (size_t i = 0; i < n; ++i) refund.push_back(decide[key + i]);
+      refund.push_back(decide[arg]);      // cost
+      refund.push_back(decide[arg + 2]);  // subject
+    }
+    key += n;
+    arg += 4 + 4 * n;
+  }
+  return refunds;
 }
 
 }  // namespace
@@ -175,39 +207,48 @@ std::string_view Placement(const StoreRequest& req) {
 
 }  // namespace
 
-// The subject goes last: it may contain ':', and every part before it cannot.
+// The counters of a slot's subjects share a hash (field: the subject), so the slot goes last;
+// the flags, rarely written, have a key per subject, and the subject goes last: it may contain
+// ':', and every part before it cannot.
 std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(Placement(req)), ":c:", LimitWindow(req, i), ":", ToAbsl(req.subject));
+  return absl::StrCat(Tag(Placement(req)), ":h:", LimitWindow(req, i), ":", SlotOf(req.subject));
 }
 
 std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
   return absl::StrCat(Tag(Placement(req)), ":a:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
+int RedisStore::SlotOf(std::string_view subject) const {
+  // Other bits of the hash than BucketOf's, so the subjects of one bucket spread over its slots.
+  return static_cast<int>(StableHash64(subject) / static_cast<uint64_t>(options_.buckets) %
+                          static_cast<uint64_t>(options_.counter_slots));
+}
+
 std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest> parts,
                                                    std::string_view placement) const {
   size_t keys = 1;
-  size_t args = 0;
+  size_t args = 2;
   for (const StoreRequest& part : parts) {
-    keys += 2 * part.plan->limits.size();
-    args += 4 + 9 * part.plan->limits.size();
+    keys += part.plan->limits.size();
+    args += 4 + 4 * part.plan->limits.size();
   }
   std::vector<std::string> argv;
-  argv.reserve(3 + keys + 3 + args);
+  argv.reserve(3 + keys + args);
   argv.push_back("EVALSHA");
   argv.push_back(script_sha_);
   argv.push_back(absl::StrCat(keys));
   for (const StoreRequest& part : parts) {
-    for (size_t i = 0; i < part.plan->limits.size(); ++i) argv.push_back(CounterKey(part, i));
-    for (size_t i = 0; i < part.plan->limits.size(); ++i) argv.push_back(FlagsKey(part, i));
+    // CounterKey's parts, the tag and slot computed once per part.
+    const std::string tag = Tag(Placement(part));
+    const int slot = SlotOf(part.subject);
+    for (size_t i = 0; i < part.plan->limits.size(); ++i) {
+      argv.push_back(absl::StrCat(tag, ":h:", LimitWindow(part, i), ":", slot));
+    }
   }
   argv.push_back(OutboxKey(BucketOf(placement)));
 
   const StoreRequest& first = parts.front();
   const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : first.now;
-  argv.push_back(absl::StrCat(first.cost));
-  argv.push_back(absl::StrCat(absl::ToUnixMillis(first.now)));
-  argv.push_back(absl::StrCat(options_.outbox_max));
   // The caller gives up decision_deadline after the command is queued, i.e. after this instant;
   // the clock may be off by clock_error either way, hence the margin. Microseconds, rounded down:
   // the script runs only while Redis's TIME is before it.
@@ -223,11 +264,10 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
           ? std::string("0")
           : absl::StrCat(std::max<int64_t>(
                 1, absl::ToUnixMicros(redis_now + options_.decision_deadline + margin))));
-  for (size_t p = 0; p < parts.size(); ++p) {
-    const StoreRequest& req = parts[p];
+  argv.push_back(absl::StrCat(absl::ToUnixMillis(first.now), " ", options_.outbox_max));
+  for (const StoreRequest& req : parts) {
     const Plan& plan = *req.plan;
-    // The first part's cost went first (ARGV[1]); a further part's starts its header.
-    if (p > 0) argv.push_back(absl::StrCat(req.cost));
+    argv.push_back(absl::StrCat(req.cost));
     argv.push_back(absl::StrCat(plan.limits.size()));
     argv.push_back(std::string(req.subject));
     argv.push_back(plan.name);
@@ -235,17 +275,16 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       const Limit& limit = plan.limits[i];
       const WindowBounds& w = req.windows[i];
       const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
-      argv.push_back(limit.name);
       argv.push_back(absl::StrCat(limit.quota));
       argv.push_back(limit.shadow ? "1" : "0");
-      argv.push_back(absl::StrCat(absl::ToUnixSeconds(
-          absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) + absl::UnixEpoch())));
-      argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.start)));
-      argv.push_back(absl::StrCat(absl::ToUnixSeconds(w.end)));
-      argv.push_back(absl::StrCat(limit.thresholds.size()));
+      argv.push_back(limit.thresholds.empty() ? std::string()
+                                              : absl::StrCat(limit.thresholds.front().count));
+      std::string& static_part = argv.emplace_back(absl::StrCat(
+          absl::ToUnixSeconds(absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) +
+                              absl::UnixEpoch()),
+          " ", absl::ToUnixSeconds(w.start), " ", absl::ToUnixSeconds(w.end), " ", limit.name));
       for (const Threshold& t : limit.thresholds) {
-        argv.push_back(absl::StrCat(t.percent));
-        argv.push_back(absl::StrCat(t.count));
+        absl::StrAppend(&static_part, " ", t.percent, " ", t.count);
       }
     }
   }
@@ -253,12 +292,14 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
 }
 
 void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                                const std::vector<std::vector<std::string>>& refunds) {
+                                const std::vector<std::string>& decide) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
   if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
+  const std::vector<std::vector<std::string>> refunds = RefundsOf(decide);
+  if (refunds.empty()) return;
   // The late replies of a stall typically arrive while the breaker is still open; the refund
   // must go out anyway. Counted when its reply arrives, in time or late (a group's refunds, one
   // per part that paid, count as one).
@@ -308,27 +349,16 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
     n += part.plan->limits.size();
   }
   Connection* conn = connection_for_thread_();
+  auto command = std::make_shared<const std::vector<std::string>>(DecideCommand(parts, placement));
   LateReply late;
-  // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round. One per
-  // part that paid (each its own cost); all keys share the call's hash tag.
-  auto refunds = std::make_shared<std::vector<std::vector<std::string>>>();
-  for (const StoreRequest& part : parts) {
-    if (part.cost == 0) continue;
-    const size_t m = part.plan->limits.size();
-    std::vector<std::string>& refund = refunds->emplace_back();
-    refund.reserve(4 + m);
-    refund = {"EVAL", std::string(kRefundScript), absl::StrCat(m)};
-    for (size_t i = 0; i < m; ++i) refund.push_back(CounterKey(part, i));
-    refund.push_back(absl::StrCat(part.cost));
-  }
-  if (!refunds->empty()) {
-    late = [this, conn, n, refunds](const Reply& reply) {
-      OnLateDecision(conn, reply, n, *refunds);
+  if (std::any_of(parts.begin(), parts.end(), [](const StoreRequest& p) { return p.cost > 0; })) {
+    late = [this, conn, n, command](const Reply& reply) {
+      OnLateDecision(conn, reply, n, *command);
     };
   }
   const absl::Time start = StartTimer();
   RunScript(
-      conn, DecideCommand(parts, placement),
+      conn, std::move(command),
       [this, n, sizes = std::move(sizes), start,
        done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
@@ -380,7 +410,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     UsageCallback done;
   };
   auto state = std::make_shared<State>(
-      State{.pending = n + 1, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
+      State{.pending = 2 * n, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
   auto finish = [state](absl::Status s) {
     if (!s.ok() && state->status.ok()) state->status = s;
     if (--state->pending > 0) return;
@@ -391,21 +421,27 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     }
   };
   Connection* conn = connection_for_thread_();
-  // One MGET for the counters (all keys share one hash tag), one HKEYS per flag hash.
-  std::vector<std::string> mget = {"MGET"};
-  for (size_t i = 0; i < n; ++i) mget.push_back(CounterKey(req, i));
+  // One HGET per counter and one HKEYS per flag hash, pipelined (all keys share one hash tag).
   const absl::Time start = StartTimer();
-  conn->Send(std::move(mget), [this, start, state, finish, n](absl::StatusOr<Reply> r) mutable {
-    if (!r.ok()) return finish(ConnectionFailure(r.status()));
-    Observed(RedisCommandKind::kUsage, start);
-    if (r->is_error()) return finish(ErrorReply(*r));
-    for (size_t i = 0; i < n && i < r->elements.size(); ++i) {
-      const Reply& e = r->elements[i];
-      // decide.lua's rule: anything but a counter it could have written is unusable (-1).
-      if (e.is_string()) state->usage[i].used = ParseCounter(e.str);
-    }
-    finish(absl::OkStatus());
-  });
+  for (size_t i = 0; i < n; ++i) {
+    conn->Send({"HGET", CounterKey(req, i), std::string(req.subject)},
+               [this, start, state, finish, i, first = i == 0](absl::StatusOr<Reply> r) mutable {
+                 if (!r.ok()) return finish(ConnectionFailure(r.status()));
+                 if (first) Observed(RedisCommandKind::kUsage, start);
+                 if (r->is_error()) {
+                   // A counter key of another type holds no counter: unusable, as decide.lua
+                   // reads it.
+                   if (r->str.starts_with("WRONGTYPE")) {
+                     state->usage[i].used = -1;
+                     return finish(absl::OkStatus());
+                   }
+                   return finish(ErrorReply(*r));
+                 }
+                 // decide.lua's rule: anything but a counter it could have written is unusable.
+                 if (r->is_string()) state->usage[i].used = ParseCounter(r->str);
+                 finish(absl::OkStatus());
+               });
+  }
   for (size_t i = 0; i < n; ++i) {
     // Only the plan's current percentages under the limit's current quota: a flag of a percentage
     // a reload removed, or of another quota (another plan, other overrides), stays in the hash
@@ -443,15 +479,20 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
 
 void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_index,
                        StatusCallback done) {
-  std::vector<std::string> del = {"DEL"};
+  // The subject's field of each counter hash, and its flag hashes, in one atomic call.
+  std::vector<std::string> reset = {"EVAL", std::string(kResetScript), "0"};
+  int64_t keys = 0;
   for (size_t i = 0; i < req.plan->limits.size(); ++i) {
     if (limit_index.has_value() && *limit_index != i) continue;
-    del.push_back(CounterKey(req, i));
-    del.push_back(FlagsKey(req, i));
+    reset.push_back(CounterKey(req, i));
+    reset.push_back(FlagsKey(req, i));
+    keys += 2;
   }
+  reset[2] = absl::StrCat(keys);
+  reset.push_back(std::string(req.subject));
   const absl::Time start = StartTimer();
   connection_for_thread_()->Send(
-      std::move(del), [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+      std::move(reset), [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
         if (!r.ok()) {
           return std::move(done)(ConnectionFailure(r.status()));
         }

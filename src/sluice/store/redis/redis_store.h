@@ -33,6 +33,11 @@ struct RedisStoreOptions {
   // Subjects are spread over this many hash tags (and outbox streams). Fixed at deployment:
   // changing it moves every subject's keys.
   int buckets = 64;
+  // The counters of one bucket, limit and window are spread over this many hashes (fields: the
+  // subjects), so that each stays a small listpack: a few bytes per subject instead of a key's
+  // hundred-odd (docs/redis.md). Fixed at deployment like `buckets`: changing it moves every
+  // subject's counters.
+  int counter_slots = 256;
   int64_t outbox_max = 100'000;              // per bucket; a full outbox refuses and re-arms
   absl::Duration grace = absl::Seconds(60);  // keys live this long past their window's end
   // Redis's clock (the Redis-synced clock, store/redis/clock_sync.h). Expiry instants are
@@ -80,7 +85,10 @@ class RedisStore final : public Store {
   // group of a group-placed subject (StoreRequest::group), which CounterKey and FlagsKey follow.
   [[nodiscard]] int BucketOf(std::string_view subject) const;
   [[nodiscard]] std::string Tag(std::string_view subject) const;
+  // The hash holding limit i's counter of req.subject (field: the subject).
   [[nodiscard]] std::string CounterKey(const StoreRequest& req, size_t i) const;
+  // Which of its bucket's counter hashes holds the subject's counters (0..counter_slots-1).
+  [[nodiscard]] int SlotOf(std::string_view subject) const;
   [[nodiscard]] std::string FlagsKey(const StoreRequest& req, size_t i) const;
   [[nodiscard]] std::string OutboxKey(int bucket) const;
   // Alert events the script recorded in the outbox streams, and thresholds it could not record
@@ -116,10 +124,10 @@ class RedisStore final : public Store {
   [[nodiscard]] absl::Time StartTimer() const;
   // Reports the round trip of a command of `kind` started at `start` (from StartTimer).
   void Observed(RedisCommandKind kind, absl::Time start) const;
-  // The late reply `reply` of a decision (`n` limits in all): if it admitted, sends `refunds`
-  // (one per part of cost > 0) on `conn`.
+  // The late reply `reply` of the decision `decide` (its EVALSHA; `n` limits in all): if it
+  // admitted, sends its refunds (one refund.lua per part of cost > 0) on `conn`.
   void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
-                      const std::vector<std::vector<std::string>>& refunds);
+                      const std::vector<std::string>& decide);
 
   std::function<Connection*()> connection_for_thread_;
   RedisStoreOptions options_;
