@@ -17,6 +17,7 @@
 #include "sluice/store/memory/snapshot.h"
 #include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/clock_sync.h"
+#include "sluice/store/redis/cluster.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/redis_outbox.h"
 #include "sluice/store/redis/redis_registry.h"
@@ -263,17 +264,20 @@ class MemoryBackend final : public StoreBackend {
 
 // The calling thread's back end and connection: set by Attach() on a loop's thread.
 thread_local const void* t_redis_owner = nullptr;
-thread_local redis::Connection* t_redis_connection = nullptr;
+thread_local redis::CommandSender* t_redis_connection = nullptr;
 
 class RedisBackend final : public StoreBackend {
  public:
-  RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection)
+  // `seeds` non-empty: Redis Cluster (every connection a copy of `connection` to one node).
+  RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection,
+               std::vector<redis::NodeAddress> seeds)
       : connection_(std::move(connection)),
+        seeds_(std::move(seeds)),
         key_prefix_(cfg.store.redis.key_prefix),
         consumer_(redis::DefaultConsumerName()),
         redis_clock_(&clock_),
         store_(
-            [this]() -> redis::Connection* {
+            [this]() -> redis::CommandSender* {
               return t_redis_owner == this ? t_redis_connection : nullptr;
             },
             {.key_prefix = cfg.store.redis.key_prefix,
@@ -295,7 +299,14 @@ class RedisBackend final : public StoreBackend {
     // clock. Redis answering is worth waiting for briefly before a start is announced: until then
     // every decision is answered per on_store_error.
     for (boost::asio::io_context* io : options.loops) {
-      connections_.push_back(std::make_unique<redis::Connection>(*io, connection_));
+      if (seeds_.empty()) {
+        connections_.push_back(std::make_unique<redis::Connection>(*io, connection_));
+      } else {
+        // Clock sync's TIME goes to any master: the nodes of a cluster are expected to keep
+        // their hosts' clocks in step (NTP), as instances of one Redis would.
+        connections_.push_back(std::make_unique<redis::ClusterClient>(
+            *io, redis::ClusterOptions{.connection = connection_, .seeds = seeds_}));
+      }
     }
     clock_sync_ = std::make_unique<redis::ClockSync>(
         *options.loops.front(), connections_.front().get(), &clock_, &redis_clock_,
@@ -308,6 +319,7 @@ class RedisBackend final : public StoreBackend {
       ro.connection = connection_;
       ro.connection.command_timeout = kRedisBackgroundTimeout;
       ro.connection.breaker_failures = 0;
+      ro.cluster_seeds = seeds_;
       auto backend = std::make_unique<redis::RedisRegistry>(std::move(ro));
       redis_registry_ = backend.get();
       registry_ = std::move(backend);
@@ -325,6 +337,13 @@ class RedisBackend final : public StoreBackend {
 
   std::string_view kind() const override { return "redis"; }
   std::string address() const override {
+    if (!seeds_.empty()) {
+      std::string out = "cluster";
+      for (const redis::NodeAddress& seed : seeds_) {
+        absl::StrAppend(&out, out.size() == 7 ? " " : ",", seed.host, ":", seed.port);
+      }
+      return out;
+    }
     return absl::StrCat(connection_.host, ":", connection_.port);
   }
   Store* store() override { return &store_; }
@@ -344,6 +363,7 @@ class RedisBackend final : public StoreBackend {
     connection.command_timeout = kRedisBackgroundTimeout;
     return std::make_unique<redis::RedisOutbox>(
         redis::RedisOutboxOptions{.connection = connection,
+                                  .cluster_seeds = seeds_,
                                   .key_prefix = key_prefix_,
                                   .consumer = consumer_,
                                   .claim_min_idle = claim_after});
@@ -389,6 +409,7 @@ class RedisBackend final : public StoreBackend {
 
  private:
   const redis::ConnectionOptions connection_;
+  const std::vector<redis::NodeAddress> seeds_;  // Redis Cluster's seed nodes; empty: one Redis
   const std::string key_prefix_;
   const std::string consumer_;  // one per process: a reload's new outbox reader resumes
   SystemClock clock_;
@@ -399,7 +420,7 @@ class RedisBackend final : public StoreBackend {
   // observed).
   std::array<std::atomic<metrics::Histogram*>, redis::kRedisCommandKinds> round_trips_{};
   redis::RedisStore store_;
-  std::vector<std::unique_ptr<redis::Connection>> connections_;
+  std::vector<std::unique_ptr<redis::CommandSender>> connections_;
   std::unique_ptr<redis::ClockSync> clock_sync_;
   absl::Notification answered_;
   OverLimitCacheStats overlimit_stats_;
@@ -413,12 +434,20 @@ class RedisBackend final : public StoreBackend {
 absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Config& cfg,
                                                                StoreBackendOptions options) {
   if (cfg.store.type == config::StoreType::kRedis) {
-    absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(cfg.store.redis.url);
+    std::vector<redis::NodeAddress> seeds;
+    for (const std::string& node : cfg.store.redis.cluster_nodes) {
+      std::optional<redis::NodeAddress> seed = redis::ParseNodeAddress(node);
+      if (!seed) return absl::InvalidArgumentError("store.redis.cluster_nodes: bad host:port");
+      seeds.push_back(*std::move(seed));
+    }
+    absl::StatusOr<redis::ConnectionOptions> parsed =
+        seeds.empty() ? redis::ParseRedisUrl(cfg.store.redis.url)
+                      : absl::StatusOr<redis::ConnectionOptions>(redis::ConnectionOptions{});
     if (!parsed.ok()) return parsed.status();
     // SLUICE_REDIS_PASSWORD_FILE (config::ApplyEnvironment) replaces the URL's password.
     if (!cfg.store.redis.password.empty()) parsed->password = cfg.store.redis.password;
     parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
-    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed));
+    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed), std::move(seeds));
     if (absl::Status s = backend->Open(options); !s.ok()) return s;
     return std::unique_ptr<StoreBackend>(std::move(backend));
   }

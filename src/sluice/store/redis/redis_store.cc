@@ -85,10 +85,10 @@ using LateReply = std::function<void(const Reply&)>;
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
 // EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(Connection* conn, std::vector<std::string> argv, Connection::Callback done,
+void RunScript(CommandSender* conn, std::vector<std::string> argv, CommandSender::Callback done,
                LateReply late, bool retried = false) {
   std::vector<std::string> copy = retried ? std::vector<std::string>{} : argv;
-  Connection::LateCallback on_late = nullptr;
+  CommandSender::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
   conn->Send(
       std::move(argv),
@@ -139,7 +139,7 @@ void RedisStore::Observed(RedisCommandKind kind, absl::Time start) const {
   }
 }
 
-RedisStore::RedisStore(std::function<Connection*()> connection_for_thread,
+RedisStore::RedisStore(std::function<CommandSender*()> connection_for_thread,
                        RedisStoreOptions options)
     : connection_for_thread_(std::move(connection_for_thread)),
       options_(std::move(options)),
@@ -252,7 +252,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   return argv;
 }
 
-void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
+void RedisStore::OnLateDecision(CommandSender* conn, const Reply& reply, size_t n,
                                 const std::vector<std::vector<std::string>>& refunds) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
   if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
@@ -307,7 +307,7 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
     sizes.push_back(part.plan->limits.size());
     n += part.plan->limits.size();
   }
-  Connection* conn = connection_for_thread_();
+  CommandSender* conn = connection_for_thread_();
   LateReply late;
   // EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT round. One per
   // part that paid (each its own cost); all keys share the call's hash tag.
@@ -390,7 +390,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
       std::move(state->done)(state->status);
     }
   };
-  Connection* conn = connection_for_thread_();
+  CommandSender* conn = connection_for_thread_();
   // One MGET for the counters (all keys share one hash tag), one HKEYS per flag hash.
   std::vector<std::string> mget = {"MGET"};
   for (size_t i = 0; i < n; ++i) mget.push_back(CounterKey(req, i));
