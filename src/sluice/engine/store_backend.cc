@@ -45,6 +45,8 @@ struct StoreGauges {
   std::function<double()> refunds = [] { return 0.0; };
   std::function<double()> registry_write_failures = [] { return 0.0; };
   std::function<double()> registry_full_loads = [] { return 0.0; };
+  // Redis Cluster: what the decisions' cluster clients did (0 without a cluster).
+  std::function<redis::ClusterStats()> cluster = [] { return redis::ClusterStats{}; };
 };
 
 // The Redis round-trip histogram: registered whichever store runs (no samples with memory).
@@ -94,6 +96,23 @@ void Register(metrics::Registry& r, StoreGauges g, const registry::Index* index,
       "sluice_registry_write_failures_total",
       "Registry changes that could not be written (answered 503; nothing was changed).",
       std::move(g.registry_write_failures));
+  auto cluster = std::make_shared<std::function<redis::ClusterStats()>>(std::move(g.cluster));
+  r.AddCallbackCounter("sluice_redis_cluster_moved_total",
+                       "Redis Cluster MOVED redirections followed (a slot changed master).",
+                       [cluster] { return static_cast<double>((*cluster)().moved); });
+  r.AddCallbackCounter("sluice_redis_cluster_ask_total",
+                       "Redis Cluster ASK redirections followed (a slot being migrated).",
+                       [cluster] { return static_cast<double>((*cluster)().asked); });
+  r.AddCallbackCounter(
+      "sluice_redis_cluster_tryagain_total",
+      "Redis Cluster commands sent again after TRYAGAIN (their keys split by a migration).",
+      [cluster] { return static_cast<double>((*cluster)().tryagain); });
+  r.AddCallbackCounter("sluice_redis_cluster_no_master_total",
+                       "Redis Cluster commands failed because no master was known for their slot.",
+                       [cluster] { return static_cast<double>((*cluster)().no_master); });
+  r.AddCallbackCounter("sluice_redis_cluster_slot_maps_total",
+                       "Redis Cluster slot maps learnt (CLUSTER SLOTS applied).",
+                       [cluster] { return static_cast<double>((*cluster)().refreshes); });
   r.AddCallbackCounter(
       "sluice_registry_full_loads_total",
       "Times the Redis registry was loaded whole (at start, and when its change log could not "
@@ -376,6 +395,20 @@ class RedisBackend final : public StoreBackend {
     g.refunds = [this] { return static_cast<double>(store_.refunds()); };
     g.registry_full_loads = [this] {
       return redis_registry_ == nullptr ? 0.0 : static_cast<double>(redis_registry_->full_loads());
+    };
+    g.cluster = [this] {
+      redis::ClusterStats sum;
+      for (const auto& c : connections_) {
+        if (const auto* cluster = dynamic_cast<const redis::ClusterClient*>(c.get())) {
+          const redis::ClusterStats st = cluster->stats();
+          sum.moved += st.moved;
+          sum.asked += st.asked;
+          sum.tryagain += st.tryagain;
+          sum.refreshes += st.refreshes;
+          sum.no_master += st.no_master;
+        }
+      }
+      return sum;
     };
     Register(registry, std::move(g), &index_, &overlimit_stats_);
     metrics::HistogramFamily& round_trips = RegisterRoundTrips(registry);

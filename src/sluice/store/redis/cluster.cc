@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -241,7 +242,13 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     return slots_[slot]->address;
   }
 
-  ClusterStats stats() const { return stats_; }
+  ClusterStats stats() const {
+    return ClusterStats{.moved = stats_.moved.load(std::memory_order_relaxed),
+                        .asked = stats_.asked.load(std::memory_order_relaxed),
+                        .tryagain = stats_.tryagain.load(std::memory_order_relaxed),
+                        .refreshes = stats_.refreshes.load(std::memory_order_relaxed),
+                        .no_master = stats_.no_master.load(std::memory_order_relaxed)};
+  }
 
  private:
   struct Node {
@@ -299,7 +306,7 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void NoMaster(std::shared_ptr<Command> cmd) {
-    ++stats_.no_master;
+    stats_.no_master.fetch_add(1, std::memory_order_relaxed);
     RequestRefresh();
     Post(std::move(cmd->done),
          absl::UnavailableError(
@@ -357,18 +364,18 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
           Node* target = NodeFor(redirect->node);
           if (target != nullptr) slots_[redirect->slot] = target;
           if (target != nullptr && MayRetry(*cmd)) {
-            ++stats_.moved;
+            stats_.moved.fetch_add(1, std::memory_order_relaxed);
             ++cmd->retries;
             return Dispatch(target, std::move(cmd), /*asking=*/false);
           }
         } else if (Node* target = NodeFor(redirect->node); target != nullptr && MayRetry(*cmd)) {
-          ++stats_.asked;
+          stats_.asked.fetch_add(1, std::memory_order_relaxed);
           ++cmd->retries;
           return Dispatch(target, std::move(cmd), /*asking=*/true);
         }
       } else if (r->str.starts_with("TRYAGAIN") && cmd->slot >= 0 && MayRetry(*cmd)) {
         // A migration is moving this command's keys; they are on one node again shortly.
-        ++stats_.tryagain;
+        stats_.tryagain.fetch_add(1, std::memory_order_relaxed);
         ++cmd->retries;
         auto timer = std::make_shared<asio::steady_timer>(io_, options_.tryagain_delay);
         timer->async_wait([self = shared_from_this(), timer, cmd](boost::system::error_code) {
@@ -496,7 +503,7 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     slots_ = std::move(slots);
     masters_ = std::move(masters);
     map_known_ = true;
-    ++stats_.refreshes;
+    stats_.refreshes.fetch_add(1, std::memory_order_relaxed);
     for (const auto& node : nodes_) {
       // A node the cluster no longer lists (and no seed): its connection goes.
       if (node->link != nullptr && !node->seed &&
@@ -523,7 +530,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   bool refresh_wanted_ = false;
   Clock::time_point last_refresh_{};
   size_t next_asked_ = 0;
-  ClusterStats stats_;
+  // Written on the loop's thread, read from any (metrics).
+  struct {
+    std::atomic<uint64_t> moved{0}, asked{0}, tryagain{0}, refreshes{0}, no_master{0};
+  } stats_;
 };
 
 ClusterClient::ClusterClient(asio::io_context& io, ClusterOptions options)

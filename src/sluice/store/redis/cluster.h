@@ -127,6 +127,7 @@ class ClusterClient final : public CommandSender {
 
   // The master the map names for `slot` (nullopt: none known).
   [[nodiscard]] std::optional<NodeAddress> MasterOf(int slot) const;
+  // May be called from any thread.
   [[nodiscard]] ClusterStats stats() const;
 
  private:
