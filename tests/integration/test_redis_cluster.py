@@ -2,6 +2,7 @@
 exactness across two sluice processes, decisions spread over every master, alerts delivered once,
 resharding and failover under load, and no key left without a TTL after a crash."""
 import concurrent.futures
+import json
 import tempfile
 import threading
 import time
@@ -101,6 +102,32 @@ class ClusterStoreTest(ClusterCase):
             for key in keys[:20]:
                 self.assertEqual(self.cluster.owner_of(key), port)
         self.assert_no_crossslot(svc)
+
+    def test_the_registry_is_shared_through_the_cluster(self):
+        a, b = self.service(), self.service()
+
+        def admin(svc, method, path, body=None):
+            h = {"Authorization": f"Bearer {svc.admin_token}", "Content-Type": "application/json"}
+            status, _, raw = svc.request(method, path, None if body is None else json.dumps(body),
+                                         h, admin=True)
+            return status, json.loads(raw) if raw else None
+
+        def authorize(svc, key):
+            return svc.request("GET", "/v1/authorize", headers={"X-API-Key": key})[0]
+
+        self.assertIn(admin(a, "PUT", "/v1/subjects/acme", {"plan": "free"})[0], (200, 201))
+        status, key = admin(a, "POST", "/v1/subjects/acme/keys", {})
+        self.assertEqual(status, 201, key)
+        self.assertEqual(authorize(a, key["key"]), 200)
+        deadline = time.monotonic() + 3  # the registry's promise: within 1 s, plus ASan's share
+        while authorize(b, key["key"]) != 200:
+            self.assertLess(time.monotonic(), deadline, "the key never reached the other instance")
+            time.sleep(0.02)  # polling the other instance, bounded by the deadline
+        # Every registry key is on one master: the registry's slot's.
+        found = {p: keys for p, keys in self.cluster.keys(f"{self.prefix}:{{registry}}*").items()
+                 if keys}
+        self.assertEqual(len(found), 1, found)
+        self.assert_no_crossslot(a, b)
 
     def test_a_refused_combination_is_explained(self):
         d = tempfile.TemporaryDirectory(prefix="sluice-it-")

@@ -131,9 +131,17 @@ class FakeCluster {
         : io_(io), node_(std::move(node)), cluster_(cluster) {}
     void Start() override {}
     void Stop() override {}
-    void Send(Argv argv, Callback done, LateCallback) override {
+    void Send(Argv argv, Callback done, LateCallback late) override {
       if (argv[0] != "CLUSTER") cluster_->sent.push_back({node_, argv});
       Reply r = cluster_->answer(node_, argv);
+      if (r.is_error() && r.str == "fake: time out") {
+        // As Connection: DeadlineExceeded now, the reply later to `late`.
+        boost::asio::post(io_, [done = std::move(done), late = std::move(late)]() mutable {
+          std::move(done)(absl::DeadlineExceededError("timeout"));
+          if (late) std::move(late)(Reply{.type = Reply::Type::kString, .str = "late reply"});
+        });
+        return;
+      }
       boost::asio::post(io_, [done = std::move(done), r = std::move(r)]() mutable {
         std::move(done)(std::move(r));
       });
@@ -294,6 +302,37 @@ TEST_F(ClusterClientTest, ASlotWithoutMasterIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
   EXPECT_TRUE(fake_.sent.empty());
   EXPECT_TRUE(Call({"GET", "bar"}).ok());
+}
+
+TEST_F(ClusterClientTest, ATimedOutCommandIsNotRetriedAndItsLateReplyGoesToLate) {
+  on_command_ = [](const NodeAddress&, const Argv&) { return Err("fake: time out"); };
+  std::optional<absl::StatusOr<Reply>> out;
+  std::optional<Reply> late;
+  fake_.sent.clear();
+  client_->Send(
+      {"EVALSHA", "sha", "1", "foo"}, [&](absl::StatusOr<Reply> r) { out = std::move(r); },
+      [&](Reply r) { late = std::move(r); });
+  RunUntil([&] { return late.has_value(); });
+  ASSERT_TRUE(out.has_value());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(out->status())) << out->status();
+  EXPECT_EQ(late->str, "late reply");
+  EXPECT_EQ(fake_.sent.size(), 1u);
+}
+
+TEST_F(ClusterClientTest, TheLateReplyOfARedirectedCommandComesFromTheNodeThatRanIt) {
+  on_command_ = [](const NodeAddress& node, const Argv&) {
+    if (node.port == 7001) return Err(absl::StrCat("MOVED ", KeySlot("foo"), " 127.0.0.1:7002"));
+    return Err("fake: time out");
+  };
+  std::optional<absl::StatusOr<Reply>> out;
+  int lates = 0;
+  client_->Send(
+      {"EVALSHA", "sha", "1", "foo"}, [&](absl::StatusOr<Reply> r) { out = std::move(r); },
+      [&](Reply) { ++lates; });
+  RunUntil([&] { return lates > 0; });
+  EXPECT_TRUE(absl::IsDeadlineExceeded(out->status()));
+  EXPECT_EQ(lates, 1);
+  EXPECT_EQ(fake_.sent.back().node.port, 7002);
 }
 
 TEST_F(ClusterClientTest, ScriptLoadGoesToEveryMaster) {
