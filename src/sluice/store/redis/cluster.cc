@@ -395,9 +395,17 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     std::exchange(cmd->done, nullptr)(std::move(r));
   }
 
-  // SCRIPT LOAD on every master: the reply of the first, or the first failure.
+  // SCRIPT LOAD on every master — of the last map, and any a MOVED has named since (a replica
+  // just promoted has no scripts): the reply of the first, or the first failure.
   void Broadcast(std::vector<std::string> argv, Callback done) {
-    if (masters_.empty()) {
+    std::vector<Node*> targets = masters_;
+    for (Node* n : slots_) {
+      if (n != nullptr && (targets.empty() || targets.back() != n) &&
+          std::find(targets.begin(), targets.end(), n) == targets.end()) {
+        targets.push_back(n);
+      }
+    }
+    if (targets.empty()) {
       return Post(std::move(done), absl::UnavailableError("redis cluster: no master known"));
     }
     struct State {
@@ -405,9 +413,8 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
       std::optional<absl::StatusOr<Reply>> result;
       Callback done;
     };
-    auto state =
-        std::make_shared<State>(State{.pending = masters_.size(), .done = std::move(done)});
-    for (Node* n : masters_) {
+    auto state = std::make_shared<State>(State{.pending = targets.size(), .done = std::move(done)});
+    for (Node* n : targets) {
       auto on_reply = [state](absl::StatusOr<Reply> r) {
         const bool failed = !r.ok() || r->is_error();
         if (!state->result.has_value() ||

@@ -1,5 +1,6 @@
 #include "sluice/store/redis/cluster.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -340,6 +341,19 @@ TEST_F(ClusterClientTest, ScriptLoadGoesToEveryMaster) {
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(fake_.sent.size(), 2u);
   EXPECT_NE(fake_.sent[0].node.port, fake_.sent[1].node.port);
+}
+
+TEST_F(ClusterClientTest, ScriptLoadAlsoReachesAMasterNamedByMovedSinceTheLastMap) {
+  on_command_ = [](const NodeAddress& node, const Argv&) {
+    if (node.port == 7001) return Err(absl::StrCat("MOVED ", KeySlot("foo"), " 127.0.0.1:7002"));
+    return Str("ok");
+  };
+  ASSERT_TRUE(Call({"GET", "foo"}).ok());
+  ASSERT_TRUE(Call({"SCRIPT", "LOAD", "return 1"}).ok());
+  std::vector<int> ports;
+  for (const auto& sent : fake_.sent) ports.push_back(sent.node.port);
+  std::sort(ports.begin(), ports.end());
+  EXPECT_EQ(ports, (std::vector<int>{7000, 7001, 7002}));
 }
 
 }  // namespace
