@@ -252,14 +252,12 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const i
 
   std::vector<OutboxItem> out;
   std::vector<bool> seen(streams_.size(), false);
-  std::vector<bool> failed(streams_.size(), false);
   absl::Status first_error;
   size_t answered = 0;
   for (size_t c = 0; c < replies.size(); ++c) {
     const absl::StatusOr<Reply>& reply = replies[c];
     if (absl::Status st = CheckReply(reply); !st.ok()) {
       if (first_error.ok()) first_error = st;
-      for (int b : named[c]) failed[b] = true;
       continue;
     }
     ++answered;
@@ -289,8 +287,11 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const i
   }
   if (answered == 0 && !first_error.ok()) return first_error;
   if (history) {
+    // A bucket that failed while others answered (its node is down) is not re-read either: the
+    // caller would loop on it. Its pending entries are still this consumer's, and come back
+    // through Claim once their lease has passed.
     for (int b : buckets) {
-      if (!seen[b] && !failed[b]) history_[b].reset();
+      if (!seen[b]) history_[b].reset();
     }
   }
   return out;
