@@ -396,7 +396,7 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // SCRIPT LOAD on every master — of the last map, and any a MOVED has named since (a replica
-  // just promoted has no scripts): the reply of the first, or the first failure.
+  // just promoted has no scripts): the first successful reply, else the first failure.
   void Broadcast(std::vector<std::string> argv, Callback done) {
     std::vector<Node*> targets = masters_;
     for (Node* n : slots_) {
@@ -416,9 +416,11 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     auto state = std::make_shared<State>(State{.pending = targets.size(), .done = std::move(done)});
     for (Node* n : targets) {
       auto on_reply = [state](absl::StatusOr<Reply> r) {
-        const bool failed = !r.ok() || r->is_error();
-        if (!state->result.has_value() ||
-            (failed && state->result->ok() && !(*state->result)->is_error())) {
+        // The first success wins: a node that is down (a master of a stale map, say) must not
+        // fail the load for the others; if the node that needed the script is the one that
+        // failed, the caller's retry of its EVALSHA says so.
+        const auto ok = [](const absl::StatusOr<Reply>& x) { return x.ok() && !x->is_error(); };
+        if (!state->result.has_value() || (ok(r) && !ok(*state->result))) {
           state->result = std::move(r);
         }
         if (--state->pending == 0) std::exchange(state->done, nullptr)(*std::move(state->result));

@@ -343,6 +343,19 @@ TEST_F(ClusterClientTest, ScriptLoadGoesToEveryMaster) {
   EXPECT_NE(fake_.sent[0].node.port, fake_.sent[1].node.port);
 }
 
+TEST_F(ClusterClientTest, ScriptLoadSucceedsWhenOneMasterFails) {
+  on_command_ = [](const NodeAddress& node, const Argv&) {
+    return node.port == 7000 ? Err("ERR down") : Str("sha");
+  };
+  absl::StatusOr<Reply> r = Call({"SCRIPT", "LOAD", "return 1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->str, "sha");
+  on_command_ = [](const NodeAddress&, const Argv&) { return Err("ERR down"); };
+  r = Call({"SCRIPT", "LOAD", "return 1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->is_error());
+}
+
 TEST_F(ClusterClientTest, ScriptLoadAlsoReachesAMasterNamedByMovedSinceTheLastMap) {
   on_command_ = [](const NodeAddress& node, const Argv&) {
     if (node.port == 7001) return Err(absl::StrCat("MOVED ", KeySlot("foo"), " 127.0.0.1:7002"));
