@@ -551,6 +551,48 @@ absl::Status CheckRedisUrl(absl::string_view source, absl::string_view url) {
   return absl::OkStatus();
 }
 
+// store.redis.cluster_nodes: 1 to kMaxClusterSeeds distinct "host:port" (IPv6 in brackets), and
+// no url beside them.
+absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
+  if (redis.cluster_nodes.empty()) return absl::OkStatus();
+  if (redis.url_set) {
+    return Error("store.redis.cluster_nodes",
+                 absl::StrCat("cannot be set together with ", redis.url_source,
+                              " (the seeds replace the URL; the password comes from "
+                              "SLUICE_REDIS_PASSWORD_FILE)"));
+  }
+  constexpr size_t kMaxClusterSeeds = 64;
+  if (redis.cluster_nodes.size() > kMaxClusterSeeds) {
+    return Error("store.redis.cluster_nodes", "at most 64 seed nodes");
+  }
+  for (size_t i = 0; i < redis.cluster_nodes.size(); ++i) {
+    const std::string& node = redis.cluster_nodes[i];
+    const std::string path = absl::StrCat("store.redis.cluster_nodes[", i, "]");
+    const size_t colon = node.rfind(':');
+    int port = 0;
+    absl::string_view host =
+        colon == std::string::npos ? absl::string_view() : absl::string_view(node).substr(0, colon);
+    if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+      host = host.substr(1, host.size() - 2);
+    }
+    const bool host_ok =
+        !host.empty() && host.size() <= 253 && std::all_of(host.begin(), host.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                 c == ':' || c == '_';
+        });
+    if (colon == std::string::npos || !host_ok ||
+        !absl::SimpleAtoi(absl::string_view(node).substr(colon + 1), &port) || port < 1 ||
+        port > 65535) {
+      return Error(path, absl::StrCat("bad seed node ", Quote(node),
+                                      " (want host:port, e.g. 10.0.0.1:6379 or [fd00::1]:6379)"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (redis.cluster_nodes[j] == node) return Error(path, absl::StrCat(Quote(node), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseStore(const Field& field, StoreConfig& store) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"type", "memory", "redis"}, f));
@@ -567,9 +609,14 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
       ReadDuration(memory.Get("snapshot_interval"), store.memory.snapshot_interval));
 
   Fields redis;
-  SLUICE_RETURN_IF_ERROR(ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix"}, redis));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes"}, redis));
+  store.redis.url_set = store.redis.url_set || !redis.Get("url").absent();
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
+  SLUICE_RETURN_IF_ERROR(ForEachItem(redis.Get("cluster_nodes"), [&](const Field& item, size_t) {
+    return ReadString(item, store.redis.cluster_nodes.emplace_back());
+  }));
   return ReadString(redis.Get("key_prefix"), store.redis.key_prefix);
 }
 
@@ -921,6 +968,7 @@ absl::Status ValidateStore(const StoreConfig& store) {
                                        store.memory.snapshot_interval, kMinSnapshotInterval,
                                        kMaxSnapshotInterval));
   SLUICE_RETURN_IF_ERROR(CheckRedisUrl(store.redis.url_source, store.redis.url));
+  SLUICE_RETURN_IF_ERROR(CheckClusterNodes(store.redis));
   SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.timeout", store.redis.timeout, kMinRedisTimeout,
                                        kMaxRedisTimeout));
   if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
@@ -1183,6 +1231,7 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
     SLUICE_RETURN_IF_ERROR(CheckRedisUrl(kRedisUrlVariable, url));
     cfg.store.redis.url = url;
     cfg.store.redis.url_source = kRedisUrlVariable;
+    cfg.store.redis.url_set = true;
   }
   if (const char* path = getenv(kRedisPasswordFileVariable); path != nullptr) {
     // The path is safe to name; what the file holds is never quoted.

@@ -91,6 +91,12 @@ struct RedisStoreConfig {
   std::string password;
   absl::Duration timeout = absl::Milliseconds(20);
   std::string key_prefix = "sl";
+  // Redis Cluster: seed nodes "host:port" (IPv6 in brackets), instead of `url` (setting both, or
+  // SLUICE_REDIS_URL with these, is an error). The password still comes from
+  // SLUICE_REDIS_PASSWORD_FILE; AUTH is sent to the default user. Empty: one Redis at `url`.
+  std::vector<std::string> cluster_nodes;
+  // True when `url` was set (by the file or SLUICE_REDIS_URL), not left at its default.
+  bool url_set = false;
 };
 
 struct StoreConfig {

@@ -891,6 +891,34 @@ TEST_F(ConfigTest, RedisUrlMustUseRedisScheme) {
             "test.yaml: store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
 }
 
+TEST_F(ConfigTest, ClusterNodesAreSeedsInsteadOfTheUrl) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("store:\n  type: redis\n  redis: {cluster_nodes: [\"10.0.0.1:6379\", "
+                     "\"[fd00::1]:7000\"]}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->store.redis.cluster_nodes,
+            (std::vector<std::string>{"10.0.0.1:6379", "[fd00::1]:7000"}));
+  EXPECT_FALSE(config->store.redis.url_set);
+}
+
+TEST_F(ConfigTest, ClusterNodesAndUrlTogetherAreRefused) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", "
+                             "cluster_nodes: [\"127.0.0.1:7000\"]}\n")),
+            "test.yaml: store.redis.cluster_nodes: cannot be set together with store.redis.url "
+            "(the seeds replace the URL; the password comes from SLUICE_REDIS_PASSWORD_FILE)");
+}
+
+TEST_F(ConfigTest, BadClusterNodesAreRefused) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"127.0.0.1\"]}\n")),
+            "test.yaml: store.redis.cluster_nodes[0]: bad seed node \"127.0.0.1\" (want host:port, "
+            "e.g. 10.0.0.1:6379 or [fd00::1]:6379)");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"a:1\", \"b:70000\"]}\n")),
+            "test.yaml: store.redis.cluster_nodes[1]: bad seed node \"b:70000\" (want host:port, "
+            "e.g. 10.0.0.1:6379 or [fd00::1]:6379)");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"a:1\", \"a:1\"]}\n")),
+            "test.yaml: store.redis.cluster_nodes[1]: \"a:1\" twice");
+}
+
 TEST_F(ConfigTest, BadRedisKeyPrefixIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {key_prefix: \"a:b\"}\n")),
             "test.yaml: store.redis.key_prefix: bad key prefix \"a:b\" (want 1-32 characters of "

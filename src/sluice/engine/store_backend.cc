@@ -17,6 +17,7 @@
 #include "sluice/store/memory/snapshot.h"
 #include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/clock_sync.h"
+#include "sluice/store/redis/cluster.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/redis_outbox.h"
 #include "sluice/store/redis/redis_registry.h"
@@ -44,6 +45,8 @@ struct StoreGauges {
   std::function<double()> refunds = [] { return 0.0; };
   std::function<double()> registry_write_failures = [] { return 0.0; };
   std::function<double()> registry_full_loads = [] { return 0.0; };
+  // Redis Cluster: what the decisions' cluster clients did (0 without a cluster).
+  std::function<redis::ClusterStats()> cluster = [] { return redis::ClusterStats{}; };
 };
 
 // The Redis round-trip histogram: registered whichever store runs (no samples with memory).
@@ -93,6 +96,23 @@ void Register(metrics::Registry& r, StoreGauges g, const registry::Index* index,
       "sluice_registry_write_failures_total",
       "Registry changes that could not be written (answered 503; nothing was changed).",
       std::move(g.registry_write_failures));
+  auto cluster = std::make_shared<std::function<redis::ClusterStats()>>(std::move(g.cluster));
+  r.AddCallbackCounter("sluice_redis_cluster_moved_total",
+                       "Redis Cluster MOVED redirections followed (a slot changed master).",
+                       [cluster] { return static_cast<double>((*cluster)().moved); });
+  r.AddCallbackCounter("sluice_redis_cluster_ask_total",
+                       "Redis Cluster ASK redirections followed (a slot being migrated).",
+                       [cluster] { return static_cast<double>((*cluster)().asked); });
+  r.AddCallbackCounter(
+      "sluice_redis_cluster_tryagain_total",
+      "Redis Cluster commands sent again after TRYAGAIN (their keys split by a migration).",
+      [cluster] { return static_cast<double>((*cluster)().tryagain); });
+  r.AddCallbackCounter("sluice_redis_cluster_no_master_total",
+                       "Redis Cluster commands failed because no master was known for their slot.",
+                       [cluster] { return static_cast<double>((*cluster)().no_master); });
+  r.AddCallbackCounter("sluice_redis_cluster_slot_maps_total",
+                       "Redis Cluster slot maps learnt (CLUSTER SLOTS applied).",
+                       [cluster] { return static_cast<double>((*cluster)().refreshes); });
   r.AddCallbackCounter(
       "sluice_registry_full_loads_total",
       "Times the Redis registry was loaded whole (at start, and when its change log could not "
@@ -263,17 +283,20 @@ class MemoryBackend final : public StoreBackend {
 
 // The calling thread's back end and connection: set by Attach() on a loop's thread.
 thread_local const void* t_redis_owner = nullptr;
-thread_local redis::Connection* t_redis_connection = nullptr;
+thread_local redis::CommandSender* t_redis_connection = nullptr;
 
 class RedisBackend final : public StoreBackend {
  public:
-  RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection)
+  // `seeds` non-empty: Redis Cluster (every connection a copy of `connection` to one node).
+  RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection,
+               std::vector<redis::NodeAddress> seeds)
       : connection_(std::move(connection)),
+        seeds_(std::move(seeds)),
         key_prefix_(cfg.store.redis.key_prefix),
         consumer_(redis::DefaultConsumerName()),
         redis_clock_(&clock_),
         store_(
-            [this]() -> redis::Connection* {
+            [this]() -> redis::CommandSender* {
               return t_redis_owner == this ? t_redis_connection : nullptr;
             },
             {.key_prefix = cfg.store.redis.key_prefix,
@@ -295,7 +318,14 @@ class RedisBackend final : public StoreBackend {
     // clock. Redis answering is worth waiting for briefly before a start is announced: until then
     // every decision is answered per on_store_error.
     for (boost::asio::io_context* io : options.loops) {
-      connections_.push_back(std::make_unique<redis::Connection>(*io, connection_));
+      if (seeds_.empty()) {
+        connections_.push_back(std::make_unique<redis::Connection>(*io, connection_));
+      } else {
+        // Clock sync's TIME goes to any master: the nodes of a cluster are expected to keep
+        // their hosts' clocks in step (NTP), as instances of one Redis would.
+        connections_.push_back(std::make_unique<redis::ClusterClient>(
+            *io, redis::ClusterOptions{.connection = connection_, .seeds = seeds_}));
+      }
     }
     clock_sync_ = std::make_unique<redis::ClockSync>(
         *options.loops.front(), connections_.front().get(), &clock_, &redis_clock_,
@@ -308,6 +338,7 @@ class RedisBackend final : public StoreBackend {
       ro.connection = connection_;
       ro.connection.command_timeout = kRedisBackgroundTimeout;
       ro.connection.breaker_failures = 0;
+      ro.cluster_seeds = seeds_;
       auto backend = std::make_unique<redis::RedisRegistry>(std::move(ro));
       redis_registry_ = backend.get();
       registry_ = std::move(backend);
@@ -325,6 +356,13 @@ class RedisBackend final : public StoreBackend {
 
   std::string_view kind() const override { return "redis"; }
   std::string address() const override {
+    if (!seeds_.empty()) {
+      std::string out = "cluster";
+      for (const redis::NodeAddress& seed : seeds_) {
+        absl::StrAppend(&out, out.size() == 7 ? " " : ",", seed.host, ":", seed.port);
+      }
+      return out;
+    }
     return absl::StrCat(connection_.host, ":", connection_.port);
   }
   Store* store() override { return &store_; }
@@ -344,6 +382,7 @@ class RedisBackend final : public StoreBackend {
     connection.command_timeout = kRedisBackgroundTimeout;
     return std::make_unique<redis::RedisOutbox>(
         redis::RedisOutboxOptions{.connection = connection,
+                                  .cluster_seeds = seeds_,
                                   .key_prefix = key_prefix_,
                                   .consumer = consumer_,
                                   .claim_min_idle = claim_after});
@@ -356,6 +395,20 @@ class RedisBackend final : public StoreBackend {
     g.refunds = [this] { return static_cast<double>(store_.refunds()); };
     g.registry_full_loads = [this] {
       return redis_registry_ == nullptr ? 0.0 : static_cast<double>(redis_registry_->full_loads());
+    };
+    g.cluster = [this] {
+      redis::ClusterStats sum;
+      for (const auto& c : connections_) {
+        if (const auto* cluster = dynamic_cast<const redis::ClusterClient*>(c.get())) {
+          const redis::ClusterStats st = cluster->stats();
+          sum.moved += st.moved;
+          sum.asked += st.asked;
+          sum.tryagain += st.tryagain;
+          sum.refreshes += st.refreshes;
+          sum.no_master += st.no_master;
+        }
+      }
+      return sum;
     };
     Register(registry, std::move(g), &index_, &overlimit_stats_);
     metrics::HistogramFamily& round_trips = RegisterRoundTrips(registry);
@@ -389,6 +442,7 @@ class RedisBackend final : public StoreBackend {
 
  private:
   const redis::ConnectionOptions connection_;
+  const std::vector<redis::NodeAddress> seeds_;  // Redis Cluster's seed nodes; empty: one Redis
   const std::string key_prefix_;
   const std::string consumer_;  // one per process: a reload's new outbox reader resumes
   SystemClock clock_;
@@ -399,7 +453,7 @@ class RedisBackend final : public StoreBackend {
   // observed).
   std::array<std::atomic<metrics::Histogram*>, redis::kRedisCommandKinds> round_trips_{};
   redis::RedisStore store_;
-  std::vector<std::unique_ptr<redis::Connection>> connections_;
+  std::vector<std::unique_ptr<redis::CommandSender>> connections_;
   std::unique_ptr<redis::ClockSync> clock_sync_;
   absl::Notification answered_;
   OverLimitCacheStats overlimit_stats_;
@@ -413,12 +467,20 @@ class RedisBackend final : public StoreBackend {
 absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Config& cfg,
                                                                StoreBackendOptions options) {
   if (cfg.store.type == config::StoreType::kRedis) {
-    absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(cfg.store.redis.url);
+    std::vector<redis::NodeAddress> seeds;
+    for (const std::string& node : cfg.store.redis.cluster_nodes) {
+      std::optional<redis::NodeAddress> seed = redis::ParseNodeAddress(node);
+      if (!seed) return absl::InvalidArgumentError("store.redis.cluster_nodes: bad host:port");
+      seeds.push_back(*std::move(seed));
+    }
+    absl::StatusOr<redis::ConnectionOptions> parsed =
+        seeds.empty() ? redis::ParseRedisUrl(cfg.store.redis.url)
+                      : absl::StatusOr<redis::ConnectionOptions>(redis::ConnectionOptions{});
     if (!parsed.ok()) return parsed.status();
     // SLUICE_REDIS_PASSWORD_FILE (config::ApplyEnvironment) replaces the URL's password.
     if (!cfg.store.redis.password.empty()) parsed->password = cfg.store.redis.password;
     parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
-    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed));
+    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed), std::move(seeds));
     if (absl::Status s = backend->Open(options); !s.ok()) return s;
     return std::unique_ptr<StoreBackend>(std::move(backend));
   }

@@ -25,8 +25,8 @@ absl::StatusOr<absl::Time> ParseTimeReply(const Reply& reply) {
 
 class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
  public:
-  Impl(boost::asio::io_context& io, Connection* connection, const Clock* local, OffsetClock* target,
-       ClockSyncOptions options)
+  Impl(boost::asio::io_context& io, CommandSender* connection, const Clock* local,
+       OffsetClock* target, ClockSyncOptions options)
       : timer_(io), connection_(connection), local_(local), target_(target), options_(options) {}
 
   void Start() { Sample(); }
@@ -101,7 +101,7 @@ class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   boost::asio::steady_timer timer_;
-  Connection* connection_;
+  CommandSender* connection_;
   const Clock* local_;
   OffsetClock* target_;
   const ClockSyncOptions options_;
@@ -110,7 +110,7 @@ class ClockSync::Impl : public std::enable_shared_from_this<Impl> {
   uint64_t discarded_ = 0;  // samples discarded in a row
 };
 
-ClockSync::ClockSync(boost::asio::io_context& io, Connection* connection, const Clock* local,
+ClockSync::ClockSync(boost::asio::io_context& io, CommandSender* connection, const Clock* local,
                      OffsetClock* target, ClockSyncOptions options)
     : impl_(std::make_shared<Impl>(io, connection, local, target, options)) {}
 

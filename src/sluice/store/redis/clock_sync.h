@@ -1,5 +1,6 @@
 // Keeps an OffsetClock equal to the Redis server's clock (docs/semantics.md: with Redis, the Redis
-// server's clock decides windows). Every `interval` it sends TIME over a Connection and sets
+// server's clock decides windows). Every `interval` it sends TIME over a CommandSender (on a
+// cluster: to any master — the nodes of one cluster keep their clocks as their hosts do) and sets
 //   offset = redis_time - (local_before + local_after) / 2,
 // taking the midpoint of the round trip as the instant Redis read its clock (error <= RTT / 2). A
 // sample whose round trip exceeds `max_rtt` is discarded (the estimate would be poor); until the
@@ -19,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sluice/common/clock.h"
-#include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/resp.h"
 
 namespace sluice::redis {
@@ -39,7 +40,7 @@ struct ClockSyncOptions {
 class ClockSync {
  public:
   // `local` is the clock `target` shifts (its base); all must outlive this object.
-  ClockSync(boost::asio::io_context& io, Connection* connection, const Clock* local,
+  ClockSync(boost::asio::io_context& io, CommandSender* connection, const Clock* local,
             OffsetClock* target, ClockSyncOptions options);
   ~ClockSync();
   ClockSync(const ClockSync&) = delete;

@@ -17,6 +17,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/resp.h"
 
 namespace sluice::redis {
@@ -59,38 +60,38 @@ inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 //   - Unavailable: not connected when sent, or the connection was lost or stopped before the reply.
 //   - ResourceExhausted: `max_pending` commands are already outstanding.
 //   - Unavailable with kCircuitOpenMessage: the circuit breaker is open (see ConnectionOptions).
-class Connection {
+class Connection final : public CommandSender {
  public:
-  using Callback = absl::AnyInvocable<void(absl::StatusOr<Reply>) &&>;
+  using Callback = CommandSender::Callback;
   // The reply of a command that had already timed out. Never called if the connection is lost or
   // stopped before that reply arrives (the command may or may not have been executed then).
-  using LateCallback = absl::AnyInvocable<void(Reply) &&>;
+  using LateCallback = CommandSender::LateCallback;
 
   Connection(boost::asio::io_context& io, ConnectionOptions options);
   // Stops (see Stop()). The io_context may still hold posted callbacks; they own their state.
-  ~Connection();
+  ~Connection() override;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Connects in the background; sends AUTH and SELECT (as configured) before any command; on
   // failure or loss reconnects with exponential backoff from reconnect_min up to reconnect_max.
-  void Start();
+  void Start() override;
 
   // Closes the connection for good; outstanding commands complete with Unavailable.
-  void Stop();
+  void Stop() override;
 
   // `late` (may be null) runs, from the read loop, if `done` got DeadlineExceeded and the reply
   // arrives afterwards on the same connection.
-  void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr);
+  void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr) override;
   // As Send, but not refused while the circuit breaker is open: for a command that must reach
   // Redis whenever it can, such as taking back an admission nobody was told about (the breaker
   // is often still open when the late replies of a stall arrive). Still refused when not
   // connected or at `max_pending`.
   void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
-                          LateCallback late = nullptr);
+                          LateCallback late = nullptr) override;
 
   // True once connected and the AUTH/SELECT handshake succeeded.
-  [[nodiscard]] bool connected() const;
+  [[nodiscard]] bool connected() const override;
   // True while the circuit breaker is open.
   [[nodiscard]] bool circuit_open() const;
   // Times the breaker opened since Start().

@@ -91,7 +91,12 @@ RedisOutbox::RedisOutbox(RedisOutboxOptions options) : options_(std::move(option
   }
   history_.assign(streams_.size(), std::string("0"));
   claim_cursor_.assign(streams_.size(), "0-0");
-  connection_ = std::make_unique<Connection>(io_, options_.connection);
+  if (options_.cluster_seeds.empty()) {
+    connection_ = std::make_unique<Connection>(io_, options_.connection);
+  } else {
+    connection_ = std::make_unique<ClusterClient>(
+        io_, ClusterOptions{.connection = options_.connection, .seeds = options_.cluster_seeds});
+  }
   connection_->Start();
 }
 
@@ -224,16 +229,39 @@ absl::Status RedisOutbox::TakeEntries(int bucket, const Reply& entries, bool rea
 absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const int> buckets,
                                                                std::span<const std::string> ids,
                                                                size_t count, bool history) {
-  Argv argv = {"XREADGROUP",        "GROUP",  options_.group, options_.consumer, "COUNT",
-               absl::StrCat(count), "STREAMS"};
-  for (int b : buckets) argv.push_back(streams_[b]);
-  for (const std::string& id : ids) argv.push_back(id);
-  absl::StatusOr<Reply> reply = RunOne(std::move(argv));
-  if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+  const Argv head = {"XREADGROUP",        "GROUP",  options_.group, options_.consumer, "COUNT",
+                     absl::StrCat(count), "STREAMS"};
+  // One command naming every stream; on a cluster one per stream (each its own slot).
+  std::vector<Argv> commands;
+  std::vector<std::vector<int>> named;  // by command: the buckets it names
+  const bool split = !options_.cluster_seeds.empty();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (split || commands.empty()) {
+      commands.push_back(head);
+      named.emplace_back();
+    }
+    named.back().push_back(buckets[i]);
+  }
+  for (size_t c = 0; c < commands.size(); ++c) {
+    for (int b : named[c]) commands[c].push_back(streams_[b]);
+    for (size_t i = 0; i < named[c].size(); ++i) {
+      commands[c].push_back(ids[split ? c : i]);
+    }
+  }
+  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
 
   std::vector<OutboxItem> out;
   std::vector<bool> seen(streams_.size(), false);
-  if (reply->is_array()) {  // nil: nothing new in any stream
+  absl::Status first_error;
+  size_t answered = 0;
+  for (size_t c = 0; c < replies.size(); ++c) {
+    const absl::StatusOr<Reply>& reply = replies[c];
+    if (absl::Status st = CheckReply(reply); !st.ok()) {
+      if (first_error.ok()) first_error = st;
+      continue;
+    }
+    ++answered;
+    if (!reply->is_array()) continue;  // nil: nothing new in any stream it names
     for (const Reply& per_stream : reply->elements) {
       if (!per_stream.is_array() || per_stream.elements.size() != 2) {
         return absl::InternalError("redis outbox: unexpected XREADGROUP reply");
@@ -257,7 +285,11 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const i
       }
     }
   }
+  if (answered == 0 && !first_error.ok()) return first_error;
   if (history) {
+    // A bucket that failed while others answered (its node is down) is not re-read either: the
+    // caller would loop on it. Its pending entries are still this consumer's, and come back
+    // through Claim once their lease has passed.
     for (int b : buckets) {
       if (!seen[b]) history_[b].reset();
     }

@@ -27,10 +27,13 @@
 //   - Entries that cannot be parsed into an AlertEvent are logged, acked and deleted (they would
 //     otherwise occupy the bounded outbox forever) and counted in malformed().
 //
-// Redis Cluster: the bucket streams live in different slots, and one XREADGROUP naming them all
-// is refused there (CROSSSLOT). On Cluster, Fetch must be split into one command per slot owner
-// (group the streams by CLUSTER KEYSLOT); everything else here already uses one key per command.
-// Not built yet: sluice speaks to a single Redis today.
+// Redis Cluster (`cluster_seeds` set): the bucket streams live in different slots, and one
+// XREADGROUP naming them all would be refused (CROSSSLOT), so Fetch sends one XREADGROUP per
+// bucket, pipelined; every other command here names one stream. The ClusterClient routes each to
+// the master of its stream's slot, following MOVED and ASK, so a bucket is read, acknowledged and
+// claimed on whichever node holds it, also while it is being resharded. A bucket whose node is
+// down does not hold back the others: Fetch returns what the rest had (and fails only when no
+// bucket answered).
 //
 // Threading: owns a private io_context and Connection, and runs that io_context inside each call
 // until the replies arrive (each command bounded by connection.command_timeout). Not thread-safe:
@@ -53,6 +56,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sluice/limiter/outbox_source.h"
+#include "sluice/store/redis/cluster.h"
+#include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/resp.h"
 
@@ -61,6 +66,9 @@ namespace sluice::redis {
 struct RedisOutboxOptions {
   // Its command_timeout bounds every command here (the store's 20 ms is too tight for a batch).
   ConnectionOptions connection{.command_timeout = std::chrono::milliseconds(2000)};
+  // Redis Cluster's seed nodes (each node's connection a copy of `connection`); empty: the one
+  // Redis `connection` names.
+  std::vector<NodeAddress> cluster_seeds;
   std::string key_prefix = "sl";  // store.redis.key_prefix
   int buckets = 64;               // RedisStoreOptions::buckets: the same B
   std::string group = "sluice";
@@ -116,7 +124,7 @@ class RedisOutbox final : public OutboxSource {
   std::vector<std::string> streams_;                 // by bucket
   absl::flat_hash_map<std::string, int> bucket_of_;  // stream key -> bucket
   boost::asio::io_context io_;
-  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<CommandSender> connection_;
   bool groups_ready_ = false;
   // Own pending entries still to re-read, per bucket: the last id seen ("0" at first); nullopt
   // once that bucket's history is exhausted.

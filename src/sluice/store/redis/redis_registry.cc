@@ -462,6 +462,21 @@ std::optional<Key> ParseKey(uint64_t id, std::string_view record) {
 }
 
 // Everything that runs on the private thread. Shared with the coroutines and handlers in flight.
+namespace {
+
+// A Connection to the one Redis, or on a cluster a ClusterClient whose keyless commands (CLIENT
+// ID, INFO: what tells the follower that its server changed) go to the master of the registry's
+// slot, the node every other registry command goes to.
+std::unique_ptr<CommandSender> MakeSender(asio::io_context& io, const RedisRegistryOptions& o,
+                                          const std::string& base) {
+  if (o.cluster_seeds.empty()) return std::make_unique<Connection>(io, o.connection);
+  return std::make_unique<ClusterClient>(
+      io,
+      ClusterOptions{.connection = o.connection, .seeds = o.cluster_seeds, .keyless_key = base});
+}
+
+}  // namespace
+
 class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
  public:
   Follower(RedisRegistry* owner, const RedisRegistryOptions& options)
@@ -476,7 +491,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         write_sha_(Sha1Hex(kRegistryWriteScript)),
         read_sha_(Sha1Hex(kRegistryReadScript)),
         work_(asio::make_work_guard(io_)),
-        connection_(io_, options.connection),
+        connection_(MakeSender(io_, options, base_)),
         timer_(io_) {}
 
   asio::io_context& io() { return io_; }
@@ -488,7 +503,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   void Begin(registry::Index* index, std::shared_ptr<std::promise<void>> first_load) {
     index_ = index;
     first_load_ = std::move(first_load);
-    connection_.Start();
+    connection_->Start();
     force_reload_ = true;
     asio::co_spawn(io_, PollLoop(shared_from_this()), asio::detached);
   }
@@ -578,20 +593,20 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
                  Connection::Callback done) {
     argv.insert(argv.begin(), {std::string("EVALSHA"), sha});
     auto retry = std::make_shared<Argv>(argv);
-    connection_.Send(std::move(argv), [self = shared_from_this(), script, retry,
-                                       done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+    connection_->Send(std::move(argv), [self = shared_from_this(), script, retry,
+                                        done = std::move(done)](absl::StatusOr<Reply> r) mutable {
       if (!r.ok() || !r->is_error() || !r->str.starts_with("NOSCRIPT")) {
         std::move(done)(std::move(r));
         return;
       }
-      self->connection_.Send(
+      self->connection_->Send(
           {"SCRIPT", "LOAD", std::string(script)},
           [self, retry, done = std::move(done)](absl::StatusOr<Reply> loaded) mutable {
             if (absl::Status st = Check(loaded); !st.ok()) {
               std::move(done)(st);
               return;
             }
-            self->connection_.Send(std::move(*retry), std::move(done));
+            self->connection_->Send(std::move(*retry), std::move(done));
           });
     });
   }
@@ -626,7 +641,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         return;
       }
       for (size_t i = 0; i < commands.size(); ++i) {
-        connection_.Send(std::move(commands[i]), [state, i](absl::StatusOr<Reply> r) {
+        connection_->Send(std::move(commands[i]), [state, i](absl::StatusOr<Reply> r) {
           state->replies[i] = std::move(r);
           if (--state->left == 0) std::move(state->done)(std::move(state->replies));
         });
@@ -760,7 +775,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   void MaybeFinishStop() {
     if (!stopping_ || writes_in_flight_ > 0 || !stopped_promise_ || stop_finished_) return;
     stop_finished_ = true;
-    connection_.Stop();
+    connection_->Stop();
     stopped_promise_->set_value();
   }
 
@@ -950,7 +965,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         Argv argv = {"MGET"};
         argv.reserve(1 + last - first);
         for (size_t i = first; i < last; ++i) argv.push_back(*state->prefix + (*state->ids)[i]);
-        state->self->connection_.Send(
+        state->self->connection_->Send(
             std::move(argv), [state, first, last](absl::StatusOr<Reply> r) {
               State& s = *state;
               if (absl::Status st = Check(r); !st.ok() && s.status.ok()) s.status = st;
@@ -1118,7 +1133,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
 
   static asio::awaitable<void> PollLoop(std::shared_ptr<Follower> self) {
     while (!self->stopping_) {
-      if (self->connection_.connected() && !self->syncing_) {
+      if (self->connection_->connected() && !self->syncing_) {
         if (self->force_reload_) {
           self->KickSync();
         } else if (absl::Status st = co_await self->Poll(); !st.ok() && !self->stopping_) {
@@ -1142,7 +1157,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   const std::string write_sha_, read_sha_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
-  Connection connection_;
+  std::unique_ptr<CommandSender> connection_;
   asio::steady_timer timer_;
 
   registry::Index* index_ = nullptr;

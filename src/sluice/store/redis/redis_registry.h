@@ -42,6 +42,7 @@
 #include "sluice/registry/backend.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/model.h"
+#include "sluice/store/redis/cluster.h"
 #include "sluice/store/redis/connection.h"
 
 namespace sluice::redis {
@@ -51,6 +52,11 @@ struct RedisRegistryOptions {
   // (an admin write should wait for Redis, not fail fast while decisions do).
   ConnectionOptions connection{.command_timeout = std::chrono::milliseconds(2000),
                                .breaker_failures = 0};
+  // Redis Cluster's seed nodes; empty: the one Redis `connection` names. Every registry key
+  // shares one hash tag, so the whole registry is on one node; so do the follower's CLIENT ID and
+  // INFO (sent to that slot's master), so a failover or a move of that slot is seen as a new
+  // server and the registry is reloaded from it.
+  std::vector<NodeAddress> cluster_seeds;
   std::string key_prefix = "sl";  // store.redis.key_prefix
   std::chrono::milliseconds poll_interval{200};
   size_t batch_size = 1000;       // records per pipelined batch of the full load

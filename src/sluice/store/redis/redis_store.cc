@@ -90,9 +90,9 @@ using LateReply = std::function<void(const Reply&)>;
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
 // EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(Connection* conn, SharedCommand argv, Connection::Callback done, LateReply late,
+void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback done, LateReply late,
                bool retried = false) {
-  Connection::LateCallback on_late = nullptr;
+  CommandSender::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
   std::vector<std::string> command = *argv;
   conn->Send(
@@ -171,7 +171,7 @@ void RedisStore::Observed(RedisCommandKind kind, absl::Time start) const {
   }
 }
 
-RedisStore::RedisStore(std::function<Connection*()> connection_for_thread,
+RedisStore::RedisStore(std::function<CommandSender*()> connection_for_thread,
                        RedisStoreOptions options)
     : connection_for_thread_(std::move(connection_for_thread)),
       options_(std::move(options)),
@@ -291,7 +291,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   return argv;
 }
 
-void RedisStore::OnLateDecision(Connection* conn, const Reply& reply, size_t n,
+void RedisStore::OnLateDecision(CommandSender* conn, const Reply& reply, size_t n,
                                 const std::vector<std::string>& decide) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
   if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
@@ -348,7 +348,7 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
     sizes.push_back(part.plan->limits.size());
     n += part.plan->limits.size();
   }
-  Connection* conn = connection_for_thread_();
+  CommandSender* conn = connection_for_thread_();
   auto command = std::make_shared<const std::vector<std::string>>(DecideCommand(parts, placement));
   LateReply late;
   if (std::any_of(parts.begin(), parts.end(), [](const StoreRequest& p) { return p.cost > 0; })) {
@@ -420,7 +420,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
       std::move(state->done)(state->status);
     }
   };
-  Connection* conn = connection_for_thread_();
+  CommandSender* conn = connection_for_thread_();
   // One HGET per counter and one HKEYS per flag hash, pipelined (all keys share one hash tag).
   const absl::Time start = StartTimer();
   for (size_t i = 0; i < n; ++i) {

@@ -1,9 +1,9 @@
 // The Redis store: docs/semantics.md on a shared Redis, one round trip (one EVALSHA of decide.lua)
 // per decision. Keys and the script's contract: docs/redis.md and decide.lua's header.
 //
-// Each io_context thread has its own Connection; the store asks `connection_for_thread` for the
-// calling thread's, so a callback always runs on the thread that made the call (after the reply
-// arrives; never inside the call).
+// Each io_context thread has its own CommandSender (a Connection, or a ClusterClient on Redis
+// Cluster); the store asks `connection_for_thread` for the calling thread's, so a callback always
+// runs on the thread that made the call (after the reply arrives; never inside the call).
 #ifndef SLUICE_STORE_REDIS_REDIS_STORE_H_
 #define SLUICE_STORE_REDIS_REDIS_STORE_H_
 
@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "sluice/common/clock.h"
 #include "sluice/limiter/store.h"
+#include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/connection.h"
 
 namespace sluice::redis {
@@ -71,7 +72,7 @@ struct RedisStoreOptions {
 class RedisStore final : public Store {
  public:
   // `connection_for_thread` returns the calling thread's connection (never null).
-  RedisStore(std::function<Connection*()> connection_for_thread, RedisStoreOptions options);
+  RedisStore(std::function<CommandSender*()> connection_for_thread, RedisStoreOptions options);
 
   void Decide(const StoreRequest& req, DecideCallback done) override;
   // One EVALSHA of decide.lua for the whole group; every key carries the hash tag of `req.group`
@@ -126,10 +127,10 @@ class RedisStore final : public Store {
   void Observed(RedisCommandKind kind, absl::Time start) const;
   // The late reply `reply` of the decision `decide` (its EVALSHA; `n` limits in all): if it
   // admitted, sends its refunds (one refund.lua per part of cost > 0) on `conn`.
-  void OnLateDecision(Connection* conn, const Reply& reply, size_t n,
+  void OnLateDecision(CommandSender* conn, const Reply& reply, size_t n,
                       const std::vector<std::string>& decide);
 
-  std::function<Connection*()> connection_for_thread_;
+  std::function<CommandSender*()> connection_for_thread_;
   RedisStoreOptions options_;
   std::string script_sha_;
   std::atomic<uint64_t> recorded_{0};
