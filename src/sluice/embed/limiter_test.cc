@@ -343,7 +343,8 @@ TEST(MemoryLimiterOptionsTest, StoreSettingsAreChecked) {
   Options redis = FreeOptions();
   redis.store = RedisStoreOptions{.url = "http://127.0.0.1:6379"};
   EXPECT_EQ(OpenError(std::move(redis)),
-            "store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+            "store.redis.url: must be a redis:// or rediss:// (TLS) URL, e.g. "
+            "redis://127.0.0.1:6379/0");
 }
 
 TEST(MemoryLimiterOptionsTest, BadWebhookIsRefused) {
