@@ -347,6 +347,19 @@ TEST(MemoryLimiterOptionsTest, StoreSettingsAreChecked) {
             "redis://127.0.0.1:6379/0");
 }
 
+TEST(MemoryLimiterOptionsTest, RedisTlsSettingsAreChecked) {
+  Options plaintext = FreeOptions();
+  plaintext.store = RedisStoreOptions{.url = "redis://127.0.0.1:6379", .tls = {.ca_file = "/ca"}};
+  EXPECT_EQ(OpenError(std::move(plaintext)),
+            "store.redis.tls: set, but store.redis.url is not a rediss:// URL (TLS is on only "
+            "with rediss://)");
+  Options missing = FreeOptions();
+  missing.store =
+      RedisStoreOptions{.url = "rediss://127.0.0.1:6379", .tls = {.ca_file = "/nonexistent/ca"}};
+  EXPECT_EQ(OpenError(std::move(missing)),
+            "store.redis.tls.ca_file: /nonexistent/ca: No such file or directory");
+}
+
 TEST(MemoryLimiterOptionsTest, BadWebhookIsRefused) {
   Options options = FreeOptions();
   options.alerts.webhooks.push_back({.url = "ftp://example.com"});
