@@ -527,6 +527,13 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       co_return absl::UnavailableError(absl::StrCat("redis: TLS: certificate verify failed: ",
                                                     X509_verify_cert_error_string(verify)));
     }
+    if (ec == asio::error::operation_aborted) {
+      // The connect timeout closed the socket: a plaintext server waits for the rest of what it
+      // takes for a command.
+      co_return absl::UnavailableError(absl::StrCat("redis: TLS handshake: no answer within ",
+                                                    kConnectTimeout.count(),
+                                                    " ms (is it a TLS port?)"));
+    }
     co_return absl::UnavailableError(absl::StrCat("redis: TLS handshake: ", ec.message()));
   }
 
@@ -555,7 +562,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     ++expected;
     co_await asio::async_write(stream, asio::buffer(handshake),
                                asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return absl::UnavailableError(absl::StrCat("redis: write: ", ec.message()));
+    if (ec) {
+      co_return absl::UnavailableError(
+          absl::StrCat("redis: write: ", ec.message(), DroppedHint(ec)));
+    }
     while (expected > 0) {
       auto next = reader_.Next();
       if (!next.ok()) co_return next.status();
@@ -563,11 +573,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         size_t n = co_await stream.async_read_some(asio::buffer(buffer_),
                                                    asio::redirect_error(asio::use_awaitable, ec));
         if (ec) {
-          // A TLS port drops a plaintext client at its first bytes.
-          const bool dropped = ec == asio::error::eof || ec == asio::error::connection_reset;
-          co_return absl::UnavailableError(absl::StrCat(
-              "redis: read: ", ec.message(),
-              dropped && !options_.tls.enabled ? " (is it a TLS port? then use rediss://)" : ""));
+          co_return absl::UnavailableError(
+              absl::StrCat("redis: read: ", ec.message(), DroppedHint(ec)));
         }
         reader_.Feed(std::string_view(buffer_.data(), n));
         continue;
@@ -578,6 +585,21 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       --expected;
     }
     co_return absl::OkStatus();
+  }
+
+  // Why a server may drop a connection before it answers the handshake, for the log line. A TLS
+  // port drops a plaintext client at its first bytes. With TLS 1.3 a server checks the client's
+  // certificate after the client has finished its handshake, so a refusal shows as a TLS alert on
+  // the first read ("tlsv13 alert certificate required") or, when the reset came first, only as
+  // a dropped connection.
+  const char* DroppedHint(const boost::system::error_code& ec) const {
+    if (ec != asio::error::eof && ec != asio::error::connection_reset &&
+        ec != asio::error::broken_pipe && ec != asio::ssl::error::stream_truncated) {
+      return "";
+    }
+    if (!options_.tls.enabled) return " (is it a TLS port? then use rediss://)";
+    return " (closed after the TLS handshake: does the server require a client certificate "
+           "(cert_file, key_file), or refuse this one?)";
   }
 
   // Reads replies until the connection fails; returns why, so that Run() drops it.
