@@ -46,13 +46,23 @@ struct MemoryStoreOptions {
   std::chrono::milliseconds snapshot_interval{1000};  // 100ms..1h
 };
 
+// How a rediss:// connection verifies the server (docs/redis.md, TLS); only with rediss://.
+struct RedisTlsOptions {
+  std::string ca_file;      // PEM CAs the server's certificate must chain to; "": the system's
+  std::string cert_file;    // PEM client certificate for mutual TLS, with key_file; "": none
+  std::string key_file;     // its unencrypted PEM private key
+  std::string server_name;  // the name the certificate must carry (and SNI); "": the URL's host
+};
+
 // Counters in Redis, shared by every process that uses the same server and key prefix.
 struct RedisStoreOptions {
-  std::string url = "redis://127.0.0.1:6379/0";  // redis://[user:password@]host:port/db
-  std::string password;                          // "": the URL's
-  std::string key_prefix = "sl";                 // 1-32 of [A-Za-z0-9_.-]
+  // redis://[user:password@]host:port/db, or rediss://… for TLS
+  std::string url = "redis://127.0.0.1:6379/0";
+  std::string password;           // "": the URL's
+  std::string key_prefix = "sl";  // 1-32 of [A-Za-z0-9_.-]
   // How long a decision waits for Redis before it is answered per `on_store_error` (1ms..10s).
   std::chrono::milliseconds timeout{20};
+  RedisTlsOptions tls;
 };
 
 // What a decision answers when the store cannot answer in time (the Decision says `degraded`).

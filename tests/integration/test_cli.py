@@ -196,7 +196,8 @@ class EnvironmentTest(unittest.TestCase):
                              env={"SLUICE_REDIS_URL": "http://app:hunter2@10.0.0.1:6379"})
         self.assertEqual(result.returncode, 78)
         self.assertEqual(result.stderr.strip(),
-                         "SLUICE_REDIS_URL: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0")
+                         "SLUICE_REDIS_URL: must be a redis:// or rediss:// (TLS) URL, "
+                         "e.g. redis://127.0.0.1:6379/0")
         self.assertNotIn("hunter2", result.stderr)
 
     def test_valid_redis_url_is_accepted(self):

@@ -542,11 +542,9 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
 // The rules for store.redis.url and SLUICE_REDIS_URL (`source` names the one checked). The URL
 // is never quoted: it may carry a password.
 absl::Status CheckRedisUrl(absl::string_view source, absl::string_view url) {
-  if (absl::StartsWith(url, "rediss://")) {
-    return Error(source, "TLS (rediss://) is not supported yet");
-  }
-  if (!IsUrl(url, {"redis://"})) {
-    return Error(source, "must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  if (!IsUrl(url, {"redis://", "rediss://"})) {
+    return Error(source,
+                 "must be a redis:// or rediss:// (TLS) URL, e.g. redis://127.0.0.1:6379/0");
   }
   return absl::OkStatus();
 }
@@ -593,6 +591,26 @@ absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
   return absl::OkStatus();
 }
 
+// store.redis.tls applies to a rediss:// URL only: with redis:// the files would be ignored, and
+// an operator who wrote them believes the connection is encrypted.
+absl::Status CheckTlsNeedsRediss(const RedisStoreConfig& redis) {
+  if (!redis.tls.any() || !redis.cluster_nodes.empty() || absl::StartsWith(redis.url, "rediss://")) {
+    return absl::OkStatus();
+  }
+  return Error("store.redis.tls",
+               absl::StrCat("set, but ", redis.url_source,
+                            " is not a rediss:// URL (TLS is on only with rediss://, or with cluster_nodes)"));
+}
+
+absl::Status ParseRedisTls(const Field& field, RedisTlsConfig& tls) {
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"ca_file", "cert_file", "key_file", "server_name"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("ca_file"), tls.ca_file));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("cert_file"), tls.cert_file));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("key_file"), tls.key_file));
+  return ReadString(f.Get("server_name"), tls.server_name);
+}
+
 absl::Status ParseStore(const Field& field, StoreConfig& store) {
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"type", "memory", "redis"}, f));
@@ -610,14 +628,15 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
 
   Fields redis;
   SLUICE_RETURN_IF_ERROR(
-      ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes"}, redis));
+      ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes", "tls"}, redis));
   store.redis.url_set = store.redis.url_set || !redis.Get("url").absent();
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
   SLUICE_RETURN_IF_ERROR(ForEachItem(redis.Get("cluster_nodes"), [&](const Field& item, size_t) {
     return ReadString(item, store.redis.cluster_nodes.emplace_back());
   }));
-  return ReadString(redis.Get("key_prefix"), store.redis.key_prefix);
+  SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("key_prefix"), store.redis.key_prefix));
+  return ParseRedisTls(redis.Get("tls"), store.redis.tls);
 }
 
 absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
@@ -959,6 +978,44 @@ absl::Status ValidateServer(const ServerConfig& server) {
   return absl::OkStatus();
 }
 
+// A DNS name (labels of A-Z a-z 0-9 - _, at most 253 characters) or an IP address: what a
+// certificate can name.
+bool IsValidServerName(absl::string_view name) {
+  if (IsIpv4(name) || IsIpv6(name)) return true;
+  if (name.empty() || name.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(name, '.')) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-' ||
+        !AllOf(label, [](char c) { return absl::ascii_isalnum(c) || c == '-' || c == '_'; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The fields that can be checked without the files; server::CheckServable loads them.
+absl::Status ValidateRedisTls(const RedisStoreConfig& redis) {
+  const RedisTlsConfig& tls = redis.tls;
+  for (const auto& [name, path] :
+       {std::pair{"ca_file", &tls.ca_file}, std::pair{"cert_file", &tls.cert_file},
+        std::pair{"key_file", &tls.key_file}}) {
+    if (path->size() > kMaxPathLength || path->find('\0') != std::string::npos) {
+      return Error(absl::StrCat("store.redis.tls.", name),
+                   "must be a path of at most 4096 bytes without NUL");
+    }
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Error(tls.cert_file.empty() ? "store.redis.tls.cert_file" : "store.redis.tls.key_file",
+                 "cert_file and key_file go together: set both for a client certificate, or "
+                 "neither");
+  }
+  if (!tls.server_name.empty() && !IsValidServerName(tls.server_name)) {
+    return Error("store.redis.tls.server_name",
+                 absl::StrCat("bad server name ", Quote(tls.server_name),
+                              " (want a DNS name or an IP address)"));
+  }
+  return CheckTlsNeedsRediss(redis);
+}
+
 absl::Status ValidateStore(const StoreConfig& store) {
   if (!store.memory.registry_path.empty() &&
       store.memory.registry_path == store.memory.snapshot_path) {
@@ -969,6 +1026,7 @@ absl::Status ValidateStore(const StoreConfig& store) {
                                        kMaxSnapshotInterval));
   SLUICE_RETURN_IF_ERROR(CheckRedisUrl(store.redis.url_source, store.redis.url));
   SLUICE_RETURN_IF_ERROR(CheckClusterNodes(store.redis));
+  SLUICE_RETURN_IF_ERROR(ValidateRedisTls(store.redis));
   SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.timeout", store.redis.timeout, kMinRedisTimeout,
                                        kMaxRedisTimeout));
   if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
@@ -1232,6 +1290,7 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
     cfg.store.redis.url = url;
     cfg.store.redis.url_source = kRedisUrlVariable;
     cfg.store.redis.url_set = true;
+    SLUICE_RETURN_IF_ERROR(CheckTlsNeedsRediss(cfg.store.redis));
   }
   if (const char* path = getenv(kRedisPasswordFileVariable); path != nullptr) {
     // The path is safe to name; what the file holds is never quoted.

@@ -82,6 +82,21 @@ struct MemoryStoreConfig {
   absl::Duration snapshot_interval = absl::Seconds(1);
 };
 
+// store.redis.tls: how a rediss:// connection is verified (docs/redis.md, TLS). Set only with a
+// rediss:// URL. The files are PEM; server::CheckServable loads them, so check-config refuses a
+// file that cannot be read or used.
+struct RedisTlsConfig {
+  std::string ca_file;      // the CAs the server's certificate must chain to; "": the system's
+  std::string cert_file;    // a client certificate (mutual TLS), with key_file; "": none
+  std::string key_file;     // its unencrypted private key
+  std::string server_name;  // the name the certificate must carry, and SNI; "": the URL's host
+
+  // True if any field is set.
+  [[nodiscard]] bool any() const {
+    return !ca_file.empty() || !cert_file.empty() || !key_file.empty() || !server_name.empty();
+  }
+};
+
 struct RedisStoreConfig {
   std::string url = "redis://127.0.0.1:6379/0";  // SLUICE_REDIS_URL replaces it
   // What names `url` in errors: "store.redis.url", or "SLUICE_REDIS_URL" when that set it.
@@ -97,6 +112,7 @@ struct RedisStoreConfig {
   std::vector<std::string> cluster_nodes;
   // True when `url` was set (by the file or SLUICE_REDIS_URL), not left at its default.
   bool url_set = false;
+  RedisTlsConfig tls;
 };
 
 struct StoreConfig {
@@ -225,14 +241,15 @@ struct Config {
 
 // Overrides what differs per deployment or is secret with environment variables, read through
 // `getenv` (null: unset):
-//   SLUICE_REDIS_URL            replaces store.redis.url, validated by the same rules;
+//   SLUICE_REDIS_URL            replaces store.redis.url, validated by the same rules (a
+//                               file with store.redis.tls needs a rediss:// one);
 //                               url_source becomes "SLUICE_REDIS_URL".
 //   SLUICE_REDIS_PASSWORD_FILE  store.redis.password is that file's content, one trailing newline
 //                               stripped; a regular file of at most 4 KiB, not empty.
 // A variable set to "" counts as set (an empty URL or path is an error, not a silent fallback to
 // the file). Errors are InvalidArgument naming the variable and never the URL or the password:
-// "SLUICE_REDIS_URL: must be a redis:// URL, ...", "SLUICE_REDIS_PASSWORD_FILE: <path>: empty".
-// On error `cfg` may have been changed in part.
+// "SLUICE_REDIS_URL: must be a redis:// or rediss:// (TLS) URL, ...", "SLUICE_REDIS_PASSWORD_FILE:
+// <path>: empty". On error `cfg` may have been changed in part.
 [[nodiscard]] absl::Status ApplyEnvironment(Config& cfg,
                                             const std::function<const char*(const char*)>& getenv);
 

@@ -881,14 +881,64 @@ TEST_F(ConfigTest, UnknownStoreTypeIsRejected) {
             "test.yaml: store.type: unknown store type \"mysql\" (want memory or redis)");
 }
 
-TEST_F(ConfigTest, RedissUrlIsNotSupportedYet) {
-  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"rediss://127.0.0.1:6379\"}\n")),
-            "test.yaml: store.redis.url: TLS (rediss://) is not supported yet");
+TEST_F(ConfigTest, RedissUrlWithTlsSettingsIsRead) {
+  absl::StatusOr<Config> config = Parse(
+      WithPlan("store:\n  redis:\n    url: \"rediss://redis.internal:6380\"\n"
+               "    tls: { ca_file: /etc/ca.pem, cert_file: /etc/c.pem, key_file: /etc/k.pem, "
+               "server_name: redis.example.com }\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const RedisTlsConfig& tls = config->store.redis.tls;
+  EXPECT_EQ(tls.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(tls.cert_file, "/etc/c.pem");
+  EXPECT_EQ(tls.key_file, "/etc/k.pem");
+  EXPECT_EQ(tls.server_name, "redis.example.com");
+}
+
+TEST_F(ConfigTest, RedissUrlWithoutTlsSettingsIsValid) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"rediss://127.0.0.1:6379\"}\n")), "OK");
+}
+
+TEST_F(ConfigTest, TlsSettingsWithAPlaintextUrlAreRefused) {
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", "
+                             "tls: {ca_file: /etc/ca.pem}}\n")),
+            "test.yaml: store.redis.tls: set, but store.redis.url is not a rediss:// URL (TLS is "
+            "on only with rediss://)");
+  // The default URL is plaintext too.
+  EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {tls: {server_name: r.example.com}}\n")),
+              HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
+}
+
+TEST_F(ConfigTest, ClientCertificateAndKeyGoTogether) {
+  const std::string url = "store:\n  redis:\n    url: \"rediss://h\"\n";
+  EXPECT_EQ(ErrorOf(WithPlan(url + "    tls: {cert_file: /etc/c.pem}\n")),
+            "test.yaml: store.redis.tls.key_file: cert_file and key_file go together: set both "
+            "for a client certificate, or neither");
+  EXPECT_EQ(ErrorOf(WithPlan(url + "    tls: {key_file: /etc/k.pem}\n")),
+            "test.yaml: store.redis.tls.cert_file: cert_file and key_file go together: set both "
+            "for a client certificate, or neither");
+}
+
+TEST_F(ConfigTest, TlsServerNameMustBeADnsNameOrAnAddress) {
+  const std::string url = "store:\n  redis:\n    url: \"rediss://h\"\n";
+  for (const char* good : {"redis.example.com", "localhost", "10.0.0.5", "\"::1\"", "a_b.c"}) {
+    EXPECT_EQ(ErrorOf(WithPlan(url + "    tls: {server_name: " + good + "}\n")), "OK") << good;
+  }
+  for (const char* bad : {"\"a b\"", "a..b", "-a.b", "\"*.example.com\"", "h/x"}) {
+    EXPECT_THAT(ErrorOf(WithPlan(url + "    tls: {server_name: " + bad + "}\n")),
+                HasSubstr("store.redis.tls.server_name: bad server name"))
+        << bad;
+  }
+}
+
+TEST_F(ConfigTest, UnknownTlsFieldIsRejected) {
+  EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {url: \"rediss://h\", tls: {verify: false}}\n")),
+              HasSubstr("store.redis.tls.verify"));
 }
 
 TEST_F(ConfigTest, RedisUrlMustUseRedisScheme) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"http://127.0.0.1:6379\"}\n")),
-            "test.yaml: store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+            "test.yaml: store.redis.url: must be a redis:// or rediss:// (TLS) URL, e.g. "
+            "redis://127.0.0.1:6379/0");
 }
 
 TEST_F(ConfigTest, ClusterNodesAreSeedsInsteadOfTheUrl) {
@@ -1231,9 +1281,9 @@ class EnvironmentTest : public ConfigFileTest {
  protected:
   static constexpr char kPassword[] = "s3cret-Pa55word";
 
-  // kPlans with the environment `env_`; the error message, or "OK".
-  std::string Apply() {
-    absl::StatusOr<Config> parsed = ParseConfig(kPlans, "test.yaml");
+  // kPlans plus `sections` with the environment `env_`; the error message, or "OK".
+  std::string Apply(const std::string& sections = "") {
+    absl::StatusOr<Config> parsed = ParseConfig(WithPlan(sections), "test.yaml");
     if (!parsed.ok()) return std::string(parsed.status().message());
     cfg_ = *std::move(parsed);
     const absl::Status s = ApplyEnvironment(cfg_, [this](const char* name) -> const char* {
@@ -1269,16 +1319,28 @@ TEST_F(EnvironmentTest, RedisUrlReplacesTheFilesUrl) {
 
 TEST_F(EnvironmentTest, RedisUrlIsValidatedLikeTheFilesAndNamesTheVariable) {
   env_["SLUICE_REDIS_URL"] = absl::StrCat("http://user:", kPassword, "@host");
-  EXPECT_EQ(Apply(), "SLUICE_REDIS_URL: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  EXPECT_EQ(
+      Apply(),
+      "SLUICE_REDIS_URL: must be a redis:// or rediss:// (TLS) URL, e.g. redis://127.0.0.1:6379/0");
   env_["SLUICE_REDIS_URL"] = absl::StrCat("rediss://:", kPassword, "@host");
-  EXPECT_EQ(Apply(), "SLUICE_REDIS_URL: TLS (rediss://) is not supported yet");
+  EXPECT_EQ(Apply(), "OK");
   env_["SLUICE_REDIS_URL"] = "redis://";
-  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// URL"));
+  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// or rediss:// (TLS) URL"));
+}
+
+TEST_F(EnvironmentTest, PlaintextRedisUrlIsRefusedWhenTheFileSetsTls) {
+  const std::string tls = "store:\n  redis: {url: \"rediss://h\", tls: {ca_file: /ca.pem}}\n";
+  env_["SLUICE_REDIS_URL"] = "rediss://10.1.2.3:6380";
+  EXPECT_EQ(Apply(tls), "OK");
+  env_["SLUICE_REDIS_URL"] = "redis://10.1.2.3:6380";
+  EXPECT_EQ(Apply(tls),
+            "store.redis.tls: set, but SLUICE_REDIS_URL is not a rediss:// URL (TLS is on only "
+            "with rediss://)");
 }
 
 TEST_F(EnvironmentTest, EmptyRedisUrlIsAnErrorNotTheFilesUrl) {
   env_["SLUICE_REDIS_URL"] = "";
-  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// URL"));
+  EXPECT_THAT(Apply(), HasSubstr("SLUICE_REDIS_URL: must be a redis:// or rediss:// (TLS) URL"));
 }
 
 TEST_F(EnvironmentTest, PasswordFileSetsThePasswordWithoutItsTrailingNewline) {
@@ -1470,7 +1532,9 @@ TEST_F(ValidateTest, StoreSettingsAreChecked) {
   EXPECT_EQ(ErrorOf(), "store.redis.timeout: must be at most 10s, got 11s");
   cfg_.store.redis.timeout = absl::Milliseconds(20);
   cfg_.store.redis.url = "http://x";
-  EXPECT_EQ(ErrorOf(), "store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+  EXPECT_EQ(
+      ErrorOf(),
+      "store.redis.url: must be a redis:// or rediss:// (TLS) URL, e.g. redis://127.0.0.1:6379/0");
   cfg_.store.redis.url = "redis://127.0.0.1:6379/0";
   cfg_.store.redis.key_prefix = "";
   EXPECT_THAT(ErrorOf(), StartsWith("store.redis.key_prefix: bad key prefix \"\""));

@@ -60,6 +60,10 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
     cfg.store.redis.password = redis.password;
     cfg.store.redis.key_prefix = redis.key_prefix;
     cfg.store.redis.timeout = absl::FromChrono(redis.timeout);
+    cfg.store.redis.tls = {.ca_file = redis.tls.ca_file,
+                           .cert_file = redis.tls.cert_file,
+                           .key_file = redis.tls.key_file,
+                           .server_name = redis.tls.server_name};
   }
   cfg.on_store_error = options.on_store_error == lib::OnStoreError::kDeny
                            ? config::OnStoreError::kDeny

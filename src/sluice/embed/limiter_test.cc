@@ -343,7 +343,21 @@ TEST(MemoryLimiterOptionsTest, StoreSettingsAreChecked) {
   Options redis = FreeOptions();
   redis.store = RedisStoreOptions{.url = "http://127.0.0.1:6379"};
   EXPECT_EQ(OpenError(std::move(redis)),
-            "store.redis.url: must be a redis:// URL, e.g. redis://127.0.0.1:6379/0");
+            "store.redis.url: must be a redis:// or rediss:// (TLS) URL, e.g. "
+            "redis://127.0.0.1:6379/0");
+}
+
+TEST(MemoryLimiterOptionsTest, RedisTlsSettingsAreChecked) {
+  Options plaintext = FreeOptions();
+  plaintext.store = RedisStoreOptions{.url = "redis://127.0.0.1:6379", .tls = {.ca_file = "/ca"}};
+  EXPECT_EQ(OpenError(std::move(plaintext)),
+            "store.redis.tls: set, but store.redis.url is not a rediss:// URL (TLS is on only "
+            "with rediss://)");
+  Options missing = FreeOptions();
+  missing.store =
+      RedisStoreOptions{.url = "rediss://127.0.0.1:6379", .tls = {.ca_file = "/nonexistent/ca"}};
+  EXPECT_EQ(OpenError(std::move(missing)),
+            "store.redis.tls.ca_file: /nonexistent/ca: No such file or directory");
 }
 
 TEST(MemoryLimiterOptionsTest, BadWebhookIsRefused) {

@@ -22,6 +22,7 @@
 #include "sluice/store/redis/redis_outbox.h"
 #include "sluice/store/redis/redis_registry.h"
 #include "sluice/store/redis/redis_store.h"
+#include "sluice/store/redis/tls_context.h"
 
 namespace sluice::engine {
 namespace {
@@ -480,6 +481,20 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Con
     // SLUICE_REDIS_PASSWORD_FILE (config::ApplyEnvironment) replaces the URL's password.
     if (!cfg.store.redis.password.empty()) parsed->password = cfg.store.redis.password;
     parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
+    // On a cluster (no URL), store.redis.tls turns TLS on for every node.
+    if (!seeds.empty() && cfg.store.redis.tls.any()) parsed->tls.enabled = true;
+    if (parsed->tls.enabled) {
+      // One context for every connection of the back end (decisions, clock, outbox, registry).
+      const config::RedisTlsConfig& tls = cfg.store.redis.tls;
+      absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> context = redis::MakeTlsContext(
+          {.ca_file = tls.ca_file, .cert_file = tls.cert_file, .key_file = tls.key_file});
+      if (!context.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("store.redis.tls.", context.status().message()));
+      }
+      parsed->tls.context = *std::move(context);
+      parsed->tls.server_name = tls.server_name;
+    }
     auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed), std::move(seeds));
     if (absl::Status s = backend->Open(options); !s.ok()) return s;
     return std::unique_ptr<StoreBackend>(std::move(backend));

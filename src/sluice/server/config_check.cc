@@ -19,6 +19,7 @@
 #include "sluice/limiter/plan.h"
 #include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/tls_context.h"
 
 namespace sluice::server {
 namespace {
@@ -37,9 +38,9 @@ absl::Status Refuse(const config::Config& cfg, std::string_view key_path, std::s
 // The URL's userinfo ("user:password"), "" without one. ParseRedisUrl's messages do not quote it;
 // this is what the check makes sure of.
 std::string_view UserInfo(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  if (!url.starts_with(kScheme)) return {};
-  url.remove_prefix(kScheme.size());
+  const size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos) return {};
+  url.remove_prefix(scheme + 3);
   const size_t at = url.rfind('@');
   return at == std::string_view::npos ? std::string_view() : url.substr(0, at);
 }
@@ -58,6 +59,19 @@ absl::Status CheckRedisUrl(const config::Config& cfg) {
     return Refuse(cfg, cfg.store.redis.url_source, "bad redis URL");
   }
   return Refuse(cfg, cfg.store.redis.url_source, message);
+}
+
+// With a rediss:// URL (or store.redis.tls beside cluster_nodes), the files of store.redis.tls
+// are loaded as a start would load them:
+// "s.yaml: store.redis.tls.ca_file: /etc/ca.pem: No such file or directory".
+absl::Status CheckRedisTls(const config::Config& cfg) {
+  const bool cluster_tls = !cfg.store.redis.cluster_nodes.empty() && cfg.store.redis.tls.any();
+  if (!cfg.store.redis.url.starts_with("rediss://") && !cluster_tls) return absl::OkStatus();
+  const config::RedisTlsConfig& tls = cfg.store.redis.tls;
+  absl::StatusOr<std::shared_ptr<boost::asio::ssl::context>> context = redis::MakeTlsContext(
+      {.ca_file = tls.ca_file, .cert_file = tls.cert_file, .key_file = tls.key_file});
+  if (context.ok()) return absl::OkStatus();
+  return Refuse(cfg, "", absl::StrCat("store.redis.tls.", context.status().message()));
 }
 
 // A v4-mapped IPv6 address as the IPv4 one: [::ffff:127.0.0.1] and 127.0.0.1 are one address.
@@ -130,7 +144,8 @@ absl::Status CheckServable(const config::Config& cfg) {
   }
   switch (cfg.store.type) {
     case config::StoreType::kRedis:
-      return CheckRedisUrl(cfg);
+      if (absl::Status s = CheckRedisUrl(cfg); !s.ok()) return s;
+      return CheckRedisTls(cfg);
     case config::StoreType::kMemory:
       // The registry database follows the snapshot's rules: an existing directory, a regular
       // file if it exists.

@@ -54,6 +54,23 @@ TEST(CheckServableTest, RedisUrlIsNotParsedForTheMemoryStore) {
   EXPECT_EQ(CheckOf("store:\n  type: memory\n  redis: { url: \"redis://a:%zz@h/0\" }\n"), "OK");
 }
 
+TEST(CheckServableTest, RedissWithTheSystemTrustStoreIsServable) {
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"rediss://:pw@10.0.0.5:6379\" }\n"),
+            "OK");
+}
+
+TEST(CheckServableTest, UnreadableTlsFileIsRefusedNamingTheField) {
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis:\n    url: \"rediss://10.0.0.5\"\n"
+                    "    tls: { ca_file: /nonexistent-dir/ca.pem }\n"),
+            "s.yaml: store.redis.tls.ca_file: /nonexistent-dir/ca.pem: No such file or directory");
+}
+
+TEST(CheckServableTest, TlsFilesAreNotLoadedForTheMemoryStore) {
+  EXPECT_EQ(CheckOf("store:\n  type: memory\n  redis:\n    url: \"rediss://10.0.0.5\"\n"
+                    "    tls: { ca_file: /nonexistent-dir/ca.pem }\n"),
+            "OK");
+}
+
 TEST(CheckServableTest, SnapshotInAMissingDirectoryIsRefused) {
   EXPECT_EQ(CheckOf("store:\n  memory: { snapshot_path: /nonexistent-dir/state.snap }\n"),
             "s.yaml: store.memory.snapshot_path: directory /nonexistent-dir does not exist");

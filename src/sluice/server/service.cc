@@ -236,6 +236,10 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   }
   if (before.store.type != after.store.type || before.store.redis.url != after.store.redis.url ||
       before.store.redis.password != after.store.redis.password ||
+      before.store.redis.tls.ca_file != after.store.redis.tls.ca_file ||
+      before.store.redis.tls.cert_file != after.store.redis.tls.cert_file ||
+      before.store.redis.tls.key_file != after.store.redis.tls.key_file ||
+      before.store.redis.tls.server_name != after.store.redis.tls.server_name ||
       before.store.memory.snapshot_path != after.store.memory.snapshot_path ||
       before.store.memory.snapshot_interval != after.store.memory.snapshot_interval) {
     warn("store");

@@ -7,12 +7,17 @@
 #include <span>
 #include <utility>
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -31,7 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Bounds connect plus AUTH/SELECT; a server that accepts but never answers must not wedge us.
+// Bounds connect, the TLS handshake and AUTH/SELECT/PING; a server that accepts but never answers
+// must not wedge us.
 constexpr std::chrono::milliseconds kConnectTimeout{1000};
 
 bool ValidHostName(std::string_view host) {
@@ -73,15 +79,18 @@ absl::StatusOr<std::string> PercentDecode(std::string_view text) {
 
 absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
-  if (url.starts_with("rediss://")) {
-    return absl::InvalidArgumentError("TLS (rediss://) is not supported yet");
-  }
-  if (!url.starts_with(kScheme)) {
-    // The URL itself is not quoted: it may hold a password.
-    return absl::InvalidArgumentError("redis URL must start with redis://");
-  }
+  constexpr std::string_view kTlsScheme = "rediss://";
   ConnectionOptions options;
-  std::string_view rest = url.substr(kScheme.size());
+  std::string_view rest;
+  if (url.starts_with(kScheme)) {
+    rest = url.substr(kScheme.size());
+  } else if (url.starts_with(kTlsScheme)) {
+    rest = url.substr(kTlsScheme.size());
+    options.tls.enabled = true;
+  } else {
+    // The URL itself is not quoted: it may hold a password.
+    return absl::InvalidArgumentError("redis URL must start with redis:// or rediss://");
+  }
 
   // The password may hold '/' or ':', so the userinfo ends at the last '@'.
   const size_t at = rest.rfind('@');
@@ -156,6 +165,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ConnectionOptions options)
       : io_(io),
         options_(std::move(options)),
+        tls_name_(options_.tls.server_name.empty() ? options_.host : options_.tls.server_name),
         socket_(io),
         deadline_timer_(io),
         backoff_timer_(io),
@@ -280,10 +290,18 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     // The buffer is owned by the operation, so a write aborted by Drop() never sees it reused.
     auto bytes = std::make_shared<std::string>(std::move(out_));
     out_.clear();
-    asio::async_write(
-        socket_, asio::buffer(*bytes),
-        [self = shared_from_this(), bytes, generation = generation_](
-            const boost::system::error_code& ec, size_t) { self->OnWritten(generation, ec); });
+    auto on_written = [self = shared_from_this(), bytes, generation = generation_](
+                          const boost::system::error_code& ec, size_t) {
+      self->OnWritten(generation, ec);
+    };
+    if (tls_ == nullptr) {
+      asio::async_write(socket_, asio::buffer(*bytes), std::move(on_written));
+      return;
+    }
+    // The operation keeps the stream alive: Drop() may forget it while the write is in flight.
+    asio::async_write(*tls_, asio::buffer(*bytes),
+                      [tls = tls_, on_written = std::move(on_written)](
+                          const boost::system::error_code& ec, size_t n) { on_written(ec, n); });
   }
 
   void OnWritten(uint64_t generation, const boost::system::error_code& ec) {
@@ -292,7 +310,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     if (ec) {
       // The read loop notices the closed socket and drops the connection.
       boost::system::error_code ignored;
-      socket_.close(ignored);
+      Socket().close(ignored);
       return;
     }
     if (!out_.empty()) StartWrite();
@@ -352,7 +370,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     ++generation_;
     out_.clear();
     boost::system::error_code ignored;
-    socket_.close(ignored);
+    Socket().close(ignored);
+    // Operations still in flight on the TLS stream hold it until their handlers have run.
+    tls_.reset();
     for (size_t i = expired_; i < pending_.size(); ++i) {
       Complete(std::move(pending_[i].done), absl::UnavailableError("redis: connection lost"));
     }
@@ -377,11 +397,16 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
               .Int("port", self->options_.port)
               .Int("db", self->options_.db)
               .Bool("auth", !self->options_.password.empty())
+              .Bool("tls", self->options_.tls.enabled)
               .Double("ms", std::chrono::duration<double, std::milli>(
                                 std::chrono::steady_clock::now() - started)
                                 .count());
         }
-        lost = co_await self->ReadLoop();
+        if (std::shared_ptr<TlsStream> tls = self->tls_) {
+          lost = co_await self->ReadLoop(*tls);
+        } else {
+          lost = co_await self->ReadLoop(self->socket_);
+        }
       }
       const size_t failed = self->pending_.size() - self->expired_;
       self->Drop();
@@ -425,7 +450,13 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         .Str("error", reason);
   }
 
-  // Connects and runs AUTH / SELECT. Commands sent meanwhile fail fast (not connected yet).
+  // The stream of the current connection, when TLS is on; its socket is the lowest layer.
+  using TlsStream = asio::ssl::stream<tcp::socket>;
+
+  tcp::socket& Socket() { return tls_ == nullptr ? socket_ : tls_->next_layer(); }
+
+  // Connects and runs the TLS handshake (with TLS), then AUTH / SELECT. Commands sent meanwhile
+  // fail fast (not connected yet).
   asio::awaitable<absl::Status> Connect() {
     boost::system::error_code ec;
     tcp::resolver resolver(io_);
@@ -433,17 +464,85 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
                                                      asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return absl::UnavailableError(absl::StrCat("redis: resolve: ", ec.message()));
 
+    // A TLS stream cannot be used again once closed: each connection gets a new one. This frame
+    // holds it too, since Stop() may forget it meanwhile.
+    std::shared_ptr<TlsStream> tls;
+    if (options_.tls.enabled) {
+      if (options_.tls.context == nullptr) {
+        co_return absl::FailedPreconditionError("redis: rediss:// without a TLS context");
+      }
+      tls = std::make_shared<TlsStream>(io_, *options_.tls.context);
+      tls_ = tls;
+    }
+    tcp::socket& socket = Socket();
+
     connect_timer_.expires_after(kConnectTimeout);
     connect_timer_.async_wait([self = shared_from_this(), generation = generation_](
                                   const boost::system::error_code& timer_ec) {
       if (timer_ec || generation != self->generation_ || self->connected_) return;
       boost::system::error_code ignored;
-      self->socket_.close(ignored);
+      self->Socket().close(ignored);
     });
-    co_await asio::async_connect(socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_connect(socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return absl::UnavailableError(absl::StrCat("redis: connect: ", ec.message()));
-    socket_.set_option(tcp::no_delay(true), ec);
+    socket.set_option(tcp::no_delay(true), ec);
 
+    absl::Status status;
+    if (tls == nullptr) {
+      status = co_await Handshake(socket_);
+    } else {
+      status = co_await TlsHandshake(*tls);
+      if (status.ok()) status = co_await Handshake(*tls);
+    }
+    if (!status.ok()) co_return status;
+    boost::system::error_code ignored;
+    connect_timer_.cancel(ignored);
+    co_return absl::OkStatus();
+  }
+
+  // Sets the name the certificate must carry (and SNI for a DNS name), then runs the handshake.
+  // OpenSSL checks the name while it verifies the chain, so a mismatch reads like any other
+  // verification failure: "certificate verify failed: hostname mismatch".
+  asio::awaitable<absl::Status> TlsHandshake(TlsStream& tls) {
+    SSL* ssl = tls.native_handle();
+    boost::system::error_code ec;
+    asio::ip::make_address(tls_name_, ec);
+    const bool ip_literal = !ec;
+    bool named = false;
+    if (ip_literal) {
+      named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), tls_name_.c_str()) == 1;
+    } else {
+      SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      named = SSL_set_tlsext_host_name(ssl, tls_name_.c_str()) == 1 &&
+              SSL_set1_host(ssl, tls_name_.c_str()) == 1;
+    }
+    if (!named) co_return absl::InvalidArgumentError("redis: TLS: cannot set the server name");
+
+    co_await tls.async_handshake(asio::ssl::stream_base::client,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) co_return absl::OkStatus();
+    const long verify = SSL_get_verify_result(ssl);
+    if (verify != X509_V_OK) {
+      co_return absl::UnavailableError(absl::StrCat("redis: TLS: certificate verify failed: ",
+                                                    X509_verify_cert_error_string(verify)));
+    }
+    if (ec == asio::error::operation_aborted) {
+      // The connect timeout closed the socket: a plaintext server waits for the rest of what it
+      // takes for a command.
+      co_return absl::UnavailableError(absl::StrCat("redis: TLS handshake: no answer within ",
+                                                    kConnectTimeout.count(),
+                                                    " ms (is it a TLS port?)"));
+    }
+    co_return absl::UnavailableError(absl::StrCat("redis: TLS handshake: ", ec.message()));
+  }
+
+  // AUTH and SELECT as configured, then a PING: a connection counts as made once Redis has
+  // answered on it. Without the PING a server that takes the connection and then closes it (a TLS
+  // port spoken to in plaintext; with TLS 1.3 a server that refuses the client certificate after
+  // the handshake) would look connected until the first command.
+  template <typename Stream>
+  asio::awaitable<absl::Status> Handshake(Stream& stream) {
+    boost::system::error_code ec;
     std::string handshake;
     int expected = 0;
     if (!options_.password.empty()) {
@@ -458,18 +557,24 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       handshake += EncodeCommand({"SELECT", std::to_string(options_.db)});
       ++expected;
     }
-    if (expected > 0) {
-      co_await asio::async_write(socket_, asio::buffer(handshake),
-                                 asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return absl::UnavailableError(absl::StrCat("redis: write: ", ec.message()));
+    handshake += EncodeCommand({"PING"});
+    ++expected;
+    co_await asio::async_write(stream, asio::buffer(handshake),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      co_return absl::UnavailableError(
+          absl::StrCat("redis: write: ", ec.message(), DroppedHint(ec)));
     }
     while (expected > 0) {
       auto next = reader_.Next();
       if (!next.ok()) co_return next.status();
       if (!next->has_value()) {
-        size_t n = co_await socket_.async_read_some(asio::buffer(buffer_),
-                                                    asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) co_return absl::UnavailableError(absl::StrCat("redis: read: ", ec.message()));
+        size_t n = co_await stream.async_read_some(asio::buffer(buffer_),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) {
+          co_return absl::UnavailableError(
+              absl::StrCat("redis: read: ", ec.message(), DroppedHint(ec)));
+        }
         reader_.Feed(std::string_view(buffer_.data(), n));
         continue;
       }
@@ -478,19 +583,37 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       }
       --expected;
     }
-    boost::system::error_code ignored;
-    connect_timer_.cancel(ignored);
     co_return absl::OkStatus();
   }
 
+  // Why a server may drop a connection before it answers the handshake, for the log line. A TLS
+  // port drops a plaintext client at its first bytes. With TLS 1.3 a server checks the client's
+  // certificate after the client has finished its handshake, so a refusal shows as a TLS alert on
+  // the first read ("tlsv13 alert certificate required") or, when the reset came first, only as
+  // a dropped connection.
+  const char* DroppedHint(const boost::system::error_code& ec) const {
+    if (ec != asio::error::eof && ec != asio::error::connection_reset &&
+        ec != asio::error::broken_pipe && ec != asio::ssl::error::stream_truncated) {
+      return "";
+    }
+    if (!options_.tls.enabled) return " (is it a TLS port? then use rediss://)";
+    return " (closed after the TLS handshake: does the server require a client certificate "
+           "(cert_file, key_file), or refuse this one?)";
+  }
+
   // Reads replies until the connection fails; returns why, so that Run() drops it.
-  asio::awaitable<std::string_view> ReadLoop() {
+  template <typename Stream>
+  asio::awaitable<std::string_view> ReadLoop(Stream& stream) {
     for (;;) {
       boost::system::error_code ec;
-      size_t n = co_await socket_.async_read_some(asio::buffer(buffer_),
-                                                  asio::redirect_error(asio::use_awaitable, ec));
+      size_t n = co_await stream.async_read_some(asio::buffer(buffer_),
+                                                 asio::redirect_error(asio::use_awaitable, ec));
       if (stopped_) co_return "stopped";
-      if (ec) co_return ec == asio::error::eof ? "closed by peer" : "read error";
+      if (ec) {
+        // A TLS peer that closes without close_notify reads as a truncated stream.
+        const bool closed = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+        co_return closed ? "closed by peer" : "read error";
+      }
       reader_.Feed(std::string_view(buffer_.data(), n));
       for (;;) {
         auto next = reader_.Next();
@@ -504,7 +627,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   const ConnectionOptions options_;
-  tcp::socket socket_;
+  const std::string tls_name_;      // what the server's certificate must name, with TLS
+  tcp::socket socket_;              // the connection without TLS
+  std::shared_ptr<TlsStream> tls_;  // the connection's stream with TLS (over its own socket)
   asio::steady_timer deadline_timer_;
   asio::steady_timer backoff_timer_;
   asio::steady_timer connect_timer_;

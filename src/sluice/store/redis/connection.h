@@ -20,7 +20,24 @@
 #include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/resp.h"
 
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace sluice::redis {
+
+// TLS for one connection (`rediss://`; docs/redis.md, TLS). The server's certificate must chain to
+// the context's CAs and carry `server_name` (else the host): a DNS name is checked against the
+// certificate's DNS names and sent as SNI; an IP address against its IP addresses, with no SNI.
+// A handshake or verification failure is a failed connect (logged with the reason, retried with
+// the backoff), never a fallback to plaintext.
+struct TlsOptions {
+  bool enabled = false;  // ParseRedisUrl sets it for rediss://
+  std::string server_name;
+  // REQUIRED when enabled: the context from MakeTlsContext (tls_context.h), shared by every
+  // connection of a back end. Without one, every connect fails ("no TLS context").
+  std::shared_ptr<boost::asio::ssl::context> context;
+};
 
 struct ConnectionOptions {
   std::string host = "127.0.0.1";
@@ -38,14 +55,15 @@ struct ConnectionOptions {
   // 0 turns the breaker off.
   int breaker_failures = 3;
   std::chrono::milliseconds breaker_probe_interval{50};
+  TlsOptions tls;
 };
 
 // The message of the Unavailable status a command gets while the circuit breaker is open.
 inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 
 // Parses `redis://[user:password@]host[:port][/db]` (a password alone: `redis://:password@host`).
-// The host may be an IPv6 literal in brackets. `rediss://` is rejected (no TLS yet). Fields the URL
-// does not set keep their ConnectionOptions defaults.
+// The host may be an IPv6 literal in brackets. `rediss://` is the same with tls.enabled set (the
+// caller adds tls.context). Fields the URL does not set keep their ConnectionOptions defaults.
 [[nodiscard]] absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url);
 
 // Not thread-safe: every call, including the destructor, must be made on the thread that runs
@@ -73,8 +91,10 @@ class Connection final : public CommandSender {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Connects in the background; sends AUTH and SELECT (as configured) before any command; on
-  // failure or loss reconnects with exponential backoff from reconnect_min up to reconnect_max.
+  // Connects in the background: the TLS handshake (with TLS), then AUTH and SELECT (as
+  // configured) and a PING before any command, so that connected() means Redis has answered on
+  // this connection. On failure or loss reconnects with exponential backoff from reconnect_min up
+  // to reconnect_max.
   void Start() override;
 
   // Closes the connection for good; outstanding commands complete with Unavailable.
@@ -90,7 +110,7 @@ class Connection final : public CommandSender {
   void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
                           LateCallback late = nullptr) override;
 
-  // True once connected and the AUTH/SELECT handshake succeeded.
+  // True once connected and the TLS handshake, AUTH, SELECT and PING succeeded.
   [[nodiscard]] bool connected() const override;
   // True while the circuit breaker is open.
   [[nodiscard]] bool circuit_open() const;

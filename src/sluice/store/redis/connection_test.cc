@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
@@ -17,6 +18,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -364,6 +366,59 @@ TEST_F(ConnectionTest, AnAnswerInTimeResetsTheTimeoutCount) {
   EXPECT_EQ(conn.circuit_opened(), 0u);
 }
 
+// A peer that takes the connection but does not answer yet: the connection is not made until
+// Redis has answered the PING that ends the handshake.
+TEST(ConnectionHandshakeTest, ConnectedOnlyOnceThePingIsAnswered) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket peer(io);
+  bool accepted = false;
+  acceptor.async_accept(peer, [&](const boost::system::error_code& ec) { accepted = !ec; });
+  Connection conn(io, {.port = acceptor.local_endpoint().port(),
+                       .command_timeout = 1s,
+                       .reconnect_min = 10ms,
+                       .reconnect_max = 100ms});
+  conn.Start();
+  ASSERT_TRUE(PumpUntil(io, [&] { return accepted; }));
+
+  std::string received;
+  std::array<char, 256> buf{};
+  bool reading = false;
+  const auto read_more = [&] {
+    if (reading) return;
+    reading = true;
+    peer.async_read_some(asio::buffer(buf), [&](const boost::system::error_code& ec, size_t n) {
+      reading = false;
+      if (!ec) received.append(buf.data(), n);
+    });
+  };
+  ASSERT_TRUE(PumpUntil(io, [&] {
+    read_more();
+    return received.find("PING") != std::string::npos;
+  }));
+  EXPECT_EQ(received, "*1\r\n$4\r\nPING\r\n");
+  EXPECT_FALSE(conn.connected());
+
+  asio::write(peer, asio::buffer(std::string_view("+PONG\r\n")));
+  EXPECT_TRUE(PumpUntil(io, [&] { return conn.connected(); }));
+  EXPECT_EQ(conn.commands_sent(), 0u);  // the handshake is not counted
+}
+
+TEST(ConnectionHandshakeTest, RedissWithoutAContextNeverConnects) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  bool accepted = false;
+  tcp::socket peer(io);
+  acceptor.async_accept(peer, [&](const boost::system::error_code& ec) { accepted = !ec; });
+  ConnectionOptions options{.port = acceptor.local_endpoint().port()};
+  options.tls.enabled = true;  // and no context
+  Connection conn(io, options);
+  conn.Start();
+  // Every attempt fails before it dials: not even the TCP connection is made.
+  EXPECT_FALSE(PumpUntil(
+      io, [&] { return accepted || conn.connected(); }, 300ms));
+}
+
 TEST(ParseRedisUrlTest, ReadsUserPasswordHostPortAndDb) {
   auto options = ParseRedisUrl("redis://alice:s3cr:et@redis.internal:6380/3");
   ASSERT_TRUE(options.ok()) << options.status();
@@ -418,16 +473,46 @@ TEST(ParseRedisUrlTest, AcceptsPasswordWithoutUserAndIpv6) {
   EXPECT_EQ(options->port, 7000);
 }
 
-TEST(ParseRedisUrlTest, RejectsTls) {
-  auto options = ParseRedisUrl("rediss://localhost:6380");
-  EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(options.status().message()), HasSubstr("rediss://"));
+TEST(ParseRedisUrlTest, RedissTurnsTlsOnAndReadsTheRestAlike) {
+  auto options = ParseRedisUrl("rediss://alice:pw@redis.internal:6380/2");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->tls.enabled);
+  EXPECT_EQ(options->tls.context, nullptr);  // the caller's to set
+  EXPECT_EQ(options->tls.server_name, "");
+  EXPECT_EQ(options->username, "alice");
+  EXPECT_EQ(options->password, "pw");
+  EXPECT_EQ(options->host, "redis.internal");
+  EXPECT_EQ(options->port, 6380);
+  EXPECT_EQ(options->db, 2);
+}
+
+TEST(ParseRedisUrlTest, RedisLeavesTlsOff) {
+  auto options = ParseRedisUrl("redis://localhost");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->tls.enabled);
+}
+
+TEST(ParseRedisUrlTest, RedissDefaultsPortAndTakesIpv6) {
+  auto options = ParseRedisUrl("rediss://[::1]");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->tls.enabled);
+  EXPECT_EQ(options->host, "::1");
+  EXPECT_EQ(options->port, 6379);
+}
+
+TEST(ParseRedisUrlTest, OtherSchemesNameBothAccepted) {
+  for (const char* url : {"redisss://h", "rediss:/h", "REDIS://h", "tls://h"}) {
+    auto options = ParseRedisUrl(url);
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_EQ(options.status().message(), "redis URL must start with redis:// or rediss://") << url;
+  }
 }
 
 TEST(ParseRedisUrlTest, RejectsGarbage) {
-  for (const char* url : {"", "localhost:6379", "http://localhost", "redis://", "redis://host:",
-                          "redis://host:port", "redis://host:70000", "redis://host/x",
-                          "redis://host/-1", "redis://ho st", "redis://[::1", "redis://u@host"}) {
+  for (const char* url :
+       {"", "localhost:6379", "http://localhost", "redis://", "redis://host:", "redis://host:port",
+        "redis://host:70000", "redis://host/x", "redis://host/-1", "redis://ho st", "redis://[::1",
+        "redis://u@host", "rediss://", "rediss://host:0", "rediss://:pw@"}) {
     EXPECT_EQ(ParseRedisUrl(url).status().code(), absl::StatusCode::kInvalidArgument) << url;
   }
 }
