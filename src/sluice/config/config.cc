@@ -594,12 +594,15 @@ absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
 // store.redis.tls applies to a rediss:// URL only: with redis:// the files would be ignored, and
 // an operator who wrote them believes the connection is encrypted.
 absl::Status CheckTlsNeedsRediss(const RedisStoreConfig& redis) {
-  if (!redis.tls.any() || !redis.cluster_nodes.empty() || absl::StartsWith(redis.url, "rediss://")) {
+  if (!redis.tls.any() || !redis.cluster_nodes.empty() ||
+      absl::StartsWith(redis.url, "rediss://")) {
     return absl::OkStatus();
   }
-  return Error("store.redis.tls",
-               absl::StrCat("set, but ", redis.url_source,
-                            " is not a rediss:// URL (TLS is on only with rediss://, or with cluster_nodes)"));
+  return Error(
+      "store.redis.tls",
+      absl::StrCat(
+          "set, but ", redis.url_source,
+          " is not a rediss:// URL (TLS is on only with rediss://, or with cluster_nodes)"));
 }
 
 absl::Status ParseRedisTls(const Field& field, RedisTlsConfig& tls) {

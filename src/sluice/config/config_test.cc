@@ -898,11 +898,20 @@ TEST_F(ConfigTest, RedissUrlWithoutTlsSettingsIsValid) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"rediss://127.0.0.1:6379\"}\n")), "OK");
 }
 
+TEST_F(ConfigTest, TlsSettingsBesideClusterNodesAreValid) {
+  // A cluster has no URL to say rediss://: store.redis.tls turns TLS on for its nodes.
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("store:\n  type: redis\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"], "
+                     "tls: {server_name: redis.example.com}}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->store.redis.tls.server_name, "redis.example.com");
+}
+
 TEST_F(ConfigTest, TlsSettingsWithAPlaintextUrlAreRefused) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", "
                              "tls: {ca_file: /etc/ca.pem}}\n")),
             "test.yaml: store.redis.tls: set, but store.redis.url is not a rediss:// URL (TLS is "
-            "on only with rediss://)");
+            "on only with rediss://, or with cluster_nodes)");
   // The default URL is plaintext too.
   EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {tls: {server_name: r.example.com}}\n")),
               HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
@@ -1335,7 +1344,7 @@ TEST_F(EnvironmentTest, PlaintextRedisUrlIsRefusedWhenTheFileSetsTls) {
   env_["SLUICE_REDIS_URL"] = "redis://10.1.2.3:6380";
   EXPECT_EQ(Apply(tls),
             "store.redis.tls: set, but SLUICE_REDIS_URL is not a rediss:// URL (TLS is on only "
-            "with rediss://)");
+            "with rediss://, or with cluster_nodes)");
 }
 
 TEST_F(EnvironmentTest, EmptyRedisUrlIsAnErrorNotTheFilesUrl) {

@@ -352,7 +352,7 @@ TEST(MemoryLimiterOptionsTest, RedisTlsSettingsAreChecked) {
   plaintext.store = RedisStoreOptions{.url = "redis://127.0.0.1:6379", .tls = {.ca_file = "/ca"}};
   EXPECT_EQ(OpenError(std::move(plaintext)),
             "store.redis.tls: set, but store.redis.url is not a rediss:// URL (TLS is on only "
-            "with rediss://)");
+            "with rediss://, or with cluster_nodes)");
   Options missing = FreeOptions();
   missing.store =
       RedisStoreOptions{.url = "rediss://127.0.0.1:6379", .tls = {.ca_file = "/nonexistent/ca"}};

@@ -90,8 +90,8 @@ using LateReply = std::function<void(const Reply&)>;
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
 // EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback done, LateReply late,
-               bool retried = false) {
+void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback done,
+               LateReply late, bool retried = false) {
   CommandSender::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
   std::vector<std::string> command = *argv;
