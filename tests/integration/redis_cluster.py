@@ -209,6 +209,15 @@ class RedisCluster:
             out[p] = found
         return out
 
+    def counters(self, prefix):
+        """Every counter on every live master: {port: [(hash key, subject), ...]}. A counter is a
+        field (the subject) of a counter hash `<prefix>:{bucket}:h:<limit>:…` (docs/redis.md)."""
+        out = {}
+        for port, keys in self.keys(f"{prefix}:*:h:*").items():
+            out[port] = [(key, field.decode()) for key in keys
+                         for field in self.call(port, "HKEYS", key)]
+        return out
+
     def yaml(self, timeout="200ms", policy="allow", seeds=2):
         nodes = ", ".join(f'"127.0.0.1:{p}"' for p in self.ports[:seeds])
         return (f"store:\n  type: redis\n  redis: {{ cluster_nodes: [{nodes}], timeout: {timeout} }}\n"

@@ -92,14 +92,15 @@ class ClusterStoreTest(ClusterCase):
             status, _, body = svc.check({"subject": f"spread-{i}", "plan": "free"})
             self.assertEqual((status, body["allowed"], body["degraded"]), (200, True, False), i)
             self.assertEqual(body["limits"][0]["used"], 1)
-        counters = self.cluster.keys(f"{self.prefix}:*:c:*")
+        counters = self.cluster.counters(self.prefix)
         self.assertEqual(len(counters), 3)
-        for port, keys in counters.items():
-            self.assertGreater(len(keys), 0, f"no counter on master {port}")
-        self.assertEqual(sum(len(k) for k in counters.values()), 300)
+        for port, fields in counters.items():
+            self.assertGreater(len(fields), 0, f"no counter on master {port}")
+        self.assertEqual(sorted(s for f in counters.values() for _, s in f),
+                         sorted(f"spread-{i}" for i in range(300)))
         # Each counter is on the master of its slot (the cluster would refuse any other).
-        for port, keys in counters.items():
-            for key in keys[:20]:
+        for port, fields in counters.items():
+            for key, _ in fields[:20]:
                 self.assertEqual(self.cluster.owner_of(key), port)
         self.assert_no_crossslot(svc)
 
@@ -191,10 +192,8 @@ def subject_slot_index(cluster, prefix, subjects):
     master's slots, the master's port, the slot). redis-cli reshard moves a master's lowest
     slots first, so a subject with a small position is moved by a small reshard."""
     owners = {}
-    for port, keys in cluster.keys(f"{prefix}:*:c:*").items():
-        for key in keys:
-            key = key.decode()
-            subject = key.rsplit(":", 1)[1]
+    for port, fields in cluster.counters(prefix).items():
+        for key, subject in fields:
             if subject in subjects:
                 slot = cluster.call(port, "CLUSTER", "KEYSLOT", key)
                 owners[subject] = (port, slot)
@@ -257,7 +256,8 @@ class ClusterReshardTest(ClusterCase):
         results = load.stop()
 
         # The hot slot did move, with its keys.
-        key = next(k.decode() for keys in self.cluster.keys(f"{self.prefix}:*:c:*:{hot}").values() for k in keys)
+        key = next(k for fields in self.cluster.counters(self.prefix).values()
+                   for k, s in fields if s == hot)
         self.assertEqual(self.cluster.owner_of(key), target)
         bad = [r for r in results if r[2] != 200 or r[4]]
         self.assertEqual(bad, [], "errors or degraded answers reached clients")
@@ -304,7 +304,7 @@ class ClusterFailoverTest(ClusterCase):
             subject = f"{name}-{port}-{i}"
             body = svc.check({"subject": subject, "plan": plan_of(subject)})[2]
             self.assertTrue(body["allowed"] and not body["degraded"], body)
-            if self.cluster.keys(f"{self.prefix}:*:c:*:{subject}").get(port):
+            if any(s == subject for _, s in self.cluster.counters(self.prefix).get(port, [])):
                 return subject
         self.fail(f"no subject on {port}")
 

@@ -238,9 +238,9 @@ class VerifiedTest(TlsCase):
         client = redis.client()
         self.addCleanup(client.close)
         keys = [k.decode() for k in client.call("KEYS", "sl:*")]
-        counters = [k for k in keys if ":c:" in k and k.endswith("alice")]
+        counters = [k for k in keys if ":h:" in k and client.call("HEXISTS", k, "alice") == 1]
         self.assertEqual(len(counters), 1, keys)
-        self.assertEqual(client.call("GET", counters[0]), b"3")
+        self.assertEqual(client.call("HGET", counters[0], "alice"), b"3")
 
         # The 100% alert went through the outbox (its own connection) to the webhook.
         (hook,) = hooks.wait_for("/hook", 1)
