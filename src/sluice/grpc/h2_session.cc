@@ -217,6 +217,7 @@ struct H2Connection::Stream {
     id = stream_id;
     state = State::kHeaders;
     post = grpc_type = path_served = has_deadline = refuse_rest = false;
+    reset_sent = false;
     header_bytes = 0;
     body.clear();
     payload.clear();
@@ -228,7 +229,9 @@ struct H2Connection::Stream {
   bool grpc_type = false;
   bool path_served = false;
   bool has_deadline = false;
-  bool refuse_rest = false;  // answered early: reset the stream once the answer is out
+  bool refuse_rest = false;       // answered early: reset the stream once the answer is out
+  bool reset_sent = false;        // RST_STREAM CANCEL submitted by the timer
+  Clock::time_point answered_at;  // when the answer was submitted (kAnswered)
   size_t header_bytes = 0;
   Clock::time_point deadline;          // grpc-timeout, if has_deadline
   Clock::time_point request_deadline;  // the request must have ended by then
@@ -269,6 +272,7 @@ struct H2Connection::Callbacks {
     if (s->header_bytes > self->options_->max_header_list_bytes) {
       if (s->state != Stream::State::kAnswered) {
         s->state = Stream::State::kAnswered;
+        s->answered_at = Clock::now();
         self->service_->Count("resource_exhausted");
       }
       return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
@@ -360,18 +364,35 @@ struct H2Connection::Callbacks {
   }
 };
 
-void GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
-  H2Connection::Stream* s = conn_->Find(stream_id_);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
-  conn_->AnswerMessage(*s, message);
-  conn_->ScheduleFlush();
+GrpcCall::Pending::~Pending() {
+  if (!answered) conn->DecisionDone();
 }
 
-void GrpcCall::Fail(GrpcCode code, std::string_view message) const {
-  H2Connection::Stream* s = conn_->Find(stream_id_);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
-  conn_->AnswerStatus(*s, code, message);
-  conn_->ScheduleFlush();
+bool GrpcCall::Pending::Take() {
+  if (answered) return false;
+  answered = true;
+  conn->DecisionDone();
+  return true;
+}
+
+bool GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
+  if (!pending_->Take()) return false;
+  H2Connection* conn = pending_->conn.get();
+  H2Connection::Stream* s = conn->Find(pending_->stream_id);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  conn->AnswerMessage(*s, message);
+  conn->ScheduleFlush();
+  return true;
+}
+
+bool GrpcCall::Fail(GrpcCode code, std::string_view message) const {
+  if (!pending_->Take()) return false;
+  H2Connection* conn = pending_->conn.get();
+  H2Connection::Stream* s = conn->Find(pending_->stream_id);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  conn->AnswerStatus(*s, code, message);
+  conn->ScheduleFlush();
+  return true;
 }
 
 H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
@@ -425,6 +446,7 @@ void H2Connection::Start() {
 void H2Connection::GoAway() {
   if (closed_ || going_away_) return;
   going_away_ = true;
+  goaway_deadline_ = Clock::now() + options_->goaway_timeout;
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
                         nullptr, 0);
@@ -464,6 +486,9 @@ void H2Connection::StartRead() {
   }
   // A peer that does not read its answers is not read from either.
   if (out_.size() + writing_.size() > options_->max_buffered_output) return;
+  // Nor one with max_concurrent_streams decisions pending: closing a stream (RST_STREAM, a
+  // grpc-timeout) does not end its decision, so a stream slot alone does not bound them.
+  if (decisions_pending_ >= options_->max_concurrent_streams) return;
   reading_ = true;
   socket_.async_read_some(asio::buffer(in_),
                           [self = shared_from_this()](const boost::system::error_code& ec,
@@ -487,6 +512,12 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
   }
   Flush();
   StartRead();
+}
+
+void H2Connection::DecisionDone() {
+  --decisions_pending_;
+  // Inside nghttp2_session_mem_recv the read buffer is in use; the read path resumes after it.
+  if (!in_recv_) StartRead();
 }
 
 void H2Connection::ScheduleFlush() {
@@ -516,6 +547,7 @@ void H2Connection::Flush() {
     return;
   }
   writing_now_ = true;
+  write_started_ = Clock::now();
   writing_.swap(out_);
   asio::async_write(socket_, asio::buffer(writing_),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
@@ -561,6 +593,7 @@ void H2Connection::OnTimer() {
         if (now >= s->request_deadline) {
           // The client started a request and did not finish it in time.
           s->state = Stream::State::kAnswered;
+          s->reset_sent = true;
           service_->Count("cancelled");
           nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
         }
@@ -576,14 +609,25 @@ void H2Connection::OnTimer() {
         }
         break;
       case Stream::State::kAnswered:
-        // Answered early, and the client has still not ended its request.
-        if (now >= s->request_deadline &&
-            nghttp2_session_get_stream_remote_close(session_, id) == 0) {
+        // Answered early and the client has still not ended its request, or answered and the
+        // answer still not out request_timeout later (flow control the client does not open):
+        // either way the stream is given up.
+        if (!s->reset_sent && ((now >= s->request_deadline &&
+                                nghttp2_session_get_stream_remote_close(session_, id) == 0) ||
+                               now >= s->answered_at + options_->request_timeout)) {
           nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
-          s->request_deadline = Clock::time_point::max();
+          s->reset_sent = true;
         }
         break;
     }
+  }
+  if (writing_now_ && now - write_started_ >= options_->write_timeout) {
+    Close();  // the peer has stopped reading
+    return;
+  }
+  if (going_away_ && now >= goaway_deadline_) {
+    Close();  // GOAWAY sent, and the streams still open have had their time
+    return;
   }
   if (streams_.empty() && now - last_activity_ >= options_->idle_timeout) GoAway();
   Flush();
@@ -664,7 +708,9 @@ void H2Connection::OnRequestEnd(Stream& s) {
   const int32_t id = s.id;
   // The message stays put during the call whatever the service's answer does to the stream.
   std::string body = std::move(s.body);
-  service_->OnCall(GrpcCall(shared_from_this(), id), std::string_view(body).substr(kPrefix));
+  ++decisions_pending_;
+  service_->OnCall(GrpcCall(std::make_shared<GrpcCall::Pending>(shared_from_this(), id)),
+                   std::string_view(body).substr(kPrefix));
   Stream* after = Find(id);
   if (after == nullptr) return;
   after->body = std::move(body);  // its capacity, for the next stream that reuses this one
@@ -695,6 +741,7 @@ void H2Connection::OnStreamClose(int32_t stream_id) {
 
 void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite& message) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   const size_t size = message.ByteSizeLong();
   s.payload.resize(kPrefix + size);
   auto* p = reinterpret_cast<uint8_t*>(s.payload.data());
@@ -715,6 +762,7 @@ void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite&
 void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
                                 bool accept_identity) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   s.body.clear();
   const std::string status = std::to_string(static_cast<int>(code));
   const std::string encoded = PercentEncode(message);
@@ -727,6 +775,7 @@ void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view messa
 
 void H2Connection::AnswerHttp(Stream& s, std::string_view status) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   const nghttp2_nv headers[] = {Field(":status", status), Field("allow", "POST")};
   nghttp2_submit_response(session_, s.id, headers, status == "405" ? 2 : 1, nullptr);
 }

@@ -14,11 +14,16 @@
 // dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
 // sends it) and the socket is closed once it is written.
 //
-// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused by nghttp2), a header list
-// of at most max_header_list_bytes (a longer one resets the stream), output buffered per
-// connection (reading pauses while more than max_buffered_output waits for a peer that does not
-// read), a request that has not ended request_timeout after it began is reset, and a connection
-// without a stream for idle_timeout gets GOAWAY and is closed.
+// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused by nghttp2), decisions
+// pending per connection (reading pauses while max_concurrent_streams calls handed to the service
+// are unanswered, whether or not their streams are still open: resetting a stream does not end its
+// decision), a header list of at most max_header_list_bytes (a longer one resets the stream),
+// output buffered per connection (reading pauses while more than max_buffered_output waits for a
+// peer that does not read), a request that has not ended request_timeout after it began is reset,
+// and so is a stream still open request_timeout after its answer was submitted (a client that
+// does not open flow control), a write not complete after write_timeout closes the connection, a
+// connection without a stream for idle_timeout gets GOAWAY and is closed, and one that has sent
+// GOAWAY is closed goaway_timeout later whatever is still open.
 //
 // Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
 #ifndef SLUICE_GRPC_H2_SESSION_H_
@@ -59,19 +64,35 @@ class H2Connection;
 
 // A call handed to the service: answer it exactly once, now or later, on the connection's thread.
 // An answer for a call whose stream or connection is gone (reset, closed, timed out) is dropped.
+// Copies share one answer: the first Reply or Fail of any copy answers, the rest are no-ops. Until
+// the call is answered (or its last copy is destroyed unanswered) it counts against its
+// connection's decisions pending, which stops the connection reading at max_concurrent_streams:
+// a client that resets its streams cannot start more decisions than that at once.
 class GrpcCall {
  public:
-  // grpc-status 0 with `message` as the one response message.
-  void Reply(const google::protobuf::MessageLite& message) const;
-  // grpc-status `code` with grpc-message `message` (Trailers-Only).
-  void Fail(GrpcCode code, std::string_view message) const;
+  // grpc-status 0 with `message` as the one response message. True if the answer went to the
+  // stream; false if it was dropped (the stream or connection is gone, already answered, e.g.
+  // DEADLINE_EXCEEDED at its grpc-timeout, or this call was answered before).
+  bool Reply(const google::protobuf::MessageLite& message) const;
+  // grpc-status `code` with grpc-message `message` (Trailers-Only). Returns as Reply.
+  bool Fail(GrpcCode code, std::string_view message) const;
 
  private:
   friend class H2Connection;
-  GrpcCall(std::shared_ptr<H2Connection> conn, int32_t stream_id)
-      : conn_(std::move(conn)), stream_id_(stream_id) {}
-  std::shared_ptr<H2Connection> conn_;
-  int32_t stream_id_;
+  // One per call: gives back the connection's pending decision once, when answered or destroyed.
+  struct Pending {
+    Pending(std::shared_ptr<H2Connection> c, int32_t id) : conn(std::move(c)), stream_id(id) {}
+    ~Pending();
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    // False if this call was already answered; otherwise marks it and gives the decision back.
+    bool Take();
+    std::shared_ptr<H2Connection> conn;
+    int32_t stream_id;
+    bool answered = false;
+  };
+  explicit GrpcCall(std::shared_ptr<Pending> pending) : pending_(std::move(pending)) {}
+  std::shared_ptr<Pending> pending_;
 };
 
 // What a connection hands up. Every method is called on the connection's thread.
@@ -101,6 +122,10 @@ struct H2Options {
   size_t max_buffered_output = 256 * 1024;
   std::chrono::steady_clock::duration request_timeout = std::chrono::seconds(10);
   std::chrono::steady_clock::duration idle_timeout = std::chrono::minutes(5);
+  // A write that has not completed after this (a peer that stopped reading) closes the connection.
+  std::chrono::steady_clock::duration write_timeout = std::chrono::seconds(10);
+  // After GOAWAY, a connection whose streams have not finished by then is closed.
+  std::chrono::steady_clock::duration goaway_timeout = std::chrono::seconds(30);
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -150,6 +175,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   // END_STREAM: checks the message and hands the call to the service.
   void OnRequestEnd(Stream& s);
   void OnStreamClose(int32_t stream_id);
+  // A call handed to the service was answered or abandoned: reading resumes if it had paused.
+  void DecisionDone();
 
   void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
   // Trailers-Only: grpc-status and grpc-message in the response's one HEADERS frame.
@@ -173,6 +200,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::string out_;      // produced, not yet being written
   std::string writing_;  // the write in flight
   std::chrono::steady_clock::time_point last_activity_;
+  std::chrono::steady_clock::time_point write_started_;
+  std::chrono::steady_clock::time_point goaway_deadline_;
+  // Calls handed to the service and not yet answered, whether or not their stream is still open.
+  uint32_t decisions_pending_ = 0;
   bool reading_ = false;
   bool writing_now_ = false;
   bool in_recv_ = false;
