@@ -186,13 +186,16 @@ std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value)
     n = n * 10 + (c - '0');
   }
   using std::chrono::nanoseconds;
+  // 99999999H in nanoseconds overflows int64: hours, minutes and seconds are clamped to a year
+  // (a deadline further away means none in practice), which 8 digits of m, u or n never reach.
+  constexpr int64_t kYearSeconds = int64_t{365} * 24 * 3600;
   switch (value.back()) {
     case 'H':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::hours(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds / 3600) * 3600);
     case 'M':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::minutes(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds / 60) * 60);
     case 'S':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::seconds(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds));
     case 'm':
       return std::chrono::duration_cast<nanoseconds>(std::chrono::milliseconds(n));
     case 'u':
@@ -300,6 +303,10 @@ struct H2Connection::Callbacks {
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     H2Connection* self = Self(user_data);
+    // nghttp2 takes a SETTINGS frame only after a valid preface, and requires it first.
+    if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+      self->handshake_done_ = true;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto* s =
         static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
@@ -416,6 +423,12 @@ H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
   // Header fields are bounded by max_header_list_bytes (checked as they come); the HPACK table
   // the peer may make us keep is bounded by nghttp2's default SETTINGS_HEADER_TABLE_SIZE (4 KiB).
   nghttp2_option_set_max_send_header_block_length(option, 16 * 1024);
+  // Set explicitly, not left to nghttp2's defaults: a build against headers without these
+  // (before Debian's backports of the rapid-reset and CONTINUATION-flood fixes) fails here. A
+  // peer resetting more streams than this (a burst of 1000, then 33 a second) or sending more
+  // CONTINUATION frames after a HEADERS frame gets GOAWAY.
+  nghttp2_option_set_stream_reset_rate_limit(option, /*burst=*/1000, /*rate=*/33);
+  nghttp2_option_set_max_continuations(option, 8);
   nghttp2_session_server_new3(&session_, callbacks, this, option, Allocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
@@ -429,7 +442,7 @@ H2Connection::~H2Connection() {
 void H2Connection::Start() {
   boost::system::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-  last_activity_ = Clock::now();
+  started_ = last_activity_ = Clock::now();
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_->max_concurrent_streams},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
@@ -502,7 +515,6 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
     Close();
     return;
   }
-  last_activity_ = Clock::now();
   in_recv_ = true;
   const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
   in_recv_ = false;
@@ -629,6 +641,10 @@ void H2Connection::OnTimer() {
     Close();  // GOAWAY sent, and the streams still open have had their time
     return;
   }
+  if (!handshake_done_ && now - started_ >= options_->handshake_timeout) {
+    Close();  // no HTTP/2 client: nothing to say GOAWAY to
+    return;
+  }
   if (streams_.empty() && now - last_activity_ >= options_->idle_timeout) GoAway();
   Flush();
   if (!closed_) ArmTimer(next);
@@ -734,6 +750,7 @@ void H2Connection::OnStreamClose(int32_t stream_id) {
   std::unique_ptr<Stream> gone = std::move(*it);
   *it = std::move(streams_.back());
   streams_.pop_back();
+  if (streams_.empty()) last_activity_ = Clock::now();  // idle from here
   if (spare_.size() < kSpareStreams && gone->body.capacity() <= kKeptBufferBytes) {
     spare_.push_back(std::move(gone));
   }

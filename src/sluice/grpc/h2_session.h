@@ -21,9 +21,11 @@
 // output buffered per connection (reading pauses while more than max_buffered_output waits for a
 // peer that does not read), a request that has not ended request_timeout after it began is reset,
 // and so is a stream still open request_timeout after its answer was submitted (a client that
-// does not open flow control), a write not complete after write_timeout closes the connection, a
-// connection without a stream for idle_timeout gets GOAWAY and is closed, and one that has sent
-// GOAWAY is closed goaway_timeout later whatever is still open.
+// does not open flow control), a write not complete after write_timeout closes the connection, as
+// does a client preface and SETTINGS not received within handshake_timeout, a connection without
+// a stream for idle_timeout (counted from its start or its last stream's close, whatever else it
+// sends, PINGs included) gets GOAWAY and is closed, and one that has sent GOAWAY is closed
+// goaway_timeout later whatever is still open.
 //
 // Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
 #ifndef SLUICE_GRPC_H2_SESSION_H_
@@ -126,6 +128,8 @@ struct H2Options {
   std::chrono::steady_clock::duration write_timeout = std::chrono::seconds(10);
   // After GOAWAY, a connection whose streams have not finished by then is closed.
   std::chrono::steady_clock::duration goaway_timeout = std::chrono::seconds(30);
+  // A connection whose client preface and SETTINGS have not come by then is closed.
+  std::chrono::steady_clock::duration handshake_timeout = std::chrono::seconds(10);
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -199,11 +203,14 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::vector<uint8_t> in_;
   std::string out_;      // produced, not yet being written
   std::string writing_;  // the write in flight
+  std::chrono::steady_clock::time_point started_;
+  // When the connection started or its last stream closed: idle_timeout counts from it.
   std::chrono::steady_clock::time_point last_activity_;
   std::chrono::steady_clock::time_point write_started_;
   std::chrono::steady_clock::time_point goaway_deadline_;
   // Calls handed to the service and not yet answered, whether or not their stream is still open.
   uint32_t decisions_pending_ = 0;
+  bool handshake_done_ = false;  // the client's preface and SETTINGS have come
   bool reading_ = false;
   bool writing_now_ = false;
   bool in_recv_ = false;
@@ -215,6 +222,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 // grpc-message's encoding: bytes 0x20..0x7E except '%' as they are, every other byte %XX.
 [[nodiscard]] std::string PercentEncode(std::string_view text);
 // grpc-timeout ("1S", "250m", at most 8 digits and one of H M S m u n); nullopt if malformed.
+// Hours, minutes and seconds beyond a year are a year.
 [[nodiscard]] std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value);
 
 }  // namespace sluice::rls

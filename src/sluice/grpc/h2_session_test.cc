@@ -38,6 +38,15 @@ TEST(ParseGrpcTimeoutTest, EveryUnit) {
   EXPECT_EQ(ParseGrpcTimeout("99999999n"), nanoseconds(99'999'999));
 }
 
+TEST(ParseGrpcTimeoutTest, TheLargestValuesAreClampedToAYearNotOverflowed) {
+  constexpr std::chrono::seconds kYear(int64_t{365} * 24 * 3600);
+  EXPECT_EQ(ParseGrpcTimeout("99999999H"), kYear);
+  EXPECT_EQ(ParseGrpcTimeout("99999999M"), kYear);
+  EXPECT_EQ(ParseGrpcTimeout("99999999S"), kYear);  // over 3 years
+  EXPECT_EQ(ParseGrpcTimeout("8760H"), kYear);
+  EXPECT_EQ(ParseGrpcTimeout("99999999m"), std::chrono::milliseconds(99'999'999));
+}
+
 TEST(ParseGrpcTimeoutTest, MalformedIsNullopt) {
   EXPECT_EQ(ParseGrpcTimeout(""), std::nullopt);
   EXPECT_EQ(ParseGrpcTimeout("S"), std::nullopt);
@@ -337,6 +346,31 @@ TEST_F(H2ConnectionTest, APeerThatStopsReadingIsClosedAtTheWriteTimeout) {
   boost::asio::async_write(client_, boost::asio::buffer(pings),
                            [](const boost::system::error_code&, size_t) {});
   EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(20)));
+}
+
+// A socket that never sends the client preface is closed at handshake_timeout, not kept for
+// idle_timeout.
+TEST_F(H2ConnectionTest, APeerThatNeverSendsThePrefaceIsClosedAtTheHandshakeTimeout) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.handshake_timeout = std::chrono::milliseconds(100);
+  Connect();
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+}
+
+// A client that only PINGs has no stream: idle_timeout counts from the last stream, not the last
+// frame, and the connection gets GOAWAY.
+TEST_F(H2ConnectionTest, PingsDoNotKeepAConnectionWithoutStreamsFromGoingIdle) {
+  options_.idle_timeout = std::chrono::milliseconds(500);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!service_.closed && std::chrono::steady_clock::now() < end) {
+    Send(Frame(6, 0, 0, "12345678"));
+    RunUntil([&] { return service_.closed; }, std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(service_.closed);
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 0); }, std::chrono::seconds(1)));
 }
 
 }  // namespace
