@@ -674,7 +674,19 @@ void H2Connection::OnRequestData(Stream& s, const uint8_t* data, size_t len) {
   if (s.state != Stream::State::kBody) return;
   // One byte past the largest request is enough to know it is too long.
   const size_t room = kPrefix + options_->max_message_bytes + 1 - s.body.size();
-  s.body.append(reinterpret_cast<const char*>(data), std::min(len, room));
+  const size_t take = std::min(len, room);
+  // Only requests not yet complete hold body bytes (at most max_concurrent_streams of them).
+  size_t buffered = 0;
+  for (const auto& other : streams_) buffered += other->body.size();
+  if (buffered + take > options_->max_buffered_request_bytes) {
+    service_->Count("resource_exhausted");
+    AnswerStatus(s, GrpcCode::kResourceExhausted,
+                 absl::StrCat("request: the connection's incomplete requests hold more than ",
+                              options_->max_buffered_request_bytes, " bytes"));
+    RefuseRestOfRequest(s);
+    return;
+  }
+  s.body.append(reinterpret_cast<const char*>(data), take);
   if (s.body.size() < kPrefix) return;
   const auto* p = reinterpret_cast<const uint8_t*>(s.body.data());
   const uint32_t length =

@@ -14,18 +14,21 @@
 // dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
 // sends it) and the socket is closed once it is written.
 //
-// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused by nghttp2), decisions
+// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 refuses a stream beyond it with RST_STREAM
+// REFUSED_STREAM before the client has acknowledged the setting, and ends the connection with
+// GOAWAY PROTOCOL_ERROR after), decisions
 // pending per connection (reading pauses while max_concurrent_streams calls handed to the service
 // are unanswered, whether or not their streams are still open: resetting a stream does not end its
-// decision), a header list of at most max_header_list_bytes (a longer one resets the stream),
-// output buffered per connection (reading pauses while more than max_buffered_output waits for a
-// peer that does not read), a request that has not ended request_timeout after it began is reset,
-// and so is a stream still open request_timeout after its answer was submitted (a client that
-// does not open flow control), a write not complete after write_timeout closes the connection, as
-// does a client preface and SETTINGS not received within handshake_timeout, a connection without
-// a stream for idle_timeout (counted from its start or its last stream's close, whatever else it
-// sends, PINGs included) gets GOAWAY and is closed, and one that has sent GOAWAY is closed
-// goaway_timeout later whatever is still open.
+// decision), partial request messages buffered per connection (max_buffered_request_bytes; the
+// request that would pass it is RESOURCE_EXHAUSTED), a header list of at most max_header_list_bytes
+// (a longer one resets the stream), output buffered per connection (reading pauses while more than
+// max_buffered_output waits for a peer that does not read), a request that has not ended
+// request_timeout after it began is reset, and so is a stream still open request_timeout after its
+// answer was submitted (a client that does not open flow control), a write not complete after
+// write_timeout closes the connection, as does a client preface and SETTINGS not received within
+// handshake_timeout, a connection without a stream for idle_timeout (counted from its start or its
+// last stream's close, whatever else it sends, PINGs included) gets GOAWAY and is closed, and one
+// that has sent GOAWAY is closed goaway_timeout later whatever is still open.
 //
 // Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
 #ifndef SLUICE_GRPC_H2_SESSION_H_
@@ -117,6 +120,9 @@ struct H2Options {
   // The :path served, e.g. "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
   std::string method;
   size_t max_message_bytes = 64 * 1024;
+  // Request bytes buffered per connection over all its requests not yet complete; a DATA frame
+  // that would go past it has its stream answered RESOURCE_EXHAUSTED (the rest refused).
+  size_t max_buffered_request_bytes = 1024 * 1024;
   uint32_t max_concurrent_streams = 100;
   // Sum over a request's header fields of name + value + 32 (RFC 9113's measure).
   size_t max_header_list_bytes = 16 * 1024;

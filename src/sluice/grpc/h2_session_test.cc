@@ -373,5 +373,41 @@ TEST_F(H2ConnectionTest, PingsDoNotKeepAConnectionWithoutStreamsFromGoingIdle) {
   EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 0); }, std::chrono::seconds(1)));
 }
 
+// Incomplete requests buffer at most max_buffered_request_bytes per connection: the one that would
+// go past it is answered RESOURCE_EXHAUSTED and the rest of it refused (RST_STREAM NO_ERROR).
+TEST_F(H2ConnectionTest, IncompleteRequestsPastTheConnectionsBudgetAreResourceExhausted) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.max_buffered_request_bytes = 1000;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  // A prefix announcing 800 bytes, then 600 of them: each request stays incomplete.
+  std::string partial("\0\0\0\x03\x20", 5);
+  partial += std::string(600, 'x');
+  Send(Call(1, /*with_message=*/false) + Frame(0, 0, 1, partial));
+  Send(Frame(6, 0, 0, "12345678"));
+  ASSERT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.last_outcome, "");  // 605 bytes: within the budget
+  Send(Call(3, /*with_message=*/false) + Frame(0, 0, 3, partial));
+  EXPECT_TRUE(RunUntil([&] { return HasRst(wire_, 3, 0); }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.last_outcome, "resource_exhausted");
+  EXPECT_FALSE(HasRst(wire_, 1, 0));
+  EXPECT_FALSE(service_.closed);
+}
+
+// Once the client has acknowledged SETTINGS_MAX_CONCURRENT_STREAMS, a stream beyond it is a
+// connection error: GOAWAY PROTOCOL_ERROR (nghttp2; before the ack it is RST_STREAM
+// REFUSED_STREAM).
+TEST_F(H2ConnectionTest, AStreamBeyondTheAcknowledgedLimitGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.max_concurrent_streams = 1;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1, /*with_message=*/false) + Call(3, /*with_message=*/false));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+}
+
 }  // namespace
 }  // namespace sluice::rls
