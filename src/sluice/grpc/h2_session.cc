@@ -274,11 +274,16 @@ struct H2Connection::Callbacks {
     s->header_bytes += namelen + valuelen + 32;
     if (s->header_bytes > self->options_->max_header_list_bytes) {
       if (s->state != Stream::State::kAnswered) {
+        // RST_STREAM ENHANCE_YOUR_CALM, which gRPC clients report as RESOURCE_EXHAUSTED, as it
+        // is counted (failing the callback would reset with INTERNAL_ERROR). The rest of the
+        // block is still decoded (HPACK state) and ignored.
         s->state = Stream::State::kAnswered;
         s->answered_at = Clock::now();
+        s->reset_sent = true;
         self->service_->Count("resource_exhausted");
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_ENHANCE_YOUR_CALM);
       }
-      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+      return 0;
     }
     if (s->state != Stream::State::kHeaders) return 0;  // trailers of the request: not read
     const std::string_view n = View(name, namelen);
@@ -346,9 +351,9 @@ struct H2Connection::Callbacks {
     return 0;
   }
 
-  static int OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id, uint32_t /*error_code*/,
+  static int OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id, uint32_t error_code,
                            void* user_data) {
-    Self(user_data)->OnStreamClose(stream_id);
+    Self(user_data)->OnStreamClose(stream_id, error_code);
     return 0;
   }
 
@@ -750,13 +755,16 @@ void H2Connection::OnRequestEnd(Stream& s) {
   }
 }
 
-void H2Connection::OnStreamClose(int32_t stream_id) {
+void H2Connection::OnStreamClose(int32_t stream_id, uint32_t error_code) {
   const auto it = std::find_if(streams_.begin(), streams_.end(),
                                [stream_id](const auto& s) { return s->id == stream_id; });
   if (it == streams_.end()) return;
   const Stream::State state = (*it)->state;
   if (state == Stream::State::kHeaders || state == Stream::State::kBody) {
-    service_->Count("cancelled");  // reset before its request was complete
+    // Reset before its request was complete: by the client (CANCEL, or NO_ERROR), or by nghttp2
+    // for a malformed request (PROTOCOL_ERROR and the like), which the client sees as INTERNAL.
+    service_->Count(error_code == NGHTTP2_CANCEL || error_code == NGHTTP2_NO_ERROR ? "cancelled"
+                                                                                   : "internal");
   }
   // kDeciding: the service's answer, when it comes, finds no stream and is dropped.
   std::unique_ptr<Stream> gone = std::move(*it);

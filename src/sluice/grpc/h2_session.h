@@ -109,7 +109,9 @@ class GrpcService {
   virtual void OnCall(GrpcCall call, std::string_view message) = 0;
   // A call the session answered or dropped without the service, by outcome: "invalid_argument",
   // "internal", "unimplemented", "resource_exhausted", "deadline_exceeded", "not_grpc" (405 or
-  // 415), "cancelled" (reset or abandoned by the client before its request was complete).
+  // 415), "cancelled" (reset or abandoned by the client before its request was complete);
+  // "internal" also for a request nghttp2 reset as malformed (PROTOCOL_ERROR), "resource_exhausted"
+  // for a header list past the bound (RST_STREAM ENHANCE_YOUR_CALM).
   virtual void Count(std::string_view outcome) = 0;
   // The connection closed its socket (once) / its object is gone (once, after it closed).
   virtual void ConnectionClosed(H2Connection* conn) = 0;
@@ -184,7 +186,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnRequestData(Stream& s, const uint8_t* data, size_t len);
   // END_STREAM: checks the message and hands the call to the service.
   void OnRequestEnd(Stream& s);
-  void OnStreamClose(int32_t stream_id);
+  // `error_code`: the RST_STREAM's, either side's (NO_ERROR if none).
+  void OnStreamClose(int32_t stream_id, uint32_t error_code);
   // A call handed to the service was answered or abandoned: reading resumes if it had paused.
   void DecisionDone();
 

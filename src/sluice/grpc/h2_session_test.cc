@@ -137,7 +137,9 @@ class H2ConnectionTest : public ::testing::Test {
   }
   // HEADERS of a gRPC call of the served method (HPACK literals, no Huffman) and, if
   // `with_message`, a DATA frame with an empty message ending the stream.
-  std::string Call(uint32_t stream, bool with_message = true) const {
+  // `extra_name`, if not empty: one more field of that name (value "v").
+  std::string Call(uint32_t stream, bool with_message = true,
+                   std::string_view extra_name = {}) const {
     std::string block;
     const auto literal = [&block](std::string_view n, std::string_view v) {
       block += '\0';
@@ -152,6 +154,7 @@ class H2ConnectionTest : public ::testing::Test {
     literal(":authority", "x");
     literal("content-type", "application/grpc");
     literal("te", "trailers");
+    if (!extra_name.empty()) literal(extra_name, "v");
     std::string out = Frame(1, 0x4, stream, block);  // END_HEADERS
     if (with_message) out += Frame(0, 0x1, stream, std::string_view("\0\0\0\0\0", 5));
     return out;
@@ -407,6 +410,39 @@ TEST_F(H2ConnectionTest, AStreamBeyondTheAcknowledgedLimitGetsGoAwayProtocolErro
   Send(Call(1, /*with_message=*/false) + Call(3, /*with_message=*/false));
   EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
   EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+}
+
+// A request nghttp2 resets as malformed (an upper-case field name: RST_STREAM PROTOCOL_ERROR, which
+// the client sees as INTERNAL) is counted internal, not cancelled; a client's own CANCEL is
+// cancelled.
+TEST_F(H2ConnectionTest, AMalformedRequestIsCountedInternalAndAClientsCancelCancelled) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1, /*with_message=*/true, "X-Upper"));
+  EXPECT_TRUE(RunUntil([&] { return HasRst(wire_, 1, 1); }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.last_outcome, "internal");
+  EXPECT_EQ(service_.calls, 0);
+  Send(Call(3, /*with_message=*/false) + Rst(3, 8));
+  EXPECT_TRUE(
+      RunUntil([&] { return service_.last_outcome == "cancelled"; }, std::chrono::seconds(5)));
+}
+
+// A header list past max_header_list_bytes is reset ENHANCE_YOUR_CALM (a gRPC client's
+// RESOURCE_EXHAUSTED, as it is counted) and the connection goes on.
+TEST_F(H2ConnectionTest, AHeaderListPastTheBoundIsResetEnhanceYourCalm) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.max_header_list_bytes = 400;  // a usual call is about 290
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1, /*with_message=*/true, std::string(120, 'x')));
+  EXPECT_TRUE(RunUntil([&] { return HasRst(wire_, 1, 11); }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.last_outcome, "resource_exhausted");
+  EXPECT_EQ(service_.calls, 0);
+  Send(Call(3));
+  EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
 }
 
 }  // namespace
