@@ -25,6 +25,8 @@ constexpr size_t kPrefix = 5;
 // How often a connection looks at its deadlines (idle, requests not ended, grpc-timeout).
 constexpr Clock::duration kTick = std::chrono::seconds(1);
 constexpr size_t kReadBytes = 8 * 1024;
+// How long a finished connection reads what the peer still sends before it closes.
+constexpr Clock::duration kLinger = std::chrono::seconds(1);
 // Closed streams kept for reuse per connection, unless their body buffer grew past this.
 constexpr size_t kSpareStreams = 8;
 constexpr size_t kKeptBufferBytes = 4 * 1024;
@@ -497,7 +499,7 @@ H2Connection::Stream* H2Connection::Find(int32_t stream_id) {
 }
 
 void H2Connection::StartRead() {
-  if (closed_ || reading_) return;
+  if (closed_ || reading_ || lingering_) return;
   if (nghttp2_session_want_read(session_) == 0) {
     MaybeFinish();
     return;
@@ -518,6 +520,13 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
   if (closed_) return;
   if (ec) {
     Close();
+    return;
+  }
+  if (lingering_) {  // discarded: the connection has finished
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(in_),
+                            [self = shared_from_this()](const boost::system::error_code& e,
+                                                        size_t m) { self->OnRead(e, m); });
     return;
   }
   in_recv_ = true;
@@ -587,7 +596,22 @@ void H2Connection::OnWritten(const boost::system::error_code& ec) {
 void H2Connection::MaybeFinish() {
   if (closed_ || writing_now_ || !out_.empty()) return;
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
-    Close();
+    Linger();
+  }
+}
+
+void H2Connection::Linger() {
+  if (closed_ || lingering_) return;
+  lingering_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  linger_until_ = Clock::now() + kLinger;
+  ArmTimer(linger_until_);
+  if (!reading_) {
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(in_),
+                            [self = shared_from_this()](const boost::system::error_code& ec,
+                                                        size_t n) { self->OnRead(ec, n); });
   }
 }
 
@@ -601,6 +625,14 @@ void H2Connection::ArmTimer(Clock::time_point at) {
 void H2Connection::OnTimer() {
   if (closed_) return;
   const Clock::time_point now = Clock::now();
+  if (lingering_) {
+    if (now >= linger_until_) {
+      Close();
+    } else {
+      ArmTimer(linger_until_);
+    }
+    return;
+  }
   Clock::time_point next = now + kTick;
   for (auto& s : streams_) {
     const int32_t id = s->id;

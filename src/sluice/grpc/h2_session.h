@@ -177,6 +177,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnWritten(const boost::system::error_code& ec);
   // Closes once nghttp2 wants neither to read nor to write and nothing waits to be written.
   void MaybeFinish();
+  // The last frames are written: shuts the sending side and reads (discarding) until the peer's
+  // EOF or kLinger, then closes. Closing with unread input would reset the connection (RST) and
+  // could lose the GOAWAY and trailers just written.
+  void Linger();
   void ArmTimer(std::chrono::steady_clock::time_point at);
   void OnTimer();
 
@@ -219,7 +223,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::chrono::steady_clock::time_point goaway_deadline_;
   // Calls handed to the service and not yet answered, whether or not their stream is still open.
   uint32_t decisions_pending_ = 0;
-  bool handshake_done_ = false;  // the client's preface and SETTINGS have come
+  bool handshake_done_ = false;
+  bool lingering_ = false;
+  std::chrono::steady_clock::time_point
+      linger_until_;  // the client's preface and SETTINGS have come
   bool reading_ = false;
   bool writing_now_ = false;
   bool in_recv_ = false;

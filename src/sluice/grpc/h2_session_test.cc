@@ -118,7 +118,11 @@ class H2ConnectionTest : public ::testing::Test {
     client_.async_read_some(boost::asio::buffer(chunk_),
                             [this](const boost::system::error_code& ec, size_t n) {
                               wire_.append(chunk_, n);
-                              if (!ec) ReadIntoWire();
+                              if (!ec) {
+                                ReadIntoWire();
+                              } else {
+                                wire_end_ = ec;
+                              }
                             });
   }
   static std::string Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
@@ -238,6 +242,7 @@ class H2ConnectionTest : public ::testing::Test {
   std::weak_ptr<H2Connection> conn_;
   char chunk_[4096];
   std::string wire_;
+  std::optional<boost::system::error_code> wire_end_;  // how the client's reading ended
 };
 
 TEST_F(H2ConnectionTest, AnIdleConnectionGetsGoAwayAndIsClosed) {
@@ -443,6 +448,29 @@ TEST_F(H2ConnectionTest, AHeaderListPastTheBoundIsResetEnhanceYourCalm) {
   EXPECT_EQ(service_.calls, 0);
   Send(Call(3));
   EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+}
+
+// A connection ended while the peer still sends (a bad preface followed by more bytes) shuts its
+// sending side and reads on until the peer's EOF: the peer gets the GOAWAY and a clean EOF, not a
+// reset for the input left unread.
+TEST_F(H2ConnectionTest, AConnectionEndedWhileThePeerStillSendsEndsWithEofNotReset) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  junk += std::string(256 * 1024, 'x');
+  boost::asio::async_write(client_, boost::asio::buffer(junk),
+                           [](const boost::system::error_code&, size_t) {});
+  ASSERT_TRUE(RunUntil([&] { return wire_end_.has_value(); }, std::chrono::seconds(5)));
+  EXPECT_EQ(*wire_end_, boost::asio::error::eof);
+  EXPECT_TRUE(HasGoAway(wire_, 1));
+  // The server's FIN came first either way; a close with the input unread also sends RST, which a
+  // read after the EOF reports.
+  ASSERT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  char byte = 0;
+  boost::system::error_code again;
+  client_.read_some(boost::asio::buffer(&byte, 1), again);
+  EXPECT_EQ(again, boost::asio::error::eof);
 }
 
 }  // namespace
