@@ -131,8 +131,10 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 set(CPACK_DEBIAN_SLUICE_PACKAGE_NAME sluice)
 set(CPACK_DEBIAN_SLUICE_PACKAGE_SECTION net)
-# postinst creates the sluice user with adduser.
-set(CPACK_DEBIAN_SLUICE_PACKAGE_DEPENDS "adduser")
+# postinst creates the sluice user with adduser. libnghttp2-14 1.52.0-1+deb12u3 and later carry
+# the fixes for HTTP/2 rapid reset (CVE-2023-44487) and CONTINUATION floods (CVE-2024-28182)
+# that the gRPC listener relies on; shlibdeps alone would accept an older 1.52.
+set(CPACK_DEBIAN_SLUICE_PACKAGE_DEPENDS "adduser, libnghttp2-14 (>= 1.52.0-1+deb12u3)")
 set(CPACK_DEBIAN_SLUICE_DESCRIPTION
     "rate limiter and quota service for HTTP APIs
 sluice decides, for an HTTP gateway or an application, whether a request is

@@ -25,6 +25,8 @@ constexpr size_t kPrefix = 5;
 // How often a connection looks at its deadlines (idle, requests not ended, grpc-timeout).
 constexpr Clock::duration kTick = std::chrono::seconds(1);
 constexpr size_t kReadBytes = 8 * 1024;
+// How long a finished connection reads what the peer still sends before it closes.
+constexpr Clock::duration kLinger = std::chrono::seconds(1);
 // Closed streams kept for reuse per connection, unless their body buffer grew past this.
 constexpr size_t kSpareStreams = 8;
 constexpr size_t kKeptBufferBytes = 4 * 1024;
@@ -186,13 +188,16 @@ std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value)
     n = n * 10 + (c - '0');
   }
   using std::chrono::nanoseconds;
+  // 99999999H in nanoseconds overflows int64: hours, minutes and seconds are clamped to a year
+  // (a deadline further away means none in practice), which 8 digits of m, u or n never reach.
+  constexpr int64_t kYearSeconds = int64_t{365} * 24 * 3600;
   switch (value.back()) {
     case 'H':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::hours(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds / 3600) * 3600);
     case 'M':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::minutes(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds / 60) * 60);
     case 'S':
-      return std::chrono::duration_cast<nanoseconds>(std::chrono::seconds(n));
+      return std::chrono::seconds(std::min(n, kYearSeconds));
     case 'm':
       return std::chrono::duration_cast<nanoseconds>(std::chrono::milliseconds(n));
     case 'u':
@@ -217,6 +222,7 @@ struct H2Connection::Stream {
     id = stream_id;
     state = State::kHeaders;
     post = grpc_type = path_served = has_deadline = refuse_rest = false;
+    reset_sent = false;
     header_bytes = 0;
     body.clear();
     payload.clear();
@@ -228,7 +234,9 @@ struct H2Connection::Stream {
   bool grpc_type = false;
   bool path_served = false;
   bool has_deadline = false;
-  bool refuse_rest = false;  // answered early: reset the stream once the answer is out
+  bool refuse_rest = false;       // answered early: reset the stream once the answer is out
+  bool reset_sent = false;        // RST_STREAM CANCEL submitted by the timer
+  Clock::time_point answered_at;  // when the answer was submitted (kAnswered)
   size_t header_bytes = 0;
   Clock::time_point deadline;          // grpc-timeout, if has_deadline
   Clock::time_point request_deadline;  // the request must have ended by then
@@ -268,10 +276,16 @@ struct H2Connection::Callbacks {
     s->header_bytes += namelen + valuelen + 32;
     if (s->header_bytes > self->options_->max_header_list_bytes) {
       if (s->state != Stream::State::kAnswered) {
+        // RST_STREAM ENHANCE_YOUR_CALM, which gRPC clients report as RESOURCE_EXHAUSTED, as it
+        // is counted (failing the callback would reset with INTERNAL_ERROR). The rest of the
+        // block is still decoded (HPACK state) and ignored.
         s->state = Stream::State::kAnswered;
+        s->answered_at = Clock::now();
+        s->reset_sent = true;
         self->service_->Count("resource_exhausted");
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_ENHANCE_YOUR_CALM);
       }
-      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // resets the stream
+      return 0;
     }
     if (s->state != Stream::State::kHeaders) return 0;  // trailers of the request: not read
     const std::string_view n = View(name, namelen);
@@ -296,6 +310,10 @@ struct H2Connection::Callbacks {
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     H2Connection* self = Self(user_data);
+    // nghttp2 takes a SETTINGS frame only after a valid preface, and requires it first.
+    if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+      self->handshake_done_ = true;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     auto* s =
         static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
@@ -335,9 +353,9 @@ struct H2Connection::Callbacks {
     return 0;
   }
 
-  static int OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id, uint32_t /*error_code*/,
+  static int OnStreamClose(nghttp2_session* /*session*/, int32_t stream_id, uint32_t error_code,
                            void* user_data) {
-    Self(user_data)->OnStreamClose(stream_id);
+    Self(user_data)->OnStreamClose(stream_id, error_code);
     return 0;
   }
 
@@ -360,18 +378,35 @@ struct H2Connection::Callbacks {
   }
 };
 
-void GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
-  H2Connection::Stream* s = conn_->Find(stream_id_);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
-  conn_->AnswerMessage(*s, message);
-  conn_->ScheduleFlush();
+GrpcCall::Pending::~Pending() {
+  if (!answered) conn->DecisionDone();
 }
 
-void GrpcCall::Fail(GrpcCode code, std::string_view message) const {
-  H2Connection::Stream* s = conn_->Find(stream_id_);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return;
-  conn_->AnswerStatus(*s, code, message);
-  conn_->ScheduleFlush();
+bool GrpcCall::Pending::Take() {
+  if (answered) return false;
+  answered = true;
+  conn->DecisionDone();
+  return true;
+}
+
+bool GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
+  if (!pending_->Take()) return false;
+  H2Connection* conn = pending_->conn.get();
+  H2Connection::Stream* s = conn->Find(pending_->stream_id);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  conn->AnswerMessage(*s, message);
+  conn->ScheduleFlush();
+  return true;
+}
+
+bool GrpcCall::Fail(GrpcCode code, std::string_view message) const {
+  if (!pending_->Take()) return false;
+  H2Connection* conn = pending_->conn.get();
+  H2Connection::Stream* s = conn->Find(pending_->stream_id);
+  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  conn->AnswerStatus(*s, code, message);
+  conn->ScheduleFlush();
+  return true;
 }
 
 H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
@@ -395,6 +430,12 @@ H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
   // Header fields are bounded by max_header_list_bytes (checked as they come); the HPACK table
   // the peer may make us keep is bounded by nghttp2's default SETTINGS_HEADER_TABLE_SIZE (4 KiB).
   nghttp2_option_set_max_send_header_block_length(option, 16 * 1024);
+  // Set explicitly, not left to nghttp2's defaults: a build against headers without these
+  // (before Debian's backports of the rapid-reset and CONTINUATION-flood fixes) fails here. A
+  // peer resetting more streams than this (a burst of 1000, then 33 a second) or sending more
+  // CONTINUATION frames after a HEADERS frame gets GOAWAY.
+  nghttp2_option_set_stream_reset_rate_limit(option, /*burst=*/1000, /*rate=*/33);
+  nghttp2_option_set_max_continuations(option, 8);
   nghttp2_session_server_new3(&session_, callbacks, this, option, Allocator());
   nghttp2_option_del(option);
   nghttp2_session_callbacks_del(callbacks);
@@ -408,7 +449,7 @@ H2Connection::~H2Connection() {
 void H2Connection::Start() {
   boost::system::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-  last_activity_ = Clock::now();
+  started_ = last_activity_ = Clock::now();
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_->max_concurrent_streams},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
@@ -425,6 +466,7 @@ void H2Connection::Start() {
 void H2Connection::GoAway() {
   if (closed_ || going_away_) return;
   going_away_ = true;
+  goaway_deadline_ = Clock::now() + options_->goaway_timeout;
   nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
                         nullptr, 0);
@@ -457,13 +499,16 @@ H2Connection::Stream* H2Connection::Find(int32_t stream_id) {
 }
 
 void H2Connection::StartRead() {
-  if (closed_ || reading_) return;
+  if (closed_ || reading_ || lingering_) return;
   if (nghttp2_session_want_read(session_) == 0) {
     MaybeFinish();
     return;
   }
   // A peer that does not read its answers is not read from either.
   if (out_.size() + writing_.size() > options_->max_buffered_output) return;
+  // Nor one with max_concurrent_streams decisions pending: closing a stream (RST_STREAM, a
+  // grpc-timeout) does not end its decision, so a stream slot alone does not bound them.
+  if (decisions_pending_ >= options_->max_concurrent_streams) return;
   reading_ = true;
   socket_.async_read_some(asio::buffer(in_),
                           [self = shared_from_this()](const boost::system::error_code& ec,
@@ -477,7 +522,13 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
     Close();
     return;
   }
-  last_activity_ = Clock::now();
+  if (lingering_) {  // discarded: the connection has finished
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(in_),
+                            [self = shared_from_this()](const boost::system::error_code& e,
+                                                        size_t m) { self->OnRead(e, m); });
+    return;
+  }
   in_recv_ = true;
   const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
   in_recv_ = false;
@@ -487,6 +538,12 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
   }
   Flush();
   StartRead();
+}
+
+void H2Connection::DecisionDone() {
+  --decisions_pending_;
+  // Inside nghttp2_session_mem_recv the read buffer is in use; the read path resumes after it.
+  if (!in_recv_) StartRead();
 }
 
 void H2Connection::ScheduleFlush() {
@@ -516,6 +573,7 @@ void H2Connection::Flush() {
     return;
   }
   writing_now_ = true;
+  write_started_ = Clock::now();
   writing_.swap(out_);
   asio::async_write(socket_, asio::buffer(writing_),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
@@ -538,7 +596,22 @@ void H2Connection::OnWritten(const boost::system::error_code& ec) {
 void H2Connection::MaybeFinish() {
   if (closed_ || writing_now_ || !out_.empty()) return;
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
-    Close();
+    Linger();
+  }
+}
+
+void H2Connection::Linger() {
+  if (closed_ || lingering_) return;
+  lingering_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  linger_until_ = Clock::now() + kLinger;
+  ArmTimer(linger_until_);
+  if (!reading_) {
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(in_),
+                            [self = shared_from_this()](const boost::system::error_code& ec,
+                                                        size_t n) { self->OnRead(ec, n); });
   }
 }
 
@@ -552,6 +625,14 @@ void H2Connection::ArmTimer(Clock::time_point at) {
 void H2Connection::OnTimer() {
   if (closed_) return;
   const Clock::time_point now = Clock::now();
+  if (lingering_) {
+    if (now >= linger_until_) {
+      Close();
+    } else {
+      ArmTimer(linger_until_);
+    }
+    return;
+  }
   Clock::time_point next = now + kTick;
   for (auto& s : streams_) {
     const int32_t id = s->id;
@@ -561,6 +642,7 @@ void H2Connection::OnTimer() {
         if (now >= s->request_deadline) {
           // The client started a request and did not finish it in time.
           s->state = Stream::State::kAnswered;
+          s->reset_sent = true;
           service_->Count("cancelled");
           nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
         }
@@ -576,14 +658,29 @@ void H2Connection::OnTimer() {
         }
         break;
       case Stream::State::kAnswered:
-        // Answered early, and the client has still not ended its request.
-        if (now >= s->request_deadline &&
-            nghttp2_session_get_stream_remote_close(session_, id) == 0) {
+        // Answered early and the client has still not ended its request, or answered and the
+        // answer still not out request_timeout later (flow control the client does not open):
+        // either way the stream is given up.
+        if (!s->reset_sent && ((now >= s->request_deadline &&
+                                nghttp2_session_get_stream_remote_close(session_, id) == 0) ||
+                               now >= s->answered_at + options_->request_timeout)) {
           nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
-          s->request_deadline = Clock::time_point::max();
+          s->reset_sent = true;
         }
         break;
     }
+  }
+  if (writing_now_ && now - write_started_ >= options_->write_timeout) {
+    Close();  // the peer has stopped reading
+    return;
+  }
+  if (going_away_ && now >= goaway_deadline_) {
+    Close();  // GOAWAY sent, and the streams still open have had their time
+    return;
+  }
+  if (!handshake_done_ && now - started_ >= options_->handshake_timeout) {
+    Close();  // no HTTP/2 client: nothing to say GOAWAY to
+    return;
   }
   if (streams_.empty() && now - last_activity_ >= options_->idle_timeout) GoAway();
   Flush();
@@ -614,7 +711,19 @@ void H2Connection::OnRequestData(Stream& s, const uint8_t* data, size_t len) {
   if (s.state != Stream::State::kBody) return;
   // One byte past the largest request is enough to know it is too long.
   const size_t room = kPrefix + options_->max_message_bytes + 1 - s.body.size();
-  s.body.append(reinterpret_cast<const char*>(data), std::min(len, room));
+  const size_t take = std::min(len, room);
+  // Only requests not yet complete hold body bytes (at most max_concurrent_streams of them).
+  size_t buffered = 0;
+  for (const auto& other : streams_) buffered += other->body.size();
+  if (buffered + take > options_->max_buffered_request_bytes) {
+    service_->Count("resource_exhausted");
+    AnswerStatus(s, GrpcCode::kResourceExhausted,
+                 absl::StrCat("request: the connection's incomplete requests hold more than ",
+                              options_->max_buffered_request_bytes, " bytes"));
+    RefuseRestOfRequest(s);
+    return;
+  }
+  s.body.append(reinterpret_cast<const char*>(data), take);
   if (s.body.size() < kPrefix) return;
   const auto* p = reinterpret_cast<const uint8_t*>(s.body.data());
   const uint32_t length =
@@ -664,7 +773,9 @@ void H2Connection::OnRequestEnd(Stream& s) {
   const int32_t id = s.id;
   // The message stays put during the call whatever the service's answer does to the stream.
   std::string body = std::move(s.body);
-  service_->OnCall(GrpcCall(shared_from_this(), id), std::string_view(body).substr(kPrefix));
+  ++decisions_pending_;
+  service_->OnCall(GrpcCall(std::make_shared<GrpcCall::Pending>(shared_from_this(), id)),
+                   std::string_view(body).substr(kPrefix));
   Stream* after = Find(id);
   if (after == nullptr) return;
   after->body = std::move(body);  // its capacity, for the next stream that reuses this one
@@ -676,18 +787,22 @@ void H2Connection::OnRequestEnd(Stream& s) {
   }
 }
 
-void H2Connection::OnStreamClose(int32_t stream_id) {
+void H2Connection::OnStreamClose(int32_t stream_id, uint32_t error_code) {
   const auto it = std::find_if(streams_.begin(), streams_.end(),
                                [stream_id](const auto& s) { return s->id == stream_id; });
   if (it == streams_.end()) return;
   const Stream::State state = (*it)->state;
   if (state == Stream::State::kHeaders || state == Stream::State::kBody) {
-    service_->Count("cancelled");  // reset before its request was complete
+    // Reset before its request was complete: by the client (CANCEL, or NO_ERROR), or by nghttp2
+    // for a malformed request (PROTOCOL_ERROR and the like), which the client sees as INTERNAL.
+    service_->Count(error_code == NGHTTP2_CANCEL || error_code == NGHTTP2_NO_ERROR ? "cancelled"
+                                                                                   : "internal");
   }
   // kDeciding: the service's answer, when it comes, finds no stream and is dropped.
   std::unique_ptr<Stream> gone = std::move(*it);
   *it = std::move(streams_.back());
   streams_.pop_back();
+  if (streams_.empty()) last_activity_ = Clock::now();  // idle from here
   if (spare_.size() < kSpareStreams && gone->body.capacity() <= kKeptBufferBytes) {
     spare_.push_back(std::move(gone));
   }
@@ -695,6 +810,7 @@ void H2Connection::OnStreamClose(int32_t stream_id) {
 
 void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite& message) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   const size_t size = message.ByteSizeLong();
   s.payload.resize(kPrefix + size);
   auto* p = reinterpret_cast<uint8_t*>(s.payload.data());
@@ -715,6 +831,7 @@ void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite&
 void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
                                 bool accept_identity) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   s.body.clear();
   const std::string status = std::to_string(static_cast<int>(code));
   const std::string encoded = PercentEncode(message);
@@ -727,6 +844,7 @@ void H2Connection::AnswerStatus(Stream& s, GrpcCode code, std::string_view messa
 
 void H2Connection::AnswerHttp(Stream& s, std::string_view status) {
   s.state = Stream::State::kAnswered;
+  s.answered_at = Clock::now();
   const nghttp2_nv headers[] = {Field(":status", status), Field("allow", "POST")};
   nghttp2_submit_response(session_, s.id, headers, status == "405" ? 2 : 1, nullptr);
 }

@@ -14,11 +14,21 @@
 // dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
 // sends it) and the socket is closed once it is written.
 //
-// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (a stream beyond it is refused by nghttp2), a header list
-// of at most max_header_list_bytes (a longer one resets the stream), output buffered per
-// connection (reading pauses while more than max_buffered_output waits for a peer that does not
-// read), a request that has not ended request_timeout after it began is reset, and a connection
-// without a stream for idle_timeout gets GOAWAY and is closed.
+// Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 refuses a stream beyond it with RST_STREAM
+// REFUSED_STREAM before the client has acknowledged the setting, and ends the connection with
+// GOAWAY PROTOCOL_ERROR after), decisions
+// pending per connection (reading pauses while max_concurrent_streams calls handed to the service
+// are unanswered, whether or not their streams are still open: resetting a stream does not end its
+// decision), partial request messages buffered per connection (max_buffered_request_bytes; the
+// request that would pass it is RESOURCE_EXHAUSTED), a header list of at most max_header_list_bytes
+// (a longer one resets the stream), output buffered per connection (reading pauses while more than
+// max_buffered_output waits for a peer that does not read), a request that has not ended
+// request_timeout after it began is reset, and so is a stream still open request_timeout after its
+// answer was submitted (a client that does not open flow control), a write not complete after
+// write_timeout closes the connection, as does a client preface and SETTINGS not received within
+// handshake_timeout, a connection without a stream for idle_timeout (counted from its start or its
+// last stream's close, whatever else it sends, PINGs included) gets GOAWAY and is closed, and one
+// that has sent GOAWAY is closed goaway_timeout later whatever is still open.
 //
 // Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
 #ifndef SLUICE_GRPC_H2_SESSION_H_
@@ -59,19 +69,35 @@ class H2Connection;
 
 // A call handed to the service: answer it exactly once, now or later, on the connection's thread.
 // An answer for a call whose stream or connection is gone (reset, closed, timed out) is dropped.
+// Copies share one answer: the first Reply or Fail of any copy answers, the rest are no-ops. Until
+// the call is answered (or its last copy is destroyed unanswered) it counts against its
+// connection's decisions pending, which stops the connection reading at max_concurrent_streams:
+// a client that resets its streams cannot start more decisions than that at once.
 class GrpcCall {
  public:
-  // grpc-status 0 with `message` as the one response message.
-  void Reply(const google::protobuf::MessageLite& message) const;
-  // grpc-status `code` with grpc-message `message` (Trailers-Only).
-  void Fail(GrpcCode code, std::string_view message) const;
+  // grpc-status 0 with `message` as the one response message. True if the answer went to the
+  // stream; false if it was dropped (the stream or connection is gone, already answered, e.g.
+  // DEADLINE_EXCEEDED at its grpc-timeout, or this call was answered before).
+  bool Reply(const google::protobuf::MessageLite& message) const;
+  // grpc-status `code` with grpc-message `message` (Trailers-Only). Returns as Reply.
+  bool Fail(GrpcCode code, std::string_view message) const;
 
  private:
   friend class H2Connection;
-  GrpcCall(std::shared_ptr<H2Connection> conn, int32_t stream_id)
-      : conn_(std::move(conn)), stream_id_(stream_id) {}
-  std::shared_ptr<H2Connection> conn_;
-  int32_t stream_id_;
+  // One per call: gives back the connection's pending decision once, when answered or destroyed.
+  struct Pending {
+    Pending(std::shared_ptr<H2Connection> c, int32_t id) : conn(std::move(c)), stream_id(id) {}
+    ~Pending();
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    // False if this call was already answered; otherwise marks it and gives the decision back.
+    bool Take();
+    std::shared_ptr<H2Connection> conn;
+    int32_t stream_id;
+    bool answered = false;
+  };
+  explicit GrpcCall(std::shared_ptr<Pending> pending) : pending_(std::move(pending)) {}
+  std::shared_ptr<Pending> pending_;
 };
 
 // What a connection hands up. Every method is called on the connection's thread.
@@ -83,7 +109,9 @@ class GrpcService {
   virtual void OnCall(GrpcCall call, std::string_view message) = 0;
   // A call the session answered or dropped without the service, by outcome: "invalid_argument",
   // "internal", "unimplemented", "resource_exhausted", "deadline_exceeded", "not_grpc" (405 or
-  // 415), "cancelled" (reset or abandoned by the client before its request was complete).
+  // 415), "cancelled" (reset or abandoned by the client before its request was complete);
+  // "internal" also for a request nghttp2 reset as malformed (PROTOCOL_ERROR), "resource_exhausted"
+  // for a header list past the bound (RST_STREAM ENHANCE_YOUR_CALM).
   virtual void Count(std::string_view outcome) = 0;
   // The connection closed its socket (once) / its object is gone (once, after it closed).
   virtual void ConnectionClosed(H2Connection* conn) = 0;
@@ -94,6 +122,9 @@ struct H2Options {
   // The :path served, e.g. "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
   std::string method;
   size_t max_message_bytes = 64 * 1024;
+  // Request bytes buffered per connection over all its requests not yet complete; a DATA frame
+  // that would go past it has its stream answered RESOURCE_EXHAUSTED (the rest refused).
+  size_t max_buffered_request_bytes = 1024 * 1024;
   uint32_t max_concurrent_streams = 100;
   // Sum over a request's header fields of name + value + 32 (RFC 9113's measure).
   size_t max_header_list_bytes = 16 * 1024;
@@ -101,6 +132,12 @@ struct H2Options {
   size_t max_buffered_output = 256 * 1024;
   std::chrono::steady_clock::duration request_timeout = std::chrono::seconds(10);
   std::chrono::steady_clock::duration idle_timeout = std::chrono::minutes(5);
+  // A write that has not completed after this (a peer that stopped reading) closes the connection.
+  std::chrono::steady_clock::duration write_timeout = std::chrono::seconds(10);
+  // After GOAWAY, a connection whose streams have not finished by then is closed.
+  std::chrono::steady_clock::duration goaway_timeout = std::chrono::seconds(30);
+  // A connection whose client preface and SETTINGS have not come by then is closed.
+  std::chrono::steady_clock::duration handshake_timeout = std::chrono::seconds(10);
 };
 
 class H2Connection : public std::enable_shared_from_this<H2Connection> {
@@ -140,6 +177,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnWritten(const boost::system::error_code& ec);
   // Closes once nghttp2 wants neither to read nor to write and nothing waits to be written.
   void MaybeFinish();
+  // The last frames are written: shuts the sending side and reads (discarding) until the peer's
+  // EOF or kLinger, then closes. Closing with unread input would reset the connection (RST) and
+  // could lose the GOAWAY and trailers just written.
+  void Linger();
   void ArmTimer(std::chrono::steady_clock::time_point at);
   void OnTimer();
 
@@ -149,7 +190,10 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnRequestData(Stream& s, const uint8_t* data, size_t len);
   // END_STREAM: checks the message and hands the call to the service.
   void OnRequestEnd(Stream& s);
-  void OnStreamClose(int32_t stream_id);
+  // `error_code`: the RST_STREAM's, either side's (NO_ERROR if none).
+  void OnStreamClose(int32_t stream_id, uint32_t error_code);
+  // A call handed to the service was answered or abandoned: reading resumes if it had paused.
+  void DecisionDone();
 
   void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
   // Trailers-Only: grpc-status and grpc-message in the response's one HEADERS frame.
@@ -172,7 +216,17 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::vector<uint8_t> in_;
   std::string out_;      // produced, not yet being written
   std::string writing_;  // the write in flight
+  std::chrono::steady_clock::time_point started_;
+  // When the connection started or its last stream closed: idle_timeout counts from it.
   std::chrono::steady_clock::time_point last_activity_;
+  std::chrono::steady_clock::time_point write_started_;
+  std::chrono::steady_clock::time_point goaway_deadline_;
+  // Calls handed to the service and not yet answered, whether or not their stream is still open.
+  uint32_t decisions_pending_ = 0;
+  bool handshake_done_ = false;
+  bool lingering_ = false;
+  std::chrono::steady_clock::time_point
+      linger_until_;  // the client's preface and SETTINGS have come
   bool reading_ = false;
   bool writing_now_ = false;
   bool in_recv_ = false;
@@ -184,6 +238,7 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 // grpc-message's encoding: bytes 0x20..0x7E except '%' as they are, every other byte %XX.
 [[nodiscard]] std::string PercentEncode(std::string_view text);
 // grpc-timeout ("1S", "250m", at most 8 digits and one of H M S m u n); nullopt if malformed.
+// Hours, minutes and seconds beyond a year are a year.
 [[nodiscard]] std::optional<std::chrono::nanoseconds> ParseGrpcTimeout(std::string_view value);
 
 }  // namespace sluice::rls

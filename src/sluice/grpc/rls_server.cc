@@ -53,8 +53,9 @@ class RlsCall {
  public:
   RlsCall(RateLimitServiceImpl* service, GrpcCall call)
       : service_(service), call_(std::move(call)) {}
-  void Reply(const rlsv3::RateLimitResponse& res) const;
-  void Fail(GrpcCode code, std::string_view message) const;
+  // True if the answer reached the call's stream (not dropped: reset, timed out, closed).
+  bool Reply(const rlsv3::RateLimitResponse& res) const;
+  bool Fail(GrpcCode code, std::string_view message) const;
 
  private:
   RateLimitServiceImpl* service_;
@@ -198,16 +199,18 @@ class RateLimitServiceImpl final : public GrpcService {
   }
 };
 
-void RlsCall::Reply(const rlsv3::RateLimitResponse& res) const {
-  call_.Reply(res);
+bool RlsCall::Reply(const rlsv3::RateLimitResponse& res) const {
+  const bool delivered = call_.Reply(res);
   service_->in_flight_.fetch_sub(1);
   service_->Notify();
+  return delivered;
 }
 
-void RlsCall::Fail(GrpcCode code, std::string_view message) const {
-  call_.Fail(code, message);
+bool RlsCall::Fail(GrpcCode code, std::string_view message) const {
+  const bool delivered = call_.Fail(code, message);
   service_->in_flight_.fetch_sub(1);
   service_->Notify();
+  return delivered;
 }
 
 void RateLimitServiceImpl::Notify() {
@@ -331,14 +334,16 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Fron
         std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
     if (!d.ok()) {
       // A subject or plan the limiter refuses (the message names the field).
-      invalid_.Inc();
-      call.Fail(GrpcCode::kInvalidArgument, ToStd(d.status().message()));
+      if (call.Fail(GrpcCode::kInvalidArgument, ToStd(d.status().message()))) invalid_.Inc();
       return;
     }
     http_metrics_->CountDecision(*state->fe, state->target.plan, *d);
-    (d->allowed ? ok_ : over_limit_).Inc();
-    call.Reply(DecisionResponse(*d, state->query.descriptors,
-                                {.subject = state->target.subject, .plan = state->target.plan}));
+    // A call answered DEADLINE_EXCEEDED meanwhile was counted so: not counted again.
+    if (call.Reply(
+            DecisionResponse(*d, state->query.descriptors,
+                             {.subject = state->target.subject, .plan = state->target.plan}))) {
+      (d->allowed ? ok_ : over_limit_).Inc();
+    }
   });
 }
 
@@ -351,14 +356,16 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
         http_metrics_->ObserveDecisionSeconds(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
         if (!decisions.ok()) {
-          invalid_.Inc();
-          call.Fail(GrpcCode::kInvalidArgument, ToStd(decisions.status().message()));
+          if (call.Fail(GrpcCode::kInvalidArgument, ToStd(decisions.status().message()))) {
+            invalid_.Inc();
+          }
           return;
         }
         http_metrics_->CountDecision(*state->fe, state->query.group, Combined(*decisions));
         CountRules(state->query, *decisions);
-        ((*decisions)[0].allowed ? ok_ : over_limit_).Inc();
-        call.Reply(RlResponse(state->query, *decisions));
+        if (call.Reply(RlResponse(state->query, *decisions))) {
+          ((*decisions)[0].allowed ? ok_ : over_limit_).Inc();
+        }
       });
 }
 
