@@ -298,6 +298,14 @@ class ClusterReshardTest(ClusterCase):
 
 
 class ClusterFailoverTest(ClusterCase):
+    def wait_promoted(self, replica, within):
+        """The monotonic time at which `replica` was seen a master (polled, failing after `within` s)."""
+        deadline = time.monotonic() + within
+        while replica not in self.cluster.masters():
+            self.assertLess(time.monotonic(), deadline, "the replica was not promoted")
+            time.sleep(0.02)  # polling the cluster's state, bounded by the deadline
+        return time.monotonic()
+
     def subject_on(self, svc, port, name):
         """A subject `name`-… whose keys are on master `port` (one admission made on it)."""
         for i in range(200):
@@ -318,11 +326,7 @@ class ClusterFailoverTest(ClusterCase):
         load = Load([a, b], [hot, busy, "big-other-1", "big-other-2"])
         time.sleep(0.3)  # some load before the switch
         self.cluster.failover(replica)
-        deadline = time.monotonic() + 20
-        while replica not in self.cluster.masters():
-            self.assertLess(time.monotonic(), deadline, "the replica was not promoted")
-            time.sleep(0.02)  # polling the cluster's state, bounded by the deadline
-        promoted = time.monotonic()
+        promoted = self.wait_promoted(replica, 20)
         time.sleep(2.5)  # service must be normal from promotion + 2 s on; measured below
         results = load.stop()
         late = [(round(r[0] - promoted, 3), r[1], round(r[5], 3)) for r in results
@@ -345,11 +349,7 @@ class ClusterFailoverTest(ClusterCase):
         time.sleep(0.3)  # some load before the crash
         killed = time.monotonic()
         self.cluster.kill(master)
-        deadline = time.monotonic() + 30
-        while replica not in self.cluster.masters():
-            self.assertLess(time.monotonic(), deadline, "the replica was not promoted")
-            time.sleep(0.02)  # polling the cluster's state, bounded by the deadline
-        promoted = time.monotonic()
+        promoted = self.wait_promoted(replica, 30)
         time.sleep(2.5)  # service must be normal from promotion + 2 s on; measured below
         results = load.stop()
         during = [r for r in results if killed + 0.05 < r[0] < promoted - 0.05 and r[1] == busy]

@@ -39,7 +39,6 @@ namespace {
 constexpr std::string_view kMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 // SO_REUSEPORT is not among Asio's portable options.
-using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
 // The stack block a request is parsed into (a larger one spills to the heap).
 constexpr size_t kArenaBlockBytes = 2048;
@@ -380,12 +379,7 @@ absl::Status RateLimitServiceImpl::Listen(const tcp::endpoint& endpoint, int* po
     loop->acceptor = std::make_unique<tcp::acceptor>(*loop->io);
     loop->pause = std::make_unique<asio::steady_timer>(*loop->io);
     tcp::acceptor& acceptor = *loop->acceptor;
-    boost::system::error_code ec;
-    acceptor.open(bound.protocol(), ec);
-    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor.set_option(ReusePort(true), ec);
-    if (!ec) acceptor.bind(bound, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    const boost::system::error_code ec = http::OpenSharedListener(acceptor, bound);
     if (ec) {
       for (std::unique_ptr<Loop>& l : loops_) {
         l->acceptor.reset();

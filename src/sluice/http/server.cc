@@ -309,6 +309,17 @@ bool AddressInUse(const tcp::endpoint& endpoint) {
 
 }  // namespace
 
+boost::system::error_code OpenSharedListener(tcp::acceptor& acceptor,
+                                             const tcp::endpoint& endpoint) {
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.set_option(ReusePort(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  return ec;
+}
+
 absl::StatusOr<int> LockListenAddress(const tcp::endpoint& endpoint) {
   const std::string where =
       endpoint.address().is_v6()
@@ -362,12 +373,7 @@ absl::Status HttpServer::Listen(const std::vector<asio::io_context*>& contexts,
     l->acceptor = std::make_unique<tcp::acceptor>(*io);
     l->pause = std::make_unique<asio::steady_timer>(*io);
     tcp::acceptor& acceptor = *l->acceptor;
-    boost::system::error_code ec;
-    acceptor.open(bound.protocol(), ec);
-    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor.set_option(ReusePort(true), ec);
-    if (!ec) acceptor.bind(bound, ec);
-    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    boost::system::error_code ec = OpenSharedListener(acceptor, bound);
     // Synchronous accept() calls (shedding under EMFILE) must never block.
     if (!ec) acceptor.non_blocking(true, ec);
     if (ec) {

@@ -94,6 +94,11 @@ struct ServerOptions {
 // the gRPC service both use it.
 [[nodiscard]] absl::StatusOr<int> LockListenAddress(const boost::asio::ip::tcp::endpoint& endpoint);
 
+// Opens `acceptor` listening on `endpoint` with SO_REUSEADDR and SO_REUSEPORT, so that one
+// acceptor per event loop can share the address (the kernel spreads connections over them).
+[[nodiscard]] boost::system::error_code OpenSharedListener(
+    boost::asio::ip::tcp::acceptor& acceptor, const boost::asio::ip::tcp::endpoint& endpoint);
+
 class HttpServer {
  public:
   // `handler` must outlive the server.
