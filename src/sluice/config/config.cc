@@ -606,6 +606,7 @@ absl::Status CheckTlsNeedsRediss(const RedisStoreConfig& redis) {
 }
 
 absl::Status ParseRedisTls(const Field& field, RedisTlsConfig& tls) {
+  if (!field.absent()) tls.present = true;
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"ca_file", "cert_file", "key_file", "server_name"}, f));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("ca_file"), tls.ca_file));

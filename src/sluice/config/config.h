@@ -91,9 +91,14 @@ struct RedisTlsConfig {
   std::string key_file;     // its unencrypted private key
   std::string server_name;  // the name the certificate must carry, and SNI; "": the URL's host
 
-  // True if any field is set.
+  // The file has a `tls:` key, even one with no field set (`tls: {}`: the system's trust store and
+  // the host's name). With cluster_nodes that alone turns TLS on.
+  bool present = false;
+
+  // True if the `tls:` key is present or any field is set.
   [[nodiscard]] bool any() const {
-    return !ca_file.empty() || !cert_file.empty() || !key_file.empty() || !server_name.empty();
+    return present || !ca_file.empty() || !cert_file.empty() || !key_file.empty() ||
+           !server_name.empty();
   }
 };
 

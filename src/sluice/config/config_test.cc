@@ -907,6 +907,18 @@ TEST_F(ConfigTest, TlsSettingsBesideClusterNodesAreValid) {
   EXPECT_EQ(config->store.redis.tls.server_name, "redis.example.com");
 }
 
+TEST_F(ConfigTest, AnEmptyTlsBlockCountsAsTlsOn) {
+  // `tls: {}` asks for TLS with the system's trust store: beside cluster_nodes it turns TLS on,
+  // with a redis:// URL it is refused like any other tls key (never plaintext by surprise).
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("store:\n  type: redis\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"], "
+                     "tls: {}}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->store.redis.tls.any());
+  EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", tls: {}}\n")),
+              HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
+}
+
 TEST_F(ConfigTest, TlsSettingsWithAPlaintextUrlAreRefused) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", "
                              "tls: {ca_file: /etc/ca.pem}}\n")),
