@@ -342,8 +342,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   // Matches one reply to the oldest command. False if no command was waiting for it. Runs the
   // callback right here, from the read loop (never inside Send): posting it would cost every
   // reply a trip through the scheduler for nothing. The command is off the FIFO before its
-  // callback runs, so the callback may Send (or Stop) freely.
-  bool Deliver(Reply reply) {
+  // callback runs, so the callback may Send (or Stop) freely. noexcept: a callback that throws
+  // ends the process (std::terminate), as it did when callbacks ran from the io_context's run(),
+  // rather than leaving the read loop dead behind a socket that still looks connected.
+  bool Deliver(Reply reply) noexcept {
     if (pending_.empty()) return false;
     Pending p = std::move(pending_.front());
     pending_.pop_front();

@@ -101,7 +101,8 @@ class Connection final : public CommandSender {
   void Stop() override;
 
   // `late` (may be null) runs, from the read loop, if `done` got DeadlineExceeded and the reply
-  // arrives afterwards on the same connection.
+  // arrives afterwards on the same connection. `done`'s DeadlineExceeded is posted, so `late` may
+  // run before it.
   void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr) override;
   // As Send, but not refused while the circuit breaker is open: for a command that must reach
   // Redis whenever it can, such as taking back an admission nobody was told about (the breaker
