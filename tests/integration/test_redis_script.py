@@ -233,6 +233,114 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.all_keys(), [])
         self.assertEqual(self.decide([limit("m", 10)])[:2], (True, [1]))
 
+    def changes(self):
+        """Redis's count of writes since the last save: a call that wrote nothing leaves it."""
+        info = self.redis.call("INFO", "persistence").decode()
+        return int(next(line.split(":")[1] for line in info.splitlines()
+                        if line.startswith("rdb_changes_since_last_save:")))
+
+    def test_a_refused_write_still_denies_an_exhausted_subject(self):
+        # Out of memory, the first increment is refused; the subject is at its quota, so the
+        # call is decided by reading: a denial (as before the optimistic increment), not an error
+        # that on_store_error could turn into an admission. The 100% alert cannot be written: it
+        # is counted as refused and stays armed.
+        lim = [limit("m", 10), limit("h", 5, [100])]
+        counters, flags, _ = keys_for("user-42", lim)
+        self.redis.call("HSET", counters[1], "user-42", "5")
+        self.redis.call("CONFIG", "SET", "maxmemory", "1")
+        try:
+            before = self.changes()
+            self.assertEqual(self.decide(lim), (False, [0, 5], 0, 1))
+            self.assertEqual(self.decide(lim, cost=0)[:2], (True, [0, 5]))  # a peek reads
+            self.assertEqual(self.changes(), before)
+            # Under the quota everywhere, the refusal is the answer.
+            with self.assertRaises(RedisError) as refused:
+                self.raw([limit("m", 10), limit("h", 6)])
+            self.assertTrue(str(refused.exception).startswith("OOM"), refused.exception)
+        finally:
+            self.redis.call("CONFIG", "SET", "maxmemory", "0")
+        self.assertEqual(self.redis.call("EXISTS", flags[1]), 0)
+        self.assertEqual(self.decide(lim), (False, [0, 5], 1, 0))  # armed: fires once writable
+
+    def test_a_cost_beyond_the_quota_is_denied_without_a_write(self):
+        lim = [limit("m", 0), limit("h", 3)]
+        before = self.changes()
+        self.assertEqual(self.decide(lim), (False, [0, 0], 0, 0))
+        self.assertEqual(self.decide([limit("h", 3)], cost=4), (False, [0], 0, 0))
+        self.assertEqual(self.changes(), before)
+        self.assertEqual(self.all_keys(), [])
+
+    def test_a_counter_key_of_another_shape_is_refused_before_anything_is_written(self):
+        _, _, outbox = keys_for("user-42", [limit("m", 10)])
+        for key in ["sl:{7}:h:m:3600s:1000:3", "sl:{7}:x:m:3600s:1000:3", "nocolon"]:
+            with self.subTest(key=key):
+                keys = ["sl:{7}:h:ok:3600s:1000:3", key, outbox]
+                argv = [0, "1 10", 1, 2, "user-42", "free",
+                        5, 0, "1", f"{self.now + 999} 0 1 ok 20 1",
+                        5, 0, "1", f"{self.now + 999} 0 1 m 20 1"]
+                if key.startswith("sl:{7}:h:"):
+                    self.assertEqual(self.redis.call("EVAL", self.script, 3, *keys, *argv)[0], 1)
+                    self.redis.call("FLUSHALL")
+                    continue
+                with self.assertRaises(RedisError) as bad:
+                    self.redis.call("EVAL", self.script, 3, *keys, *argv)
+                self.assertIn("sluice decide: bad counter key 2", str(bad.exception))
+                self.assertEqual(self.redis.call("DBSIZE"), 0)
+
+    def test_a_bad_part_after_a_paying_part_is_the_scripts_error_and_takes_back(self):
+        counters, _, outbox = keys_for("user-42", [limit("m", 5), limit("h", 5)])
+        static = f"{self.now + 999} 0 1 m"
+        for bad_part in (["x", 1, "user-43", "free", 5, 0, "", static],
+                         [1, "x", "user-43", "free", 5, 0, "", static],
+                         [1, 1, "user-43", "free", "x", 0, "", static]):
+            with self.subTest(bad_part=bad_part):
+                with self.assertRaises(RedisError) as bad:
+                    self.redis.call("EVAL", self.script, 3, *counters, outbox, 0, "1 10",
+                                    1, 1, "user-42", "free", 5, 0, "", static, *bad_part)
+                self.assertTrue(str(bad.exception).startswith("ERR sluice decide: "),
+                                bad.exception)
+                self.assertEqual(self.redis.call("DBSIZE"), 0)
+
+    def as_user_without(self, command):
+        """A connection of an ACL user refused `command`: Redis refuses it inside the script too,
+        as an older Redis refuses EXPIREAT NX or a Cluster node a key whose slot is moving."""
+        self.redis.call("ACL", "SETUSER", "limited", "reset", "on", "nopass", "~*", "&*",
+                        "+@all", f"-{command}")
+        self.addCleanup(self.redis.call, "ACL", "DELUSER", "limited")
+        conn = Resp(self.port)
+        self.addCleanup(conn.close)
+        conn.call("AUTH", "limited", "x")
+        return conn
+
+    def test_a_refused_expiry_takes_every_increment_back_and_is_the_reply(self):
+        lim = [limit("m", 10), limit("h", 10)]
+        counters, _, _ = keys_for("user-42", lim)
+        self.redis.call("HSET", counters[0], "other", "3")  # the first hash exists, the second not
+        self.redis.call("EXPIREAT", counters[0], self.now + 3600)
+        main = self.redis
+        self.redis = self.as_user_without("expireat")
+        try:
+            with self.assertRaises(RedisError) as refused:
+                self.raw(lim)
+            self.assertIn("can't run this command", str(refused.exception))
+            with self.assertRaises(RedisError):  # a shadow limit's new field too
+                self.raw([limit("m", 10), dict(limit("s", 10), shadow=True)])
+        finally:
+            self.redis = main
+        self.assertEqual(sorted(self.all_keys()), [counters[0]])
+        self.assertEqual(self.redis.call("HGETALL", counters[0]), [b"other", b"3"])
+
+    def test_a_flag_that_cannot_be_read_is_refused_and_stays_armed(self):
+        lim = [limit("m", 2, [50])]
+        main = self.redis
+        self.redis = self.as_user_without("hexists")
+        try:
+            self.assertEqual(self.decide(lim), (True, [1], 0, 1))
+        finally:
+            self.redis = main
+        self.assertEqual(self.decide(lim), (True, [2], 1, 0))
+        self.assertEqual(self.fired_thresholds(), [50])
+
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
         lim = [limit("m", top)]

@@ -72,7 +72,12 @@
 -- at once (HINCRBY) and checked after; the first that does not fit (or holds no valid counter)
 -- takes every increment of this call back and the call is decided again by reading (HGET), as a
 -- denial. So an admitted request costs one command per limit, plus EXPIREAT when it creates a
--- counter, plus flag reads only once a threshold is reached.
+-- counter, plus flag reads only once a threshold is reached. An enforced limit whose quota is
+-- below the cost is read, not incremented (such a denial writes nothing). When Redis refuses the
+-- first write (OOM, NOREPLICAS, MISCONF, READONLY, ...), nothing is written yet and the call is
+-- decided by reading: a denial is answered as any denial (its 100% alert, refused, counts as
+-- refused), and Redis's error is the reply only if every limit would fit. A refused EXPIREAT
+-- (NX needs Redis >= 7.0) takes every increment of the call back and is the reply.
 --
 -- Expiry: a counter hash gets EXPIREAT expire_at NX in the call that creates its field (every
 -- subject of a hash shares the window, so the first expiry is everyone's), flag hashes in every
@@ -89,7 +94,9 @@
 -- that finds one fails (HINCRBY refuses non-integers and overflow) or is taken back in the same
 -- call, and no increment runs on a counter whose value cannot be exact: a valid one plus the cost
 -- stays below 2^53, exact in a Lua double. A flag hash or outbox key of the wrong type is read as
--- "already fired" / "full" instead of failing the call.
+-- "already fired" / "full" instead of failing the call; any other error reading a flag, or a
+-- refused XADD, leaves the threshold armed and counts it as refused. A counter key without the
+-- shape above is refused before anything is written.
 
 local kMaxUsed = 1000000000000000
 local kMaxCost = 1000000
@@ -141,12 +148,22 @@ end
 -- A new field (the increment returned the cost) may have created its hash: the hash gets its
 -- expiry in the same atomic step (EXPIREAT NX: the first one set stays; every subject of the
 -- hash shares the window). False if the limit's static part does not start with an expiry.
+-- A refused EXPIREAT (e.g. NX on a Redis older than 7.0) returns Redis's error reply: the caller
+-- takes back its increments and fails the call, so no key is left without a TTL.
 local function expire_new(key, static)
   local space = find(static, ' ', 1, true)
   local at = space and tonumber(sub(static, 1, space - 1))
   if at == nil then return false end
-  redis.call('EXPIREAT', key, string.format('%d', at), 'NX')
+  local ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
+  if type(ok) == 'table' and ok.err then return ok end
   return true
+end
+
+-- Every counter key must have the shape the flag keys are derived from; checked before any write.
+for i = 1, nkeys - 1 do
+  if not string.match(KEYS[i], '^.-}:h:.*:[^:]*$') then
+    return redis.error_reply('ERR sluice decide: bad counter key ' .. i)
+  end
 end
 
 -- reply[1] is the verdict; reply[r] the counter of the (r-1)th limit of the call, part by part.
@@ -157,7 +174,10 @@ local reply = { 1 }
 -- more is written). Every part and limit is checked on the way, so that a malformed call is
 -- refused with everything it did taken back. `done` counts the increments that stand; `more`
 -- says whether any limit is shadow or reached its first threshold.
-local fits, done, more, bad, failed = true, 0, false, nil, nil
+-- `ro`: Redis refused the first write (OOM, NOREPLICAS, MISCONF, READONLY, ...) before anything
+-- was written: the rest is decided by reading only; a denial is answered as a denial, and the
+-- refusal is returned only when everything would fit.
+local fits, done, more, bad, failed, ro = true, 0, false, nil, nil, nil
 do
   local h, k, r = 3, 1, 2
   while h <= nargs do
@@ -181,10 +201,11 @@ do
         bad = 'bad limit at ARGV ' .. a; break
       elseif fits then
         local key = KEYS[k]
-        if cost == 0 then
+        if cost == 0 or ro or cost > quota then
+          -- A peek, a read-only decision, or a cost that cannot fit (no write for that denial).
           if read_counter == nil then read_counter = new_read_counter() end
           local used = read_counter(key, subject)
-          if used < 0 or used > quota then
+          if used < 0 or used + cost > quota then
             fits = false
           else
             reply[r] = used
@@ -200,13 +221,28 @@ do
             if find(e, 'not an integer', 1, true) or find(e, 'overflow', 1, true) or
                 find(e, 'WRONGTYPE', 1, true) then
               fits = false
+            elseif done == 0 then
+              ro = after
+              if read_counter == nil then read_counter = new_read_counter() end
+              local used = read_counter(key, subject)
+              if used < 0 or used + cost > quota then
+                fits = false
+              else
+                reply[r] = used
+              end
             else
               failed = after
               bad = 'refused'
             end
           else
-            if after == cost and not expire_new(key, ARGV[a + 3]) then
-              bad = 'bad limit at ARGV ' .. a
+            if after == cost then
+              local ok = expire_new(key, ARGV[a + 3])
+              if not ok then
+                bad = 'bad limit at ARGV ' .. a
+              elseif ok ~= true then
+                failed = ok
+                bad = 'refused'
+              end
             end
             if bad or after < cost or after > kMaxUsed + cost or after > quota then
               if undo == nil then undo = new_undo() end
@@ -231,6 +267,9 @@ do
   end
 end
 
+-- Read-only and everything would fit: Redis's refusal is the answer.
+if ro and fits and not bad then return ro end
+
 -- The common case ends here: admitted, no shadow limit, no threshold reached.
 if fits and not more and not bad then
   reply[#reply + 1] = 0
@@ -239,28 +278,30 @@ if fits and not more and not bad then
 end
 
 -- Calls f(h, a, k, r, cost, subject) for every limit of every part, in order: h the part's
--- first ARGV, a the limit's, k its key, r its reply slot.
+-- first ARGV, a the limit's, k its key, r its reply slot; stops early when f returns true.
 local function each_limit(f)
   local h, k, r = 3, 1, 2
   while h <= nargs do
     local cost, n, subject = tonumber(ARGV[h]), tonumber(ARGV[h + 1]), ARGV[h + 2]
     for a = h + 4, h + 4 * n, 4 do
-      f(h, a, k, r, cost, subject)
+      if f(h, a, k, r, cost, subject) then return end
       k, r = k + 1, r + 1
     end
     h = h + 4 + 4 * n
   end
 end
 
--- Takes back the increments that stand: the first `done` enforced limits of paying parts.
+-- Takes back the increments that stand: the first `done` enforced limits of paying parts. It
+-- stops at the last of them, so it never reads past a malformed part.
 local function take_back()
   if done == 0 then return end
   if undo == nil then undo = new_undo() end
   each_limit(function(h, a, k, r, cost, subject)
-    if done > 0 and cost > 0 and ARGV[a + 1] == '0' then
+    if cost > 0 and ARGV[a + 1] == '0' then
       undo(KEYS[k], subject, cost, reply[r])
       done = done - 1
     end
+    return done == 0
   end)
 end
 
@@ -289,13 +330,21 @@ end
 fire = function(h, a, key, w, percent, used)
   local subject = ARGV[h + 2]
   -- <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> -> ...:a:...:<window_id>:<subject>
-  local tag_end = find(key, '}:h:', 1, true)
-  local last = #key
-  while sub(key, last, last) ~= ':' do last = last - 1 end
-  local flags = sub(key, 1, tag_end) .. ':a:' .. sub(key, tag_end + 4, last) .. subject
+  -- (the shape was checked before any write)
+  local tag, middle = string.match(key, '^(.-}):h:(.*:)[^:]*$')
+  local flags = tag .. ':a:' .. middle .. subject
   local quota = string.format('%d', tonumber(ARGV[a]))
   local field = percent .. ':' .. quota  -- the flag: this percent of this quota
-  if redis.pcall('HEXISTS', flags, field) ~= 0 then return end
+  -- Only a set flag (or a flag key of another type) means fired; any other error (e.g. a Cluster
+  -- slot in migration) leaves the threshold armed and counts as refused.
+  local set = redis.pcall('HEXISTS', flags, field)
+  if set == 1 then return end
+  if set ~= 0 then
+    local e = type(set) == 'table' and set.err or ''
+    if find(e, 'WRONGTYPE', 1, true) then return end
+    refused = refused + 1
+    return
+  end
   if event == nil then event = words(ARGV[2]) end
   if room == nil then
     local len = redis.pcall('XLEN', outbox)
@@ -306,12 +355,17 @@ fire = function(h, a, key, w, percent, used)
     refused = refused + 1
     return
   end
-  redis.call('XADD', outbox, '*',
+  local added = redis.pcall('XADD', outbox, '*',
     'type', 'quota.threshold_reached', 'subject', subject, 'plan', ARGV[h + 3],
     'limit', w[4] or '',
     -- %d, not tostring: Lua prints doubles from 1e14 on with an exponent and 14 digits.
     'threshold', percent, 'used', string.format('%d', used), 'quota', quota,
     'window_start', w[2] or '0', 'window_end', w[3] or '0', 'occurred_at_ms', event[1] or '0')
+  if type(added) == 'table' and added.err then
+    -- Refused (e.g. OOM in a read-only decision): the flag stays armed.
+    refused = refused + 1
+    return
+  end
   room = room - 1
   redis.call('HSET', flags, field, '1')
   if tonumber(w[1]) then redis.call('EXPIREAT', flags, w[1]) end
@@ -322,6 +376,8 @@ if read_counter == nil then read_counter = new_read_counter() end
 
 if fits then
   -- Admitted: shadow counters grow too (capped at kMaxUsed), and every threshold reached fires.
+  -- The shadow counters first, so that a refused expiry takes everything back before any event.
+  local grown, expire_error = {}, nil
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
     if ARGV[a + 1] == '1' then
@@ -332,15 +388,35 @@ if fits then
           -- It holds more than the cost, so the field exists and its hash has its expiry.
           if used < kMaxUsed then
             redis.call('HSET', key, subject, string.format('%d', kMaxUsed))
+            grown[#grown + 1] = { key, subject, kMaxUsed - used, kMaxUsed }
           end
           used = kMaxUsed
         else
           used = redis.call('HINCRBY', key, subject, cost)
-          if used == cost then expire_new(key, ARGV[a + 3]) end
+          grown[#grown + 1] = { key, subject, cost, used }
+          if used == cost then
+            local ok = expire_new(key, ARGV[a + 3])
+            if ok ~= true then
+              expire_error = ok or redis.error_reply('ERR sluice decide: bad limit at ARGV ' .. a)
+              return true
+            end
+          end
         end
       end
       reply[r] = used
     end
+  end)
+  if expire_error then
+    if undo == nil then undo = new_undo() end
+    for i = #grown, 1, -1 do
+      local g = grown[i]
+      undo(g[1], g[2], g[3], g[4])
+    end
+    take_back()
+    return expire_error
+  end
+  each_limit(function(h, a, k, r, cost, subject)
+    local key = KEYS[k]
     local used, first = reply[r], ARGV[a + 2]
     -- Thresholds: none can be reached below the first count.
     if cost > 0 and used >= 0 and first ~= '' and used >= tonumber(first) then

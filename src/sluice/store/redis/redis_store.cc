@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sluice/common/log.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
 #include "sluice/store/redis/decide_script.h"
@@ -31,13 +32,14 @@ std::string Sha1Hex(std::string_view data) {
 }
 
 // A Redis error reply as a Status, tagged with its kind for the metrics. Errors that mean "Redis
-// cannot serve now" (BUSY, LOADING, OOM, READONLY, MASTERDOWN, ...) are Unavailable; anything else
-// is Internal.
+// cannot serve now" (BUSY, LOADING, OOM, READONLY, MASTERDOWN, NOREPLICAS, MISCONF, ...) are
+// Unavailable; anything else is Internal.
 absl::Status ErrorReply(const Reply& reply) {
   static constexpr std::pair<std::string_view, StoreFailure> kTransient[] = {
       {"BUSY", StoreFailure::kBusy},           {"LOADING", StoreFailure::kLoading},
       {"OOM", StoreFailure::kOutOfMemory},     {"READONLY", StoreFailure::kReadOnly},
-      {"MASTERDOWN", StoreFailure::kReadOnly}, {"TRYAGAIN", StoreFailure::kOther},
+      {"MASTERDOWN", StoreFailure::kReadOnly}, {"NOREPLICAS", StoreFailure::kReadOnly},
+      {"MISCONF", StoreFailure::kOther},       {"TRYAGAIN", StoreFailure::kOther},
       {"CLUSTERDOWN", StoreFailure::kOther}};
   for (const auto& [prefix, kind] : kTransient) {
     if (reply.str.starts_with(prefix)) {
@@ -86,6 +88,34 @@ using SharedCommand = std::shared_ptr<const std::vector<std::string>>;
 // What to do with the reply of an EVALSHA that arrives after it timed out.
 using LateReply = std::function<void(const Reply&)>;
 
+// The major version in an INFO server reply ("redis_version:7.0.15"), or -1 if there is none.
+int RedisMajorVersion(std::string_view info) {
+  static constexpr std::string_view kField = "redis_version:";
+  const size_t at = info.find(kField);
+  if (at == std::string_view::npos) return -1;
+  int major = 0;
+  size_t i = at + kField.size();
+  if (i >= info.size() || info[i] < '0' || info[i] > '9') return -1;
+  for (; i < info.size() && info[i] >= '0' && info[i] <= '9' && major < 1000; ++i) {
+    major = major * 10 + (info[i] - '0');
+  }
+  return major;
+}
+
+// Logs an error when the server is older than decide.lua needs (Redis 7.0: EXPIREAT NX): on it,
+// every decision that creates a counter fails and is degraded. Asked where the script is loaded
+// (pipelined ahead of SCRIPT LOAD, so it adds no round trip).
+void CheckServerVersion(CommandSender* conn) {
+  conn->Send({"INFO", "server"}, [](absl::StatusOr<Reply> reply) {
+    if (!reply.ok() || reply->is_error()) return;
+    const int major = RedisMajorVersion(reply->str);
+    if (major >= 0 && major < 7) {
+      Log(LogLevel::kError, "redis server too old: decide.lua needs Redis 7.0 or newer")
+          .Int("redis_major_version", major);
+    }
+  });
+}
+
 // Runs EVALSHA `argv`; on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) loads the script and
 // retries once, invisibly to the caller (the retry carries the same arguments, so the same
 // deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
@@ -100,6 +130,7 @@ void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback 
       [conn, argv = retried ? nullptr : std::move(argv), done = std::move(done), late,
        retried](absl::StatusOr<Reply> reply) mutable {
         if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
+          CheckServerVersion(conn);
           conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
                      [conn, argv = std::move(argv), done = std::move(done),
                       late = std::move(late)](absl::StatusOr<Reply> loaded) mutable {

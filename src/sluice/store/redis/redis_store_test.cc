@@ -325,6 +325,41 @@ TEST_F(RedisStoreTest, ACounterKeyHoldingNoValidCounterDeniesAndStaysUntouched) 
   EXPECT_FALSE(r->allowed);
 }
 
+// A Redis that refuses writes (here NOREPLICAS: min-replicas-to-write without replicas) still
+// denies an exhausted subject; only a decision that would be admitted is an error (degraded).
+TEST_F(RedisStoreTest, ARedisRefusingWritesStillDeniesAnExhaustedSubject) {
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  SetCounter(req, "10");
+  ASSERT_TRUE(
+      testing_util::SendAndWait(io_, *connection_, {"CONFIG", "SET", "min-replicas-to-write", "1"})
+          .ok());
+  absl::StatusOr<StoreResult> denied = Decide(req);
+  ASSERT_TRUE(denied.ok()) << denied.status();
+  EXPECT_FALSE(denied->allowed);
+  EXPECT_EQ(denied->used[0], 10);
+  SetCounter(req, "3");  // a client's own write outside a script is refused too
+  absl::StatusOr<Reply> counter = testing_util::SendAndWait(
+      io_, *connection_, {"HGET", store_->CounterKey(req, 0), std::string(req.subject)});
+  ASSERT_TRUE(counter.ok() && counter->is_string());
+  EXPECT_EQ(counter->str, "10");
+  ASSERT_TRUE(
+      testing_util::SendAndWait(io_, *connection_, {"CONFIG", "SET", "min-replicas-to-write", "0"})
+          .ok());
+  SetCounter(req, "3");
+  ASSERT_TRUE(
+      testing_util::SendAndWait(io_, *connection_, {"CONFIG", "SET", "min-replicas-to-write", "1"})
+          .ok());
+  absl::StatusOr<StoreResult> refused = Decide(req);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_EQ(StoreFailureOf(refused.status()), StoreFailure::kReadOnly) << refused.status();
+  EXPECT_EQ(Counter(req), "3");
+  ASSERT_TRUE(
+      testing_util::SendAndWait(io_, *connection_, {"CONFIG", "SET", "min-replicas-to-write", "0"})
+          .ok());
+}
+
 TEST_F(RedisStoreTest, ACounterAtTheMaximumQuotaDeniesWithoutOverflow) {
   Connect(2000ms);
   const StoreRequest req = Request(1'000'000);
