@@ -95,7 +95,10 @@ struct ClusterOptions {
   // (the registry: its hash tag), or, when empty, to any connected master. SCRIPT LOAD goes to
   // every master (a script must be loaded where it runs).
   std::string keyless_key;
-  // Connections to at most this many nodes; a map naming more is refused.
+  // At most this many nodes in use at once: the current map's (masters and replicas), the seeds,
+  // and those a redirection named since the last map. A node the cluster no longer lists is
+  // forgotten at the next map (so addresses that change over time never use this up); a map
+  // naming more is refused (logged) before any connection is made.
   size_t max_nodes = 1000;
   // Makes a node's link (tests: a fake). Null: a Connection with these options.
   std::function<std::unique_ptr<CommandSender>(boost::asio::io_context&, const ConnectionOptions&)>

@@ -163,6 +163,7 @@ class FakeCluster {
     o.seeds = {{"127.0.0.1", 7000}};
     o.connection.command_timeout = std::chrono::milliseconds(1000);
     o.make_link = [this](boost::asio::io_context& io, const ConnectionOptions& c) {
+      linked.push_back(NodeAddress{c.host, c.port});
       return std::make_unique<Link>(io, NodeAddress{c.host, c.port}, this);
     };
     return o;
@@ -170,6 +171,7 @@ class FakeCluster {
 
   Answer answer;
   std::vector<Sent> sent;
+  std::vector<NodeAddress> linked;  // every link made, in order
 };
 
 class ClusterClientTest : public ::testing::Test {
@@ -187,8 +189,9 @@ class ClusterClientTest : public ::testing::Test {
     Make(std::chrono::milliseconds(100'000));
   }
 
-  void Make(std::chrono::milliseconds refresh) {
+  void Make(std::chrono::milliseconds refresh, size_t max_nodes = 1000) {
     ClusterOptions options = fake_.Options();
+    options.max_nodes = max_nodes;
     options.refresh_interval = refresh;
     options.refresh_min_interval = refresh;
     client_ = std::make_unique<ClusterClient>(io_, std::move(options));
@@ -367,6 +370,57 @@ TEST_F(ClusterClientTest, ScriptLoadAlsoReachesAMasterNamedByMovedSinceTheLastMa
   for (const auto& sent : fake_.sent) ports.push_back(sent.node.port);
   std::sort(ports.begin(), ports.end());
   EXPECT_EQ(ports, (std::vector<int>{7000, 7001, 7002}));
+}
+
+Reply TwoMasterMap(int second_port) {
+  return Arr({Arr({Int(0), Int(8191), NodeReply("127.0.0.1", 7000)}),
+              Arr({Int(8192), Int(16383), NodeReply("127.0.0.1", second_port)})});
+}
+
+TEST_F(ClusterClientTest, MoreAddressesOverTimeThanMaxNodesStillRoute) {
+  // Pods that come back with new addresses: ten maps, each with a new second master, and
+  // max_nodes 3 (the seed and two more).
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  for (int i = 0; i < 10; ++i) {
+    const int port = 8000 + i;
+    slots_ = TwoMasterMap(port);
+    RunUntil([&] { return client_->MasterOf(KeySlot("foo"))->port == port; });
+    absl::StatusOr<Reply> r = Call({"GET", "foo"});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->str, absl::StrCat("ok from ", port));
+  }
+  // A MOVED to yet another new node is followed too.
+  on_command_ = [](const NodeAddress& node, const Argv&) {
+    if (node.port == 7000) return Err(absl::StrCat("MOVED ", KeySlot("bar"), " 127.0.0.1:9000"));
+    return Str(absl::StrCat("ok from ", node.port));
+  };
+  absl::StatusOr<Reply> r = Call({"GET", "bar"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->str, "ok from 9000");
+}
+
+TEST_F(ClusterClientTest, AMapNamingMoreThanMaxNodesIsRefusedBeforeAnyLinkIsMade) {
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  ASSERT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  // Four distinct nodes (with the seed): refused, the old map stays.
+  slots_ = Arr({Arr({Int(0), Int(5000), NodeReply("127.0.0.1", 7000)}),
+                Arr({Int(5001), Int(10000), NodeReply("127.0.0.1", 7005)}),
+                Arr({Int(10001), Int(16383), NodeReply("127.0.0.1", 7006), NodeReply("h", 7007)})});
+  const size_t links_before = fake_.linked.size();
+  const uint64_t refreshes = client_->stats().refreshes;
+  // Let several refreshes be asked for and answered.
+  int asked = 0;
+  fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
+    if (argv[0] == "CLUSTER") return ++asked, slots_;
+    return Str(absl::StrCat("ok from ", node.port));
+  };
+  RunUntil([&] { return asked >= 3; });
+  EXPECT_EQ(client_->stats().refreshes, refreshes);
+  EXPECT_EQ(fake_.linked.size(), links_before);
+  EXPECT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  absl::StatusOr<Reply> r = Call({"GET", "foo"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->str, "ok from 7001");
 }
 
 }  // namespace
