@@ -61,18 +61,29 @@ std::optional<NodeAddress> ParseAddress(std::string_view text, bool host_require
   if (!absl::SimpleAtoi(ToAbsl(text.substr(colon + 1)), &port) || port < 1 || port > 65535) {
     return std::nullopt;
   }
-  if ((host_required && host.empty()) || host.size() > 253) return std::nullopt;
+  // "?": the node does not know the target's address — no usable redirection.
+  if ((host_required && host.empty()) || host == "?" || host.size() > 253) return std::nullopt;
   return NodeAddress{.host = std::string(host), .port = static_cast<uint16_t>(port)};
 }
 
+// An endpoint of "?": the node's address is unknown (cluster-preferred-endpoint-type
+// unknown-endpoint on a node without one). Such a node cannot be reached.
+bool IsUnknownEndpoint(const Reply& node) {
+  return node.is_array() && !node.elements.empty() && node.elements[0].is_string() &&
+         node.elements[0].str == "?";
+}
+
+// NULL or "" as the endpoint: the node asked (Redis: "the same endpoint as the one asked").
 std::optional<NodeAddress> ParseSlotNode(const Reply& node, std::string_view asked_host) {
-  if (!node.is_array() || node.elements.size() < 2 || !node.elements[0].is_string() ||
+  if (IsUnknownEndpoint(node)) return std::nullopt;
+  if (!node.is_array() || node.elements.size() < 2 ||
+      !(node.elements[0].is_string() || node.elements[0].is_nil()) ||
       !node.elements[1].is_integer() || node.elements[1].integer < 1 ||
       node.elements[1].integer > 65535 || node.elements[0].str.size() > 253) {
     return std::nullopt;
   }
   std::string host = node.elements[0].str;
-  if (host.empty() || host == "?") host = std::string(asked_host);
+  if (host.empty()) host = std::string(asked_host);
   return NodeAddress{.host = std::move(host),
                      .port = static_cast<uint16_t>(node.elements[1].integer)};
 }
@@ -170,6 +181,8 @@ absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const Reply& reply,
     }
     range.first = static_cast<int>(first);
     range.last = static_cast<int>(last);
+    // A master whose address is unknown: its slots have no usable master (as if it were down).
+    if (IsUnknownEndpoint(e.elements[2])) continue;
     std::optional<NodeAddress> master = ParseSlotNode(e.elements[2], asked_host);
     if (!master) return absl::InternalError("redis cluster: CLUSTER SLOTS: malformed node");
     range.master = *std::move(master);
@@ -392,6 +405,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
           ++cmd->retries;
           return Dispatch(target, std::move(cmd), /*asking=*/true);
         }
+      } else if (r->str.starts_with("MOVED ") || r->str.starts_with("ASK ")) {
+        // A redirection naming no usable node ("?:port", say): the map will tell.
+        RequestRefresh();
+        Warn("redis cluster: unusable redirection", FirstLine(r->str));
       } else if (r->str.starts_with("TRYAGAIN") && cmd->slot >= 0 && MayRetry(*cmd)) {
         // A migration is moving this command's keys; they are on one node again shortly.
         stats_.tryagain.fetch_add(1, std::memory_order_relaxed);

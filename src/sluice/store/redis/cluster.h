@@ -62,7 +62,8 @@ struct NodeAddress {
 };
 [[nodiscard]] std::optional<NodeAddress> ParseNodeAddress(std::string_view text);
 
-// A redirection error reply: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381".
+// A redirection error reply: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381". An empty
+// host is the replying node's; "?" (unknown) is no usable redirection (nullopt).
 struct Redirect {
   enum class Kind { kMoved, kAsk };
   Kind kind = Kind::kMoved;
@@ -78,8 +79,9 @@ struct SlotRange {
   NodeAddress master;
   std::vector<NodeAddress> replicas;
 };
-// CLUSTER SLOTS' reply. A node listed with an empty host ("" or "?": the node asked does not
-// know its own address) takes `asked_host`.
+// CLUSTER SLOTS' reply. A node listed with a NULL or empty endpoint (Redis: the node asked)
+// takes `asked_host`; one listed as "?" (its address is unknown) is left out — a range whose
+// master it is has no master.
 [[nodiscard]] absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const Reply& reply,
                                                                        std::string_view asked_host);
 

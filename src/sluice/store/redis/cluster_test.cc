@@ -85,6 +85,11 @@ TEST(ParseRedirectTest, RefusesWhatIsNoRedirection) {
   EXPECT_FALSE(ParseRedirect("MOVED 1 a:1 extra").has_value());
 }
 
+TEST(ParseRedirectTest, AnUnknownEndpointIsNoRedirection) {
+  EXPECT_FALSE(ParseRedirect("MOVED 1 ?:7002").has_value());
+  EXPECT_FALSE(ParseRedirect("ASK 1 ?:7002").has_value());
+}
+
 TEST(ParseNodeAddressTest, HostAndPort) {
   EXPECT_EQ(ParseNodeAddress("10.0.0.1:6379"), (NodeAddress{"10.0.0.1", 6379}));
   EXPECT_EQ(ParseNodeAddress("[fd00::1]:6379"), (NodeAddress{"fd00::1", 6379}));
@@ -114,6 +119,20 @@ TEST(ParseClusterSlotsTest, RangesMastersAndReplicas) {
   EXPECT_FALSE(ParseClusterSlots(Arr({Arr({Int(5), Int(2), NodeReply("a", 1)})}), "").ok());
   EXPECT_FALSE(ParseClusterSlots(Arr({Arr({Int(0), Int(16384), NodeReply("a", 1)})}), "").ok());
   EXPECT_FALSE(ParseClusterSlots(Str("x"), "").ok());
+}
+
+TEST(ParseClusterSlotsTest, NullEndpointIsTheAskedHostAndUnknownIsLeftOut) {
+  const Reply nil{.type = Reply::Type::kNil};
+  const Reply reply = Arr({Arr({Int(0), Int(99), Arr({nil, Int(7000), Str("id")}),
+                                NodeReply("?", 7003), NodeReply("10.0.0.4", 7004)}),
+                           Arr({Int(100), Int(16383), NodeReply("?", 7001)})});
+  absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(reply, "10.1.1.1");
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  // The range whose master is unknown has no master; the unknown replica is left out.
+  ASSERT_EQ(ranges->size(), 1u);
+  EXPECT_EQ((*ranges)[0].master, (NodeAddress{"10.1.1.1", 7000}));
+  ASSERT_EQ((*ranges)[0].replicas.size(), 1u);
+  EXPECT_EQ((*ranges)[0].replicas[0], (NodeAddress{"10.0.0.4", 7004}));
 }
 
 // A cluster of fake nodes: each node's link answers by `answer(node, argv)`, posted.
@@ -421,6 +440,18 @@ TEST_F(ClusterClientTest, AMapNamingMoreThanMaxNodesIsRefusedBeforeAnyLinkIsMade
   absl::StatusOr<Reply> r = Call({"GET", "foo"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->str, "ok from 7001");
+}
+
+TEST_F(ClusterClientTest, ARedirectionToAnUnknownEndpointIsNotFollowed) {
+  on_command_ = [](const NodeAddress&, const Argv&) {
+    return Err(absl::StrCat("MOVED ", KeySlot("foo"), " ?:7002"));
+  };
+  absl::StatusOr<Reply> r = Call({"GET", "foo"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->is_error());
+  EXPECT_EQ(fake_.sent.size(), 1u);  // not followed
+  EXPECT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  EXPECT_EQ(client_->stats().moved, 0u);
 }
 
 }  // namespace
