@@ -5,15 +5,18 @@
 //
 // Redirections (the cluster specification):
 //   - `-MOVED <slot> <host>:<port>`: the slot belongs to that node now. The map is updated at once
-//     for that slot, a full refresh is scheduled, and the command is sent again there, once.
+//     for that slot, a full refresh is scheduled, and the command is sent again there.
 //   - `-ASK <slot> <host>:<port>`: the slot is being migrated and this key is already on that
-//     node. ASKING and the command are sent there together (pipelined on its connection), once;
-//     the map is not changed.
+//     node. ASKING and the command are sent there together (pipelined on its connection); the
+//     map is not changed.
 //   - `-TRYAGAIN` (a multi-key command during a migration, its keys split between the two nodes):
-//     sent again once to the slot's master after `tryagain_delay`.
-// A command is redirected or retried at most once in all; a second redirection, `-CLUSTERDOWN`,
-// a connection that is down and a slot without a known master are the caller's failure (the
-// error reply, or Unavailable). A command that timed out is never retried (it may have run); its
+//     sent again to the slot's master after `tryagain_delay`.
+// A command is redirected or retried at most three times in all (kMaxRetries), and not again
+// once it has been under way for the command timeout. Each attempt has its connection's own
+// timeout, so a redirected command fails within about twice the command timeout at worst. A
+// redirection past that, a redirection to an unknown endpoint ("?:port"), `-CLUSTERDOWN`, a
+// connection that is down and a slot without a known master are the caller's failure (the error
+// reply, or Unavailable). A command that timed out is never retried (it may have run); its
 // late reply goes to its `late` callback as with Connection, whichever node gave it.
 //
 // The map is refreshed every `refresh_interval`, and soon (at most every `refresh_min_interval`)
