@@ -1,6 +1,9 @@
 #include "sluice/store/redis/cluster.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -452,6 +455,66 @@ TEST_F(ClusterClientTest, ARedirectionToAnUnknownEndpointIsNotFollowed) {
   EXPECT_EQ(fake_.sent.size(), 1u);  // not followed
   EXPECT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
   EXPECT_EQ(client_->stats().moved, 0u);
+}
+
+// Sends what sluice logs (stderr) to a file while alive.
+class StderrToFile {
+ public:
+  StderrToFile() {
+    fd_ = mkstemp(path_);
+    saved_ = dup(STDERR_FILENO);
+    dup2(fd_, STDERR_FILENO);
+  }
+  ~StderrToFile() {
+    dup2(saved_, STDERR_FILENO);
+    close(saved_);
+    close(fd_);
+    unlink(path_);
+  }
+  std::string Text() const {
+    std::string out;
+    std::array<char, 4096> buf;
+    for (off_t off = 0;;) {
+      const ssize_t n = pread(fd_, buf.data(), buf.size(), off);
+      if (n <= 0) break;
+      out.append(buf.data(), static_cast<size_t>(n));
+      off += n;
+    }
+    return out;
+  }
+
+ private:
+  char path_[32] = "/tmp/sluice-clusterlog-XXXXXX";
+  int fd_ = -1;
+  int saved_ = -1;
+};
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(ClusterClientTest, ARefusedMapAndAFailedRefreshAreLoggedRateLimited) {
+  StderrToFile log;
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  int asked = 0;
+  fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
+    if (argv[0] != "CLUSTER") return Str(absl::StrCat("ok from ", node.port));
+    ++asked;
+    if (asked <= 3) {
+      // Five nodes: refused.
+      return Arr(
+          {Arr({Int(0), Int(5000), NodeReply("127.0.0.1", 7000)}),
+           Arr({Int(5001), Int(10000), NodeReply("127.0.0.1", 7005)}),
+           Arr({Int(10001), Int(16383), NodeReply("127.0.0.1", 7006), NodeReply("h", 7007)})});
+    }
+    return Err("ERR This instance has cluster support disabled");
+  };
+  RunUntil([&] { return asked >= 6; });
+  const std::string text = log.Text();
+  EXPECT_EQ(Count(text, "slot map refused"), 1u) << text;
+  EXPECT_EQ(Count(text, "cluster support disabled"), 1u) << text;
 }
 
 }  // namespace
