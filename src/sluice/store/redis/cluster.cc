@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 
 namespace sluice::redis {
@@ -60,18 +61,29 @@ std::optional<NodeAddress> ParseAddress(std::string_view text, bool host_require
   if (!absl::SimpleAtoi(ToAbsl(text.substr(colon + 1)), &port) || port < 1 || port > 65535) {
     return std::nullopt;
   }
-  if ((host_required && host.empty()) || host.size() > 253) return std::nullopt;
+  // "?": the node does not know the target's address — no usable redirection.
+  if ((host_required && host.empty()) || host == "?" || host.size() > 253) return std::nullopt;
   return NodeAddress{.host = std::string(host), .port = static_cast<uint16_t>(port)};
 }
 
+// An endpoint of "?": the node's address is unknown (cluster-preferred-endpoint-type
+// unknown-endpoint on a node without one). Such a node cannot be reached.
+bool IsUnknownEndpoint(const Reply& node) {
+  return node.is_array() && !node.elements.empty() && node.elements[0].is_string() &&
+         node.elements[0].str == "?";
+}
+
+// NULL or "" as the endpoint: the node asked (Redis: "the same endpoint as the one asked").
 std::optional<NodeAddress> ParseSlotNode(const Reply& node, std::string_view asked_host) {
-  if (!node.is_array() || node.elements.size() < 2 || !node.elements[0].is_string() ||
+  if (IsUnknownEndpoint(node)) return std::nullopt;
+  if (!node.is_array() || node.elements.size() < 2 ||
+      !(node.elements[0].is_string() || node.elements[0].is_nil()) ||
       !node.elements[1].is_integer() || node.elements[1].integer < 1 ||
       node.elements[1].integer > 65535 || node.elements[0].str.size() > 253) {
     return std::nullopt;
   }
   std::string host = node.elements[0].str;
-  if (host.empty() || host == "?") host = std::string(asked_host);
+  if (host.empty()) host = std::string(asked_host);
   return NodeAddress{.host = std::move(host),
                      .port = static_cast<uint16_t>(node.elements[1].integer)};
 }
@@ -169,6 +181,8 @@ absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const Reply& reply,
     }
     range.first = static_cast<int>(first);
     range.last = static_cast<int>(last);
+    // A master whose address is unknown: its slots have no usable master (as if it were down).
+    if (IsUnknownEndpoint(e.elements[2])) continue;
     std::optional<NodeAddress> master = ParseSlotNode(e.elements[2], asked_host);
     if (!master) return absl::InternalError("redis cluster: CLUSTER SLOTS: malformed node");
     range.master = *std::move(master);
@@ -251,7 +265,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
  private:
-  struct Node {
+  // Held by shared_ptr: a command in flight keeps the node it was sent to, even once a new map
+  // has dropped it from nodes_.
+  struct Node : std::enable_shared_from_this<Node> {
+    explicit Node(NodeAddress a) : address(std::move(a)) {}
     NodeAddress address;
     std::unique_ptr<CommandSender> link;  // null while the node is out of the map
     bool seed = false;
@@ -273,17 +290,32 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
-  // The node at `address`, its link made (and started) if it has none; null past max_nodes.
-  Node* NodeFor(const NodeAddress& address) {
-    Node* node = nullptr;
+  Node* Find(const NodeAddress& address) const {
     for (const auto& n : nodes_) {
-      if (n->address == address) node = n.get();
+      if (n->address == address) return n.get();
     }
+    return nullptr;
+  }
+
+  // The node at `address`, its link made (and started) if it has none; null when max_nodes nodes
+  // are in use already (nodes_ holds only the nodes in use: the last map's, the seeds, and those a
+  // redirection has named since).
+  Node* NodeFor(const NodeAddress& address) {
+    Node* node = Find(address);
     if (node == nullptr) {
-      if (nodes_.size() >= options_.max_nodes) return nullptr;
-      nodes_.push_back(std::make_unique<Node>(Node{.address = address}));
+      if (nodes_.size() >= options_.max_nodes) {
+        Warn("redis cluster: node refused: max_nodes in use", absl::StrCat(nodes_.size()));
+        return nullptr;
+      }
+      nodes_.push_back(std::make_shared<Node>(address));
       node = nodes_.back().get();
     }
+    Link(node);
+    return node;
+  }
+
+  void Link(Node* node) {
+    const NodeAddress& address = node->address;
     if (node->link == nullptr && !stopped_) {
       ConnectionOptions connection = options_.connection;
       connection.host = address.host;
@@ -295,7 +327,6 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
       }
       node->link->Start();
     }
-    return node;
   }
 
   Node* AnyMaster() const {
@@ -329,8 +360,9 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
         if (cmd->late) std::exchange(cmd->late, nullptr)(std::move(r));
       };
     }
-    auto on_reply = [self = shared_from_this(), node, cmd](absl::StatusOr<Reply> r) mutable {
-      self->OnReply(node, std::move(cmd), std::move(r));
+    auto on_reply = [self = shared_from_this(), node = node->shared_from_this(),
+                     cmd](absl::StatusOr<Reply> r) mutable {
+      self->OnReply(node.get(), std::move(cmd), std::move(r));
     };
     CommandSender& link = *node->link;
     if (asking) {
@@ -373,6 +405,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
           ++cmd->retries;
           return Dispatch(target, std::move(cmd), /*asking=*/true);
         }
+      } else if (r->str.starts_with("MOVED ") || r->str.starts_with("ASK ")) {
+        // A redirection naming no usable node ("?:port", say): the map will tell.
+        RequestRefresh();
+        Warn("redis cluster: unusable redirection", FirstLine(r->str));
       } else if (r->str.starts_with("TRYAGAIN") && cmd->slot >= 0 && MayRetry(*cmd)) {
         // A migration is moving this command's keys; they are on one node again shortly.
         stats_.tryagain.fetch_add(1, std::memory_order_relaxed);
@@ -477,58 +513,105 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     refresh_wanted_ = false;
     last_refresh_ = Clock::now();
     asked->link->SendDespiteBreaker(
-        {"CLUSTER", "SLOTS"}, [self = shared_from_this(), asked](absl::StatusOr<Reply> r) {
+        {"CLUSTER", "SLOTS"},
+        [self = shared_from_this(), asked = asked->shared_from_this()](absl::StatusOr<Reply> r) {
           self->refreshing_ = false;
           if (self->stopped_) return;
           absl::StatusOr<std::vector<SlotRange>> ranges =
-              r.ok() && !r->is_error()
-                  ? ParseClusterSlots(*r, asked->address.host)
-                  : absl::StatusOr<std::vector<SlotRange>>(absl::UnavailableError("no reply"));
-          if (!ranges.ok() || ranges->empty() || !self->Apply(*ranges)) {
+              !r.ok()         ? absl::StatusOr<std::vector<SlotRange>>(r.status())
+              : r->is_error() ? absl::StatusOr<std::vector<SlotRange>>(
+                                    absl::UnavailableError(FirstLine(r->str)))
+                              : ParseClusterSlots(*r, asked->address.host);
+          if (ranges.ok() && ranges->empty()) {
+            ranges = absl::UnavailableError("CLUSTER SLOTS: no slot served");
+          }
+          if (!ranges.ok()) {
+            self->Warn("redis cluster: slot map refresh failed",
+                       absl::StrCat(asked->address.host, ":", asked->address.port, ": ",
+                                    ranges.status().message()));
+          }
+          if (!ranges.ok() || !self->Apply(*ranges)) {
             self->refresh_wanted_ = true;  // ask another node soon
           }
           self->ScheduleNext();
         });
   }
 
-  // Installs the map; false (nothing changed) if it names more nodes than allowed.
+  // Installs the map; false (nothing changed, no link made) if it names more nodes than
+  // max_nodes, seeds included. Nodes neither in the map nor seeds leave nodes_ (and their links
+  // go), so nodes that left the cluster long ago do not count.
   bool Apply(const std::vector<SlotRange>& ranges) {
+    std::vector<NodeAddress> wanted;
+    const auto want = [&](const NodeAddress& a) {
+      if (std::find(wanted.begin(), wanted.end(), a) == wanted.end()) wanted.push_back(a);
+    };
+    for (const SlotRange& range : ranges) {
+      want(range.master);
+      for (const NodeAddress& replica : range.replicas) want(replica);
+      // Checked as we go: a hostile reply cannot make this list long.
+      if (wanted.size() > options_.max_nodes) break;
+    }
+    for (const NodeAddress& seed : options_.seeds) want(seed);
+    if (wanted.size() > options_.max_nodes) {
+      Warn("redis cluster: slot map refused: more nodes than max_nodes",
+           absl::StrCat(options_.max_nodes));
+      return false;
+    }
+    std::vector<std::shared_ptr<Node>> nodes;
+    nodes.reserve(wanted.size());
+    for (const NodeAddress& a : wanted) {
+      auto it = std::find_if(nodes_.begin(), nodes_.end(),
+                             [&](const std::shared_ptr<Node>& n) { return n->address == a; });
+      nodes.push_back(it != nodes_.end() ? *it : std::make_shared<Node>(a));
+    }
+    for (const auto& node : nodes_) {
+      if (std::find(nodes.begin(), nodes.end(), node) == nodes.end() && node->link != nullptr) {
+        // The cluster no longer lists it: its connection goes (commands on it: Unavailable).
+        node->link->Stop();
+        node->link.reset();
+      }
+    }
+    nodes_ = std::move(nodes);
+    for (const auto& node : nodes_) {
+      node->seed = std::find(options_.seeds.begin(), options_.seeds.end(), node->address) !=
+                   options_.seeds.end();
+      Link(node.get());  // replicas too: a failover promotes one of them
+    }
     std::vector<Node*> slots(kClusterSlots, nullptr);
     std::vector<Node*> masters;
-    std::vector<const Node*> listed;
     for (const SlotRange& range : ranges) {
-      Node* master = NodeFor(range.master);
-      if (master == nullptr) return false;
-      listed.push_back(master);
+      Node* master = Find(range.master);
       if (std::find(masters.begin(), masters.end(), master) == masters.end()) {
         masters.push_back(master);
       }
       std::fill(slots.begin() + range.first, slots.begin() + range.last + 1, master);
-      // Connected ahead of need: a failover promotes one of them.
-      for (const NodeAddress& replica : range.replicas) {
-        if (const Node* n = NodeFor(replica)) listed.push_back(n);
-      }
     }
     slots_ = std::move(slots);
     masters_ = std::move(masters);
     map_known_ = true;
     stats_.refreshes.fetch_add(1, std::memory_order_relaxed);
-    for (const auto& node : nodes_) {
-      // A node the cluster no longer lists (and no seed): its connection goes.
-      if (node->link != nullptr && !node->seed &&
-          std::find(listed.begin(), listed.end(), node.get()) == listed.end()) {
-        node->link->Stop();
-        node->link.reset();
-      }
-    }
     return true;
+  }
+
+  // A warning, at most once a minute while `what` stays the same (never a password: the details
+  // are addresses, counts and Redis's error replies to CLUSTER SLOTS).
+  void Warn(std::string_view what, std::string_view detail) {
+    const Clock::time_point now = Clock::now();
+    if (what == last_warning_ && now - last_warning_at_ < std::chrono::minutes(1)) return;
+    last_warning_ = std::string(what);
+    last_warning_at_ = now;
+    Log(LogLevel::kWarn, what).Str("detail", detail);
+  }
+
+  static std::string FirstLine(std::string_view text) {
+    return std::string(text.substr(0, std::min<size_t>(text.find_first_of("\r\n"), 200)));
   }
 
   asio::io_context& io_;
   const ClusterOptions options_;
   asio::steady_timer timer_;
   uint64_t timer_generation_ = 0;
-  std::vector<std::unique_ptr<Node>> nodes_;  // never shrinks: commands in flight point here
+  std::vector<std::shared_ptr<Node>> nodes_;  // the nodes in use (see NodeFor)
   std::vector<Node*> slots_;                  // by slot: its master, or null
   std::vector<Node*> masters_;                // distinct masters of the last map
   const int keyless_slot_;
@@ -539,6 +622,8 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   bool refresh_wanted_ = false;
   Clock::time_point last_refresh_{};
   size_t next_asked_ = 0;
+  std::string last_warning_;
+  Clock::time_point last_warning_at_{};
   // Written on the loop's thread, read from any (metrics).
   struct {
     std::atomic<uint64_t> moved{0}, asked{0}, tryagain{0}, refreshes{0}, no_master{0};

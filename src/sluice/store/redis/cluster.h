@@ -5,15 +5,18 @@
 //
 // Redirections (the cluster specification):
 //   - `-MOVED <slot> <host>:<port>`: the slot belongs to that node now. The map is updated at once
-//     for that slot, a full refresh is scheduled, and the command is sent again there, once.
+//     for that slot, a full refresh is scheduled, and the command is sent again there.
 //   - `-ASK <slot> <host>:<port>`: the slot is being migrated and this key is already on that
-//     node. ASKING and the command are sent there together (pipelined on its connection), once;
-//     the map is not changed.
+//     node. ASKING and the command are sent there together (pipelined on its connection); the
+//     map is not changed.
 //   - `-TRYAGAIN` (a multi-key command during a migration, its keys split between the two nodes):
-//     sent again once to the slot's master after `tryagain_delay`.
-// A command is redirected or retried at most once in all; a second redirection, `-CLUSTERDOWN`,
-// a connection that is down and a slot without a known master are the caller's failure (the
-// error reply, or Unavailable). A command that timed out is never retried (it may have run); its
+//     sent again to the slot's master after `tryagain_delay`.
+// A command is redirected or retried at most three times in all (kMaxRetries), and not again
+// once it has been under way for the command timeout. Each attempt has its connection's own
+// timeout, so a redirected command fails within about twice the command timeout at worst. A
+// redirection past that, a redirection to an unknown endpoint ("?:port"), `-CLUSTERDOWN`, a
+// connection that is down and a slot without a known master are the caller's failure (the error
+// reply, or Unavailable). A command that timed out is never retried (it may have run); its
 // late reply goes to its `late` callback as with Connection, whichever node gave it.
 //
 // The map is refreshed every `refresh_interval`, and soon (at most every `refresh_min_interval`)
@@ -62,7 +65,8 @@ struct NodeAddress {
 };
 [[nodiscard]] std::optional<NodeAddress> ParseNodeAddress(std::string_view text);
 
-// A redirection error reply: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381".
+// A redirection error reply: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381". An empty
+// host is the replying node's; "?" (unknown) is no usable redirection (nullopt).
 struct Redirect {
   enum class Kind { kMoved, kAsk };
   Kind kind = Kind::kMoved;
@@ -78,8 +82,9 @@ struct SlotRange {
   NodeAddress master;
   std::vector<NodeAddress> replicas;
 };
-// CLUSTER SLOTS' reply. A node listed with an empty host ("" or "?": the node asked does not
-// know its own address) takes `asked_host`.
+// CLUSTER SLOTS' reply. A node listed with a NULL or empty endpoint (Redis: the node asked)
+// takes `asked_host`; one listed as "?" (its address is unknown) is left out — a range whose
+// master it is has no master.
 [[nodiscard]] absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const Reply& reply,
                                                                        std::string_view asked_host);
 
@@ -95,7 +100,10 @@ struct ClusterOptions {
   // (the registry: its hash tag), or, when empty, to any connected master. SCRIPT LOAD goes to
   // every master (a script must be loaded where it runs).
   std::string keyless_key;
-  // Connections to at most this many nodes; a map naming more is refused.
+  // At most this many nodes in use at once: the current map's (masters and replicas), the seeds,
+  // and those a redirection named since the last map. A node the cluster no longer lists is
+  // forgotten at the next map (so addresses that change over time never use this up); a map
+  // naming more is refused (logged) before any connection is made.
   size_t max_nodes = 1000;
   // Makes a node's link (tests: a fake). Null: a Connection with these options.
   std::function<std::unique_ptr<CommandSender>(boost::asio::io_context&, const ConnectionOptions&)>

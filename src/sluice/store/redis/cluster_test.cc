@@ -1,6 +1,9 @@
 #include "sluice/store/redis/cluster.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -85,6 +88,11 @@ TEST(ParseRedirectTest, RefusesWhatIsNoRedirection) {
   EXPECT_FALSE(ParseRedirect("MOVED 1 a:1 extra").has_value());
 }
 
+TEST(ParseRedirectTest, AnUnknownEndpointIsNoRedirection) {
+  EXPECT_FALSE(ParseRedirect("MOVED 1 ?:7002").has_value());
+  EXPECT_FALSE(ParseRedirect("ASK 1 ?:7002").has_value());
+}
+
 TEST(ParseNodeAddressTest, HostAndPort) {
   EXPECT_EQ(ParseNodeAddress("10.0.0.1:6379"), (NodeAddress{"10.0.0.1", 6379}));
   EXPECT_EQ(ParseNodeAddress("[fd00::1]:6379"), (NodeAddress{"fd00::1", 6379}));
@@ -114,6 +122,20 @@ TEST(ParseClusterSlotsTest, RangesMastersAndReplicas) {
   EXPECT_FALSE(ParseClusterSlots(Arr({Arr({Int(5), Int(2), NodeReply("a", 1)})}), "").ok());
   EXPECT_FALSE(ParseClusterSlots(Arr({Arr({Int(0), Int(16384), NodeReply("a", 1)})}), "").ok());
   EXPECT_FALSE(ParseClusterSlots(Str("x"), "").ok());
+}
+
+TEST(ParseClusterSlotsTest, NullEndpointIsTheAskedHostAndUnknownIsLeftOut) {
+  const Reply nil{.type = Reply::Type::kNil};
+  const Reply reply = Arr({Arr({Int(0), Int(99), Arr({nil, Int(7000), Str("id")}),
+                                NodeReply("?", 7003), NodeReply("10.0.0.4", 7004)}),
+                           Arr({Int(100), Int(16383), NodeReply("?", 7001)})});
+  absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(reply, "10.1.1.1");
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  // The range whose master is unknown has no master; the unknown replica is left out.
+  ASSERT_EQ(ranges->size(), 1u);
+  EXPECT_EQ((*ranges)[0].master, (NodeAddress{"10.1.1.1", 7000}));
+  ASSERT_EQ((*ranges)[0].replicas.size(), 1u);
+  EXPECT_EQ((*ranges)[0].replicas[0], (NodeAddress{"10.0.0.4", 7004}));
 }
 
 // A cluster of fake nodes: each node's link answers by `answer(node, argv)`, posted.
@@ -163,6 +185,7 @@ class FakeCluster {
     o.seeds = {{"127.0.0.1", 7000}};
     o.connection.command_timeout = std::chrono::milliseconds(1000);
     o.make_link = [this](boost::asio::io_context& io, const ConnectionOptions& c) {
+      linked.push_back(NodeAddress{c.host, c.port});
       return std::make_unique<Link>(io, NodeAddress{c.host, c.port}, this);
     };
     return o;
@@ -170,6 +193,7 @@ class FakeCluster {
 
   Answer answer;
   std::vector<Sent> sent;
+  std::vector<NodeAddress> linked;  // every link made, in order
 };
 
 class ClusterClientTest : public ::testing::Test {
@@ -187,8 +211,9 @@ class ClusterClientTest : public ::testing::Test {
     Make(std::chrono::milliseconds(100'000));
   }
 
-  void Make(std::chrono::milliseconds refresh) {
+  void Make(std::chrono::milliseconds refresh, size_t max_nodes = 1000) {
     ClusterOptions options = fake_.Options();
+    options.max_nodes = max_nodes;
     options.refresh_interval = refresh;
     options.refresh_min_interval = refresh;
     client_ = std::make_unique<ClusterClient>(io_, std::move(options));
@@ -367,6 +392,129 @@ TEST_F(ClusterClientTest, ScriptLoadAlsoReachesAMasterNamedByMovedSinceTheLastMa
   for (const auto& sent : fake_.sent) ports.push_back(sent.node.port);
   std::sort(ports.begin(), ports.end());
   EXPECT_EQ(ports, (std::vector<int>{7000, 7001, 7002}));
+}
+
+Reply TwoMasterMap(int second_port) {
+  return Arr({Arr({Int(0), Int(8191), NodeReply("127.0.0.1", 7000)}),
+              Arr({Int(8192), Int(16383), NodeReply("127.0.0.1", second_port)})});
+}
+
+TEST_F(ClusterClientTest, MoreAddressesOverTimeThanMaxNodesStillRoute) {
+  // Pods that come back with new addresses: ten maps, each with a new second master, and
+  // max_nodes 3 (the seed and two more).
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  for (int i = 0; i < 10; ++i) {
+    const int port = 8000 + i;
+    slots_ = TwoMasterMap(port);
+    RunUntil([&] { return client_->MasterOf(KeySlot("foo"))->port == port; });
+    absl::StatusOr<Reply> r = Call({"GET", "foo"});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->str, absl::StrCat("ok from ", port));
+  }
+  // A MOVED to yet another new node is followed too.
+  on_command_ = [](const NodeAddress& node, const Argv&) {
+    if (node.port == 7000) return Err(absl::StrCat("MOVED ", KeySlot("bar"), " 127.0.0.1:9000"));
+    return Str(absl::StrCat("ok from ", node.port));
+  };
+  absl::StatusOr<Reply> r = Call({"GET", "bar"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->str, "ok from 9000");
+}
+
+TEST_F(ClusterClientTest, AMapNamingMoreThanMaxNodesIsRefusedBeforeAnyLinkIsMade) {
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  ASSERT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  // Four distinct nodes (with the seed): refused, the old map stays.
+  slots_ = Arr({Arr({Int(0), Int(5000), NodeReply("127.0.0.1", 7000)}),
+                Arr({Int(5001), Int(10000), NodeReply("127.0.0.1", 7005)}),
+                Arr({Int(10001), Int(16383), NodeReply("127.0.0.1", 7006), NodeReply("h", 7007)})});
+  const size_t links_before = fake_.linked.size();
+  const uint64_t refreshes = client_->stats().refreshes;
+  // Let several refreshes be asked for and answered.
+  int asked = 0;
+  fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
+    if (argv[0] == "CLUSTER") return ++asked, slots_;
+    return Str(absl::StrCat("ok from ", node.port));
+  };
+  RunUntil([&] { return asked >= 3; });
+  EXPECT_EQ(client_->stats().refreshes, refreshes);
+  EXPECT_EQ(fake_.linked.size(), links_before);
+  EXPECT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  absl::StatusOr<Reply> r = Call({"GET", "foo"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->str, "ok from 7001");
+}
+
+TEST_F(ClusterClientTest, ARedirectionToAnUnknownEndpointIsNotFollowed) {
+  on_command_ = [](const NodeAddress&, const Argv&) {
+    return Err(absl::StrCat("MOVED ", KeySlot("foo"), " ?:7002"));
+  };
+  absl::StatusOr<Reply> r = Call({"GET", "foo"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->is_error());
+  EXPECT_EQ(fake_.sent.size(), 1u);  // not followed
+  EXPECT_EQ(client_->MasterOf(KeySlot("foo"))->port, 7001);
+  EXPECT_EQ(client_->stats().moved, 0u);
+}
+
+// Sends what sluice logs (stderr) to a file while alive.
+class StderrToFile {
+ public:
+  StderrToFile() {
+    fd_ = mkstemp(path_);
+    saved_ = dup(STDERR_FILENO);
+    dup2(fd_, STDERR_FILENO);
+  }
+  ~StderrToFile() {
+    dup2(saved_, STDERR_FILENO);
+    close(saved_);
+    close(fd_);
+    unlink(path_);
+  }
+  std::string Text() const {
+    std::string out;
+    std::array<char, 4096> buf;
+    for (off_t off = 0;;) {
+      const ssize_t n = pread(fd_, buf.data(), buf.size(), off);
+      if (n <= 0) break;
+      out.append(buf.data(), static_cast<size_t>(n));
+      off += n;
+    }
+    return out;
+  }
+
+ private:
+  char path_[32] = "/tmp/sluice-clusterlog-XXXXXX";
+  int fd_ = -1;
+  int saved_ = -1;
+};
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(ClusterClientTest, ARefusedMapAndAFailedRefreshAreLoggedRateLimited) {
+  StderrToFile log;
+  Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
+  int asked = 0;
+  fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
+    if (argv[0] != "CLUSTER") return Str(absl::StrCat("ok from ", node.port));
+    ++asked;
+    if (asked <= 3) {
+      // Five nodes: refused.
+      return Arr(
+          {Arr({Int(0), Int(5000), NodeReply("127.0.0.1", 7000)}),
+           Arr({Int(5001), Int(10000), NodeReply("127.0.0.1", 7005)}),
+           Arr({Int(10001), Int(16383), NodeReply("127.0.0.1", 7006), NodeReply("h", 7007)})});
+    }
+    return Err("ERR This instance has cluster support disabled");
+  };
+  RunUntil([&] { return asked >= 6; });
+  const std::string text = log.Text();
+  EXPECT_EQ(Count(text, "slot map refused"), 1u) << text;
+  EXPECT_EQ(Count(text, "cluster support disabled"), 1u) << text;
 }
 
 }  // namespace

@@ -547,7 +547,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     boost::system::error_code ec;
     std::string handshake;
     int expected = 0;
+    bool auth_pending = false;  // the next reply is AUTH's
     if (!options_.password.empty()) {
+      auth_pending = true;
       if (options_.username.empty()) {
         handshake += EncodeCommand({"AUTH", options_.password});
       } else {
@@ -581,8 +583,22 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         continue;
       }
       if ((*next)->is_error()) {
+        if (auth_pending) {
+          // Never the reply itself: with AUTH renamed Redis answers "unknown command 'AUTH',
+          // with args beginning with: '<password>'". Its first word (WRONGPASS, NOAUTH, ERR…)
+          // says enough.
+          const std::string_view reply = (*next)->str;
+          std::string_view code = reply.substr(0, std::min<size_t>(reply.find(' '), 32));
+          if (!std::all_of(code.begin(), code.end(),
+                           [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; })) {
+            code = "error";
+          }
+          co_return absl::UnavailableError(
+              absl::StrCat("redis: handshake: AUTH refused (", ToAbsl(code), ")"));
+        }
         co_return absl::UnavailableError(absl::StrCat("redis: handshake: ", (*next)->str));
       }
+      auth_pending = false;
       --expected;
     }
     co_return absl::OkStatus();

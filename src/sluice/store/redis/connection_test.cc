@@ -143,6 +143,52 @@ TEST_F(ConnectionTest, AuthenticatesAsTheUrlsUserWithTheDecodedPassword) {
   EXPECT_FALSE(wrong.connected());
 }
 
+TEST(ConnectionLogTest, ARefusedAuthNeverLogsThePassword) {
+  // With AUTH renamed away, Redis's error reply quotes the command's arguments: the password.
+  const uint16_t port = FreePort();
+  RedisServer server;
+  ASSERT_TRUE(server.Start(port, {"--rename-command", "AUTH", ""}));
+  const std::string password = "hunter2-not-for-logs";
+  char path[] = "/tmp/sluice-connlog-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const int saved_stderr = dup(STDERR_FILENO);
+  dup2(fd, STDERR_FILENO);
+  const auto read_log = [&] {
+    std::string out;
+    std::array<char, 4096> buf;
+    for (off_t off = 0;;) {
+      const ssize_t n = pread(fd, buf.data(), buf.size(), off);
+      if (n <= 0) break;
+      out.append(buf.data(), static_cast<size_t>(n));
+      off += n;
+    }
+    return out;
+  };
+  boost::asio::io_context io;
+  {
+    Connection conn(io, ConnectionOptions{.port = port,
+                                          .password = password,
+                                          .command_timeout = 1s,
+                                          .reconnect_min = 10ms,
+                                          .reconnect_max = 100ms});
+    conn.Start();
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (read_log().find("redis connection failed") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      io.run_one_for(10ms);
+    }
+    conn.Stop();
+  }
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  const std::string log = read_log();
+  close(fd);
+  unlink(path);
+  EXPECT_THAT(log, ::testing::HasSubstr("AUTH refused (ERR)"));
+  EXPECT_EQ(log.find(password), std::string::npos) << log;
+}
+
 TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
   Connection conn(io_, Options());
   conn.Start();

@@ -91,6 +91,7 @@ RedisOutbox::RedisOutbox(RedisOutboxOptions options) : options_(std::move(option
   }
   history_.assign(streams_.size(), std::string("0"));
   claim_cursor_.assign(streams_.size(), "0-0");
+  group_ready_.assign(streams_.size(), false);
   if (options_.cluster_seeds.empty()) {
     connection_ = std::make_unique<Connection>(io_, options_.connection);
   } else {
@@ -152,26 +153,42 @@ absl::Status RedisOutbox::CheckReply(const absl::StatusOr<Reply>& reply) {
   if (!reply.ok()) return reply.status();
   if (!reply->is_error()) return absl::OkStatus();
   if (absl::StartsWith(reply->str, "NOGROUP")) {
-    groups_ready_ = false;  // Redis lost the stream or the group: create them again
+    // Redis lost a stream or the group: create them again (BUSYGROUP where they still exist).
+    group_ready_.assign(streams_.size(), false);
     return absl::UnavailableError(absl::StrCat("redis outbox: ", reply->str));
   }
   return absl::InternalError(absl::StrCat("redis outbox: ", reply->str));
 }
 
 absl::Status RedisOutbox::EnsureGroups() {
-  if (groups_ready_) return absl::OkStatus();
   std::vector<Argv> commands;
-  for (const std::string& stream : streams_) {
+  std::vector<size_t> buckets;
+  for (size_t b = 0; b < streams_.size(); ++b) {
+    if (group_ready_[b]) continue;
     // Id 0: entries recorded before the group existed are delivered too.
-    commands.push_back({"XGROUP", "CREATE", stream, options_.group, "0", "MKSTREAM"});
+    commands.push_back({"XGROUP", "CREATE", streams_[b], options_.group, "0", "MKSTREAM"});
+    buckets.push_back(b);
   }
-  for (const absl::StatusOr<Reply>& reply : Run(std::move(commands))) {
-    if (!reply.ok()) return reply.status();
-    if (reply->is_error() && !absl::StartsWith(reply->str, "BUSYGROUP")) {
-      return absl::InternalError(absl::StrCat("redis outbox: XGROUP CREATE: ", reply->str));
+  if (commands.empty()) return absl::OkStatus();
+  // Per bucket: one whose node is down (a cluster) does not hold back the others.
+  absl::Status first_error;
+  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const absl::StatusOr<Reply>& reply = replies[i];
+    if (!reply.ok()) {
+      if (first_error.ok()) first_error = reply.status();
+    } else if (reply->is_error() && !absl::StartsWith(reply->str, "BUSYGROUP")) {
+      if (first_error.ok()) {
+        first_error =
+            absl::InternalError(absl::StrCat("redis outbox: XGROUP CREATE: ", reply->str));
+      }
+    } else {
+      group_ready_[buckets[i]] = true;
     }
   }
-  groups_ready_ = true;
+  if (std::none_of(group_ready_.begin(), group_ready_.end(), [](bool r) { return r; })) {
+    return first_error;
+  }
   return absl::OkStatus();
 }
 
@@ -285,15 +302,15 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::ReadGroup(std::span<const i
       }
     }
   }
-  if (answered == 0 && !first_error.ok()) return first_error;
   if (history) {
-    // A bucket that failed while others answered (its node is down) is not re-read either: the
+    // A bucket that failed (its node is down) is not re-read, also when no bucket answered: the
     // caller would loop on it. Its pending entries are still this consumer's, and come back
     // through Claim once their lease has passed.
     for (int b : buckets) {
       if (!seen[b]) history_[b].reset();
     }
   }
+  if (answered == 0 && !first_error.ok()) return first_error;
   return out;
 }
 
@@ -303,12 +320,18 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Fetch(size_t max) {
   const size_t n = streams_.size();
 
   // This consumer's own pending entries first (left by a previous RedisOutbox of this name).
-  while (
-      std::any_of(history_.begin(), history_.end(), [](const auto& h) { return h.has_value(); })) {
+  // (Of the buckets whose group is ready; the others' are read once it is.)
+  const auto history_left = [&] {
+    for (size_t b = 0; b < n; ++b) {
+      if (group_ready_[b] && history_[b]) return true;
+    }
+    return false;
+  };
+  while (history_left()) {
     std::vector<int> buckets;
     std::vector<std::string> ids;
     for (size_t b = 0; b < n && buckets.size() < max; ++b) {
-      if (!history_[b]) continue;
+      if (!group_ready_[b] || !history_[b]) continue;
       buckets.push_back(static_cast<int>(b));
       ids.push_back(*history_[b]);
     }
@@ -319,14 +342,19 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Fetch(size_t max) {
 
   // New entries. COUNT is per stream: name at most `max` streams, rotating, so that the total
   // stays within `max` and no bucket is starved.
+  // Only buckets whose group is ready (EnsureGroups made sure one is).
   std::vector<int> buckets;
-  const size_t named = std::min(max, n);
-  for (size_t i = 0; i < named; ++i) {
-    buckets.push_back(static_cast<int>((next_fetch_bucket_ + i) % n));
+  size_t next = next_fetch_bucket_;
+  for (size_t i = 0; i < n && buckets.size() < max; ++i) {
+    const size_t b = (next_fetch_bucket_ + i) % n;
+    if (!group_ready_[b]) continue;
+    buckets.push_back(static_cast<int>(b));
+    next = (b + 1) % n;
   }
-  next_fetch_bucket_ = (next_fetch_bucket_ + named) % n;
+  next_fetch_bucket_ = next;
+  if (buckets.empty()) return absl::UnavailableError("redis outbox: no bucket's group is ready");
   const std::vector<std::string> ids(buckets.size(), ">");
-  return ReadGroup(buckets, ids, max / named, /*history=*/false);
+  return ReadGroup(buckets, ids, max / buckets.size(), /*history=*/false);
 }
 
 absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Claim(size_t max) {
@@ -334,25 +362,35 @@ absl::StatusOr<std::vector<OutboxItem>> RedisOutbox::Claim(size_t max) {
   if (max == 0) return out;
   if (absl::Status st = EnsureGroups(); !st.ok()) return st;
   const std::string min_idle = Millis(options_.claim_min_idle);
+  // A bucket that fails (its node is down) is skipped: what XAUTOCLAIM already moved to this
+  // consumer from the others is returned, not left to age into the dead letters undelivered.
+  absl::Status first_error;
+  size_t answered = 0;
   for (size_t step = 0; step < streams_.size() && out.size() < max; ++step) {
     const size_t b = next_claim_bucket_;
     next_claim_bucket_ = (next_claim_bucket_ + 1) % streams_.size();
+    if (!group_ready_[b]) continue;
     absl::StatusOr<Reply> reply =
         RunOne({"XAUTOCLAIM", streams_[b], options_.group, options_.consumer, min_idle,
                 claim_cursor_[b], "COUNT", absl::StrCat(max - out.size())});
-    if (absl::Status st = CheckReply(reply); !st.ok()) return st;
+    absl::Status st = CheckReply(reply);
     // Redis 7: [next_cursor, [[id, fields]…], [deleted ids]]; deleted ones leave the PEL by
     // themselves.
-    if (!reply->is_array() || reply->elements.size() < 2 || !reply->elements[0].is_string()) {
-      return absl::InternalError("redis outbox: unexpected XAUTOCLAIM reply");
+    if (st.ok() &&
+        (!reply->is_array() || reply->elements.size() < 2 || !reply->elements[0].is_string())) {
+      st = absl::InternalError("redis outbox: unexpected XAUTOCLAIM reply");
     }
-    claim_cursor_[b] = reply->elements[0].str;
-    if (absl::Status st = TakeEntries(static_cast<int>(b), reply->elements[1],
-                                      /*read_counts=*/true, out);
-        !st.ok()) {
-      return st;
+    if (st.ok()) {
+      claim_cursor_[b] = reply->elements[0].str;
+      st = TakeEntries(static_cast<int>(b), reply->elements[1], /*read_counts=*/true, out);
     }
+    if (!st.ok()) {
+      if (first_error.ok()) first_error = st;
+      continue;
+    }
+    ++answered;
   }
+  if (out.empty() && answered == 0 && !first_error.ok()) return first_error;
   return out;
 }
 

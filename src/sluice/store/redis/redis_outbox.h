@@ -125,7 +125,7 @@ class RedisOutbox final : public OutboxSource {
   absl::flat_hash_map<std::string, int> bucket_of_;  // stream key -> bucket
   boost::asio::io_context io_;
   std::unique_ptr<CommandSender> connection_;
-  bool groups_ready_ = false;
+  std::vector<bool> group_ready_;  // per bucket: XGROUP CREATE done (or BUSYGROUP)
   // Own pending entries still to re-read, per bucket: the last id seen ("0" at first); nullopt
   // once that bucket's history is exhausted.
   std::vector<std::optional<std::string>> history_;

@@ -288,6 +288,38 @@ TEST_F(RedisOutboxTest, RecreatesTheGroupWhenRedisLostIt) {
   EXPECT_THAT(Events(*items), ElementsAre(Event("user-1")));
 }
 
+TEST_F(RedisOutboxTest, ABucketWhoseGroupCannotBeCreatedDoesNotHoldBackTheOthers) {
+  // Bucket 2's key is not a stream (as a bucket whose node is down fails): XGROUP CREATE fails
+  // there only.
+  Command({"SET", Stream(2), "not a stream"});
+  Add(1, Event("user-1"));
+  auto outbox = Outbox("a");
+  absl::StatusOr<std::vector<OutboxItem>> items = outbox->Fetch(10);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_THAT(Events(*items), ElementsAre(Event("user-1")));
+  EXPECT_TRUE(outbox->Claim(10).ok());
+}
+
+TEST_F(RedisOutboxTest, ClaimSkipsAFailingBucketAndReturnsWhatTheOthersGave) {
+  Add(1, Event("user-1"));
+  Add(3, Event("user-3"));
+  auto holder = Outbox("a");
+  absl::StatusOr<std::vector<OutboxItem>> held = holder->Fetch(10);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->size(), 2u);
+  auto other = Outbox("b");
+  ASSERT_TRUE(other->Claim(10).ok());  // its groups are ready; nothing is idle yet
+  for (const OutboxItem& item : *held) {
+    AgePending(static_cast<int>(item.handle.stream), item.handle.id, "a");
+  }
+  // Bucket 2 now fails (claimed between buckets 1 and 3).
+  Command({"DEL", Stream(2)});
+  Command({"SET", Stream(2), "not a stream"});
+  absl::StatusOr<std::vector<OutboxItem>> claimed = other->Claim(10);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_THAT(Events(*claimed), ::testing::UnorderedElementsAre(Event("user-1"), Event("user-3")));
+}
+
 TEST_F(RedisOutboxTest, FailsCleanlyWhenRedisIsDown) {
   auto outbox = std::make_unique<RedisOutbox>(
       RedisOutboxOptions{.connection = {.port = testing_util::FreePort(), .command_timeout = 100ms},

@@ -57,12 +57,14 @@ class RedisServer {
   ~RedisServer() { Kill(); }
 
   // Starts the server and waits (with a deadline) until it accepts connections.
-  bool Start(uint16_t port) {
+  // `extra`: more redis-server arguments.
+  bool Start(uint16_t port, const std::vector<std::string>& extra = {}) {
     const std::string port_text = std::to_string(port);
     std::vector<std::string> args = {
         kRedisServer,   "--port", port_text, "--save",    "",
         "--appendonly", "no",     "--bind",  "127.0.0.1", "--enable-debug-command",
         "local"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
