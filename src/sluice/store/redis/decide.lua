@@ -166,6 +166,15 @@ for i = 1, nkeys - 1 do
   end
 end
 
+-- The counter of `subject` in `key` if `cost` more fits `quota` there, else nil: the decision of
+-- a peek, of a cost that cannot fit, and of a call whose first write Redis refused (read only).
+local function read_fit(key, subject, cost, quota)
+  if read_counter == nil then read_counter = new_read_counter() end
+  local used = read_counter(key, subject)
+  if used < 0 or used + cost > quota then return nil end
+  return used
+end
+
 -- reply[1] is the verdict; reply[r] the counter of the (r-1)th limit of the call, part by part.
 local reply = { 1 }
 
@@ -203,13 +212,8 @@ do
         local key = KEYS[k]
         if cost == 0 or ro or cost > quota then
           -- A peek, a read-only decision, or a cost that cannot fit (no write for that denial).
-          if read_counter == nil then read_counter = new_read_counter() end
-          local used = read_counter(key, subject)
-          if used < 0 or used + cost > quota then
-            fits = false
-          else
-            reply[r] = used
-          end
+          local used = read_fit(key, subject, cost, quota)
+          if used == nil then fits = false else reply[r] = used end
         else
           -- HINCRBY refuses a field that is no integer, and one that would overflow.
           local after = redis.pcall('HINCRBY', key, subject, cost)
@@ -223,13 +227,8 @@ do
               fits = false
             elseif done == 0 then
               ro = after
-              if read_counter == nil then read_counter = new_read_counter() end
-              local used = read_counter(key, subject)
-              if used < 0 or used + cost > quota then
-                fits = false
-              else
-                reply[r] = used
-              end
+              local used = read_fit(key, subject, cost, quota)
+              if used == nil then fits = false else reply[r] = used end
             else
               failed = after
               bad = 'refused'
