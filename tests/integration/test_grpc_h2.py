@@ -41,6 +41,7 @@ keys:
 PROTOCOL_ERROR = 1
 REFUSED_STREAM = 7
 GOAWAY = 7  # frame type
+PING = 6  # frame type
 
 
 def message(key="key-wide"):
@@ -429,10 +430,18 @@ class ShutdownTest(H2Case):
         sid = c.start()
         body = message()
         c.send(sid, body[:-1], end=False)  # the request is not complete yet
-        self.svc.server.proc.send_signal(signal.SIGTERM)
-        self.svc.server.wait_for_line("stopping")
+        # The server reads a connection's bytes in order: its PING ACK proves the stream is open
+        # on its side before the signal (else the GOAWAY may rightly refuse a stream it never saw).
+        c.h2.ping(b"inflight")
+        c.flush()
         c.sock.settimeout(10)
         seen = b""
+        while not any(f[0] == PING and f[1] & 1 for f in frames(seen)):
+            data = c.sock.recv(65536)
+            self.assertTrue(data, "closed before the PING ACK")
+            seen += data
+        self.svc.server.proc.send_signal(signal.SIGTERM)
+        self.svc.server.wait_for_line("stopping")
         while not any(f[0] == GOAWAY for f in frames(seen)):
             data = c.sock.recv(65536)
             self.assertTrue(data, "closed before GOAWAY")
