@@ -389,21 +389,35 @@ bool GrpcCall::Pending::Take() {
   return true;
 }
 
+H2Connection::Stream* H2Connection::Claim(GrpcCall::Pending& call) {
+  if (!call.Take()) return nullptr;
+  Stream* s = Find(call.stream_id);
+  if (s == nullptr || s->state != Stream::State::kDeciding) return nullptr;
+  return s;
+}
+
 bool GrpcCall::Reply(const google::protobuf::MessageLite& message) const {
-  if (!pending_->Take()) return false;
   H2Connection* conn = pending_->conn.get();
-  H2Connection::Stream* s = conn->Find(pending_->stream_id);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  H2Connection::Stream* s = conn->Claim(*pending_);
+  if (s == nullptr) return false;
   conn->AnswerMessage(*s, message);
   conn->ScheduleFlush();
   return true;
 }
 
-bool GrpcCall::Fail(GrpcCode code, std::string_view message) const {
-  if (!pending_->Take()) return false;
+bool GrpcCall::ReplySerialized(std::string_view message) const {
   H2Connection* conn = pending_->conn.get();
-  H2Connection::Stream* s = conn->Find(pending_->stream_id);
-  if (s == nullptr || s->state != H2Connection::Stream::State::kDeciding) return false;
+  H2Connection::Stream* s = conn->Claim(*pending_);
+  if (s == nullptr) return false;
+  conn->AnswerSerialized(*s, message);
+  conn->ScheduleFlush();
+  return true;
+}
+
+bool GrpcCall::Fail(GrpcCode code, std::string_view message) const {
+  H2Connection* conn = pending_->conn.get();
+  H2Connection::Stream* s = conn->Claim(*pending_);
+  if (s == nullptr) return false;
   conn->AnswerStatus(*s, code, message);
   conn->ScheduleFlush();
   return true;
@@ -809,9 +823,20 @@ void H2Connection::OnStreamClose(int32_t stream_id, uint32_t error_code) {
 }
 
 void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite& message) {
+  uint8_t* p = StartAnswer(s, message.ByteSizeLong());
+  message.SerializeWithCachedSizesToArray(p);
+  SubmitAnswer(s);
+}
+
+void H2Connection::AnswerSerialized(Stream& s, std::string_view message) {
+  uint8_t* p = StartAnswer(s, message.size());
+  std::memcpy(p, message.data(), message.size());
+  SubmitAnswer(s);
+}
+
+uint8_t* H2Connection::StartAnswer(Stream& s, size_t size) {
   s.state = Stream::State::kAnswered;
   s.answered_at = Clock::now();
-  const size_t size = message.ByteSizeLong();
   s.payload.resize(kPrefix + size);
   auto* p = reinterpret_cast<uint8_t*>(s.payload.data());
   p[0] = 0;
@@ -819,7 +844,10 @@ void H2Connection::AnswerMessage(Stream& s, const google::protobuf::MessageLite&
   p[2] = static_cast<uint8_t>(size >> 16);
   p[3] = static_cast<uint8_t>(size >> 8);
   p[4] = static_cast<uint8_t>(size);
-  message.SerializeWithCachedSizesToArray(p + kPrefix);
+  return p + kPrefix;
+}
+
+void H2Connection::SubmitAnswer(Stream& s) {
   s.sent = 0;
   const nghttp2_nv headers[] = {Field(":status", "200"), Field("content-type", "application/grpc")};
   nghttp2_data_provider provider{};

@@ -79,6 +79,8 @@ class GrpcCall {
   // stream; false if it was dropped (the stream or connection is gone, already answered, e.g.
   // DEADLINE_EXCEEDED at its grpc-timeout, or this call was answered before).
   bool Reply(const google::protobuf::MessageLite& message) const;
+  // The same, with the message already serialized.
+  bool ReplySerialized(std::string_view message) const;
   // grpc-status `code` with grpc-message `message` (Trailers-Only). Returns as Reply.
   bool Fail(GrpcCode code, std::string_view message) const;
 
@@ -185,6 +187,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnTimer();
 
   Stream* Find(int32_t stream_id);
+  // The stream `call` answers, if this is its first answer and the stream still waits for it
+  // (else nullptr: the answer is dropped).
+  Stream* Claim(GrpcCall::Pending& call);
   // The request's headers are complete: answers what the session refuses.
   void OnRequestHeaders(Stream& s);
   void OnRequestData(Stream& s, const uint8_t* data, size_t len);
@@ -196,6 +201,11 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void DecisionDone();
 
   void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
+  void AnswerSerialized(Stream& s, std::string_view message);
+  // Starts an answer of one message of `size` bytes: its place in the stream's payload, to fill
+  // before SubmitAnswer.
+  uint8_t* StartAnswer(Stream& s, size_t size);
+  void SubmitAnswer(Stream& s);
   // Trailers-Only: grpc-status and grpc-message in the response's one HEADERS frame.
   void AnswerStatus(Stream& s, GrpcCode code, std::string_view message,
                     bool accept_identity = false);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/grpc/wire.h"
 #include "sluice/http/check_body.h"
 #include "sluice/http/render.h"
 #include "sluice/limiter/limiter.h"
@@ -156,76 +157,126 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
   return q;
 }
 
+namespace {
+
+RateLimit::Unit CurrentUnit(const LimitDecision& limit) {
+  const config::WindowSpec& w = limit.limit->window;
+  switch (w.kind) {
+    case config::WindowSpec::Kind::kDay:
+      return RateLimit::DAY;
+    case config::WindowSpec::Kind::kWeek:
+      return RateLimit::WEEK;
+    case config::WindowSpec::Kind::kMonth:
+      return RateLimit::MONTH;
+    case config::WindowSpec::Kind::kYear:
+      return RateLimit::YEAR;
+    default:
+      break;
+  }
+  if (w.length >= absl::Hours(24 * 7)) return RateLimit::WEEK;
+  if (w.length >= absl::Hours(24)) return RateLimit::DAY;
+  if (w.length >= absl::Hours(1)) return RateLimit::HOUR;
+  if (w.length >= absl::Minutes(1)) return RateLimit::MINUTE;
+  return RateLimit::SECOND;
+}
+
+uint32_t Clamp32(int64_t v) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, std::numeric_limits<uint32_t>::max()));
+}
+
+// The limit each status of a decision reports: the first violated one, else the tightest.
+const LimitDecision* Reported(const Decision& d) {
+  for (const LimitDecision& l : d.limits) {
+    if (l.violated) return &l;
+  }
+  return d.limits.empty() ? nullptr : &d.Tightest();
+}
+
+}  // namespace
+
 RateLimit CurrentLimit(const LimitDecision& limit) {
   RateLimit out;
   out.set_name(limit.limit->name);
-  out.set_requests_per_unit(static_cast<uint32_t>(
-      std::min<int64_t>(limit.limit->quota, std::numeric_limits<uint32_t>::max())));
-  const config::WindowSpec& w = limit.limit->window;
-  if (w.kind == config::WindowSpec::Kind::kDay) {
-    out.set_unit(RateLimit::DAY);
-  } else if (w.kind == config::WindowSpec::Kind::kWeek) {
-    out.set_unit(RateLimit::WEEK);
-  } else if (w.kind == config::WindowSpec::Kind::kMonth) {
-    out.set_unit(RateLimit::MONTH);
-  } else if (w.kind == config::WindowSpec::Kind::kYear) {
-    out.set_unit(RateLimit::YEAR);
-  } else if (w.length >= absl::Hours(24 * 7)) {
-    out.set_unit(RateLimit::WEEK);
-  } else if (w.length >= absl::Hours(24)) {
-    out.set_unit(RateLimit::DAY);
-  } else if (w.length >= absl::Hours(1)) {
-    out.set_unit(RateLimit::HOUR);
-  } else if (w.length >= absl::Minutes(1)) {
-    out.set_unit(RateLimit::MINUTE);
-  } else {
-    out.set_unit(RateLimit::SECOND);
-  }
+  out.set_requests_per_unit(Clamp32(limit.limit->quota));
+  out.set_unit(CurrentUnit(limit));
   return out;
 }
 
-rlsv3::RateLimitResponse DecisionResponse(const Decision& d, size_t descriptors, Decided who) {
-  rlsv3::RateLimitResponse res;
-  // The limit each status reports: the first violated one, else the tightest.
-  const LimitDecision* reported = nullptr;
-  for (const LimitDecision& l : d.limits) {
-    if (l.violated) {
-      reported = &l;
-      break;
-    }
-  }
-  if (reported == nullptr && !d.limits.empty()) reported = &d.Tightest();
+void DecisionResponse(const Decision& d, size_t descriptors, Decided who,
+                      rlsv3::RateLimitResponse* res) {
   SetStatuses(d.allowed ? rlsv3::RateLimitResponse::OK : rlsv3::RateLimitResponse::OVER_LIMIT,
-              reported, descriptors, &res);
+              Reported(d), descriptors, res);
 
-  // The headers and body the HTTP data plane renders for the same decision (routes.cc).
-  http::Response rendered;
   if (d.allowed) {
-    http::SetRateLimitHeaders(d, rendered);
-  } else if (d.degraded) {
+    // The headers the HTTP data plane sets on an admission (routes.cc), straight into the
+    // message (every decision passes here); then who was admitted, for the client and, as
+    // ext_authz's allowed_upstream_headers pass them, for the upstream.
+    auto add = [](auto* headers, std::string_view name, std::string_view value) {
+      auto* header = headers->Add();
+      header->set_key(name.data(), name.size());
+      header->set_value(value.data(), value.size());
+    };
+    auto* response_headers = res->mutable_response_headers_to_add();
+    http::ForEachRateLimitHeader(d, [&](std::string_view name, std::string_view value) {
+      add(response_headers, name, value);
+    });
+    auto* request_headers = res->mutable_request_headers_to_add();
+    for (auto* headers : {response_headers, request_headers}) {
+      add(headers, "Sluice-Subject", who.subject);
+      add(headers, "Sluice-Plan", who.plan);
+    }
+    return;
+  }
+  // The headers and body the HTTP data plane renders for the same denial (routes.cc).
+  http::Response rendered;
+  if (d.degraded) {
     rendered =
         http::Problem(503, "about:blank", "Service Unavailable",
                       "the rate limit store is unavailable and on_store_error is deny", 11, true);
     http::SetRateLimitHeaders(d, rendered);
   } else {
     rendered = http::QuotaExceeded(d, 429, 11, true);
-  }
-  if (!d.degraded || d.allowed) {
     rendered.set("Sluice-Subject", std::string(who.subject));
     rendered.set("Sluice-Plan", std::string(who.plan));
   }
-  CopyHeaders(rendered, &res);
-  if (!d.allowed) res.set_raw_body(rendered.body());
-  if (d.allowed) {
-    // Who was admitted, for the upstream (as ext_authz's allowed_upstream_headers pass them).
-    for (const auto& [name, value] :
-         {std::pair{"Sluice-Subject", who.subject}, std::pair{"Sluice-Plan", who.plan}}) {
-      auto* header = res.add_request_headers_to_add();
-      header->set_key(name);
-      header->set_value(std::string(value));
-    }
+  CopyHeaders(rendered, res);
+  res->set_raw_body(rendered.body());
+}
+
+void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std::string* out) {
+  // RateLimitResponse: overall_code 1, statuses 2, response_headers_to_add 3,
+  // request_headers_to_add 4; DescriptorStatus: code 1, current_limit 2, limit_remaining 3,
+  // duration_until_reset 4; RateLimit: requests_per_unit 1, unit 2, name 3; Duration: seconds 1;
+  // HeaderValue: key 1, value 2. Fields in number order, as protobuf writes them.
+  WireWriter w(out);
+  w.Varint(1, rlsv3::RateLimitResponse::OK);
+  const LimitDecision* reported = Reported(d);
+  for (size_t i = 0; i < descriptors; ++i) {
+    w.Message(2, [&] {
+      w.Varint(1, rlsv3::RateLimitResponse::OK);
+      if (reported == nullptr) return;
+      w.Message(2, [&] {
+        w.Varint(1, Clamp32(reported->limit->quota));
+        w.Varint(2, CurrentUnit(*reported));
+        w.Bytes(3, reported->limit->name);
+      });
+      w.Varint(3, static_cast<uint32_t>(std::min<int64_t>(reported->remaining,
+                                                          std::numeric_limits<uint32_t>::max())));
+      w.Message(4, [&] { w.Varint(1, static_cast<uint64_t>(reported->reset_after)); });
+    });
   }
-  return res;
+  auto header = [&w](int field, std::string_view name, std::string_view value) {
+    w.Message(field, [&] {
+      w.Bytes(1, name);
+      w.Bytes(2, value);
+    });
+  };
+  http::ForEachRateLimitHeader(
+      d, [&](std::string_view name, std::string_view value) { header(3, name, value); });
+  for (const int field : {3, 4}) {
+    header(field, "Sluice-Subject", who.subject);
+    header(field, "Sluice-Plan", who.plan);
+  }
 }
 
 rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal, size_t descriptors) {

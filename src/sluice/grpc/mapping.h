@@ -68,8 +68,13 @@ struct Decided {
 // store failed) as response_headers_to_add, Sluice-Subject/-Plan as request_headers_to_add when
 // allowed (for the upstream), and on OVER_LIMIT a problem+json raw_body like the
 // HTTP answer's (429 quota exceeded, or 503 when the store failed under on_store_error deny).
-[[nodiscard]] rlsv3::RateLimitResponse DecisionResponse(const Decision& d, size_t descriptors,
-                                                        Decided who);
+// Fills `res` (empty; the caller may place it in an arena: the service builds one per call).
+void DecisionResponse(const Decision& d, size_t descriptors, Decided who,
+                      rlsv3::RateLimitResponse* res);
+
+// Appends to `out` the serialized RateLimitResponse that DecisionResponse builds for an admission
+// (d.allowed), byte for byte, without building the message: every admission passes here.
+void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std::string* out);
 
 // Adds every field of a rendered HTTP answer a gateway should pass on to `to`'s
 // response_headers_to_add; framing fields (Content-Length, Connection) stay Envoy's.

@@ -168,6 +168,11 @@ class ResponseTest : public ::testing::Test {
     d.limits[0].violated = true;
     return d;
   }
+  static rlsv3::RateLimitResponse Respond(const Decision& d, size_t descriptors, Decided who) {
+    rlsv3::RateLimitResponse res;
+    DecisionResponse(d, descriptors, who, &res);
+    return res;
+  }
   static std::map<std::string, std::string> Headers(const rlsv3::RateLimitResponse& res) {
     std::map<std::string, std::string> out;
     for (const auto& h : res.response_headers_to_add()) out[h.key()] = h.value();
@@ -180,7 +185,7 @@ class ResponseTest : public ::testing::Test {
 };
 
 TEST_F(ResponseTest, AnAllowedDecisionIsOkWithTheTightestLimitPerDescriptor) {
-  const rlsv3::RateLimitResponse res = DecisionResponse(Allowed(), 2, {"user-1", "free"});
+  const rlsv3::RateLimitResponse res = Respond(Allowed(), 2, {"user-1", "free"});
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
   ASSERT_EQ(res.statuses_size(), 2);
   for (const auto& s : res.statuses()) {
@@ -204,7 +209,7 @@ TEST_F(ResponseTest, AnAllowedDecisionIsOkWithTheTightestLimitPerDescriptor) {
 }
 
 TEST_F(ResponseTest, ADeniedDecisionIsOverLimitWithTheViolatedLimitAndA429Body) {
-  const rlsv3::RateLimitResponse res = DecisionResponse(Denied(), 1, {"user-1", "free"});
+  const rlsv3::RateLimitResponse res = Respond(Denied(), 1, {"user-1", "free"});
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
   ASSERT_EQ(res.statuses_size(), 1);
   EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
@@ -224,7 +229,7 @@ TEST_F(ResponseTest, ADegradedDenialSaysTheStoreFailed) {
   Decision d = Allowed();
   d.allowed = false;
   d.degraded = true;
-  const rlsv3::RateLimitResponse res = DecisionResponse(d, 1, {"user-1", "free"});
+  const rlsv3::RateLimitResponse res = Respond(d, 1, {"user-1", "free"});
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
   EXPECT_EQ(Headers(res).at("Sluice-Degraded"), "1");
   EXPECT_EQ(nlohmann::json::parse(res.raw_body())["status"], 503);
@@ -233,9 +238,62 @@ TEST_F(ResponseTest, ADegradedDenialSaysTheStoreFailed) {
 TEST_F(ResponseTest, ADegradedAllowanceIsOkAndSaysSo) {
   Decision d = Allowed();
   d.degraded = true;
-  const rlsv3::RateLimitResponse res = DecisionResponse(d, 1, {"user-1", "free"});
+  const rlsv3::RateLimitResponse res = Respond(d, 1, {"user-1", "free"});
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
   EXPECT_EQ(Headers(res).at("Sluice-Degraded"), "1");
+}
+
+// An admission's headers are built straight into the message, not through an HTTP response: they
+// must be the HTTP answer's, field for field and in order, then Sluice-Subject and Sluice-Plan.
+TEST_F(ResponseTest, AnAdmissionCarriesTheHttpAnswersRateLimitHeadersInOrder) {
+  Decision shadowed = Allowed();
+  shadowed.limits[1].would_deny = true;
+  Decision degraded = Allowed();
+  degraded.degraded = true;
+  for (const Decision& d : {Allowed(), shadowed, degraded}) {
+    http::Response rendered;
+    http::SetRateLimitHeaders(d, rendered);
+    std::vector<std::pair<std::string, std::string>> want;
+    for (const auto& field : rendered) {
+      want.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    want.emplace_back("Sluice-Subject", "user-1");
+    want.emplace_back("Sluice-Plan", "free");
+    const rlsv3::RateLimitResponse res = Respond(d, 1, {"user-1", "free"});
+    std::vector<std::pair<std::string, std::string>> got;
+    for (const auto& h : res.response_headers_to_add()) got.emplace_back(h.key(), h.value());
+    EXPECT_EQ(got, want);
+  }
+  EXPECT_EQ(Headers(Respond(shadowed, 1, {"user-1", "free"})).at("Sluice-Shadow-Denied"), "daily");
+}
+
+// Every admission is written without a message: the bytes must be protobuf's serialization of
+// the message DecisionResponse builds, whatever the decision holds.
+TEST_F(ResponseTest, AnAdmissionsWireBytesAreTheSerializedResponse) {
+  Decision shadowed = Allowed();
+  shadowed.limits[1].would_deny = true;
+  Decision degraded = Allowed();
+  degraded.degraded = true;
+  Decision none{.plan = &plan_, .allowed = true};  // no limit: statuses carry only the code
+  Decision edges = Allowed();
+  edges.limits[0].remaining = 0;  // fields at their default are left out
+  edges.limits[0].reset_after = 0;
+  edges.limits[1].remaining = int64_t{1} << 40;  // clamped to uint32
+  Limit big{.name = std::string(200, 'n'),
+            .quota = int64_t{1} << 40,
+            .window = *config::ParseWindow("month")};  // lengths of two varint bytes
+  edges.limits.push_back({.limit = &big, .used = 1, .remaining = 3, .reset_after = 100000});
+  const std::string long_subject(300, 's');
+  for (const Decision& d : {Allowed(), shadowed, degraded, none, edges}) {
+    for (const size_t descriptors : {size_t{0}, size_t{1}, size_t{3}}) {
+      for (const Decided who : {Decided{"user-1", "free"}, Decided{long_subject, ""}}) {
+        std::string wire;
+        AppendAdmissionWire(d, descriptors, who, &wire);
+        EXPECT_EQ(wire, Respond(d, descriptors, who).SerializeAsString())
+            << descriptors << " descriptors, " << d.limits.size() << " limits";
+      }
+    }
+  }
 }
 
 TEST_F(ResponseTest, ARefusalIsOverLimitWithItsHttpStatusInTheBody) {

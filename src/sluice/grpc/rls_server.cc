@@ -40,8 +40,29 @@ constexpr std::string_view kMethod = "/envoy.service.ratelimit.v3.RateLimitServi
 
 // SO_REUSEPORT is not among Asio's portable options.
 
-// The stack block a request is parsed into (a larger one spills to the heap).
-constexpr size_t kArenaBlockBytes = 2048;
+// A protobuf arena whose first block is on the stack, for one message parsed or built and dropped
+// in the same call: no allocation for a message of usual size (a larger one spills to the heap),
+// and one release for all of its parts.
+class StackArena {
+ public:
+  StackArena() : arena_(Options(block_)) {}
+  StackArena(const StackArena&) = delete;
+  StackArena& operator=(const StackArena&) = delete;
+
+  google::protobuf::Arena* get() { return &arena_; }
+
+ private:
+  static google::protobuf::ArenaOptions Options(char* block) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = kBlockBytes;
+    return options;
+  }
+
+  static constexpr size_t kBlockBytes = 4096;
+  alignas(std::max_align_t) char block_[kBlockBytes];
+  google::protobuf::Arena arena_;
+};
 
 }  // namespace
 
@@ -54,9 +75,13 @@ class RlsCall {
       : service_(service), call_(std::move(call)) {}
   // True if the answer reached the call's stream (not dropped: reset, timed out, closed).
   bool Reply(const rlsv3::RateLimitResponse& res) const;
+  // `res` is a RateLimitResponse already serialized.
+  bool ReplySerialized(std::string_view res) const;
   bool Fail(GrpcCode code, std::string_view message) const;
 
  private:
+  void Done() const;
+
   RateLimitServiceImpl* service_;
   GrpcCall call_;
 };
@@ -200,16 +225,25 @@ class RateLimitServiceImpl final : public GrpcService {
 
 bool RlsCall::Reply(const rlsv3::RateLimitResponse& res) const {
   const bool delivered = call_.Reply(res);
-  service_->in_flight_.fetch_sub(1);
-  service_->Notify();
+  Done();
+  return delivered;
+}
+
+bool RlsCall::ReplySerialized(std::string_view res) const {
+  const bool delivered = call_.ReplySerialized(res);
+  Done();
   return delivered;
 }
 
 bool RlsCall::Fail(GrpcCode code, std::string_view message) const {
   const bool delivered = call_.Fail(code, message);
+  Done();
+  return delivered;
+}
+
+void RlsCall::Done() const {
   service_->in_flight_.fetch_sub(1);
   service_->Notify();
-  return delivered;
 }
 
 void RateLimitServiceImpl::Notify() {
@@ -254,14 +288,8 @@ void RateLimitServiceImpl::OnCall(GrpcCall grpc_call, std::string_view message) 
     return;
   }
   RlsCall call(this, std::move(grpc_call));
-  // The parsed request lives in an arena whose first block is on the stack: no allocation for a
-  // request of usual size, and one release for all of its strings.
-  alignas(std::max_align_t) char block[kArenaBlockBytes];
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.initial_block = block;
-  arena_options.initial_block_size = sizeof(block);
-  google::protobuf::Arena arena(arena_options);
-  auto* req = google::protobuf::Arena::CreateMessage<rlsv3::RateLimitRequest>(&arena);
+  StackArena arena;
+  auto* req = google::protobuf::Arena::CreateMessage<rlsv3::RateLimitRequest>(arena.get());
   if (!req->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
     invalid_.Inc();
     call.Fail(GrpcCode::kInvalidArgument,
@@ -337,10 +365,23 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Fron
       return;
     }
     http_metrics_->CountDecision(*state->fe, state->target.plan, *d);
+    const Decided who{.subject = state->target.subject, .plan = state->target.plan};
+    bool delivered;
+    if (d->allowed) {
+      // The common answer is written without a message (the same bytes: mapping.h), into a
+      // buffer this thread keeps.
+      thread_local std::string wire;
+      wire.clear();
+      AppendAdmissionWire(*d, state->query.descriptors, who, &wire);
+      delivered = call.ReplySerialized(wire);
+    } else {
+      StackArena arena;
+      auto* res = google::protobuf::Arena::CreateMessage<rlsv3::RateLimitResponse>(arena.get());
+      DecisionResponse(*d, state->query.descriptors, who, res);
+      delivered = call.Reply(*res);
+    }
     // A call answered DEADLINE_EXCEEDED meanwhile was counted so: not counted again.
-    if (call.Reply(
-            DecisionResponse(*d, state->query.descriptors,
-                             {.subject = state->target.subject, .plan = state->target.plan}))) {
+    if (delivered) {
       (d->allowed ? ok_ : over_limit_).Inc();
     }
   });

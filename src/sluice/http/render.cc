@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "sluice/common/strings.h"
 
 namespace sluice::http {
 namespace {
@@ -111,8 +112,9 @@ std::string DecisionJson(const Decision& d, std::string_view subject) {
   return Dump(body);
 }
 
-void SetRateLimitHeaders(const Decision& d, Response& res) {
-  if (d.degraded) res.set("Sluice-Degraded", "1");
+void ForEachRateLimitHeader(const Decision& d,
+                            absl::FunctionRef<void(std::string_view, std::string_view)> put) {
+  if (d.degraded) put("Sluice-Degraded", "1");
   if (d.limits.empty()) return;
   std::string shadow_denied;  // limit names are [A-Za-z0-9_.-]: nothing to quote
   for (const LimitDecision& l : d.limits) {
@@ -120,19 +122,7 @@ void SetRateLimitHeaders(const Decision& d, Response& res) {
     if (!shadow_denied.empty()) shadow_denied += ", ";
     shadow_denied += l.limit->name;
   }
-  if (!shadow_denied.empty()) res.set("Sluice-Shadow-Denied", shadow_denied);
-  // Every decision passes here, so this avoids Beast's by-name lookups: on a response that has no
-  // rate-limit headers yet (the normal case) fields are appended with a known name.
-  const bool fresh = res.find("RateLimit") == res.end();
-  auto put = [&](std::string_view name, std::string_view value) {
-    const boost::beast::string_view n(name.data(), name.size());
-    const boost::beast::string_view v(value.data(), value.size());
-    if (fresh) {
-      res.insert(beast_http::field::unknown, n, v);
-    } else {
-      res.set(n, v);
-    }
-  };
+  if (!shadow_denied.empty()) put("Sluice-Shadow-Denied", shadow_denied);
   std::string policy;
   std::string state;
   policy.reserve(48 * d.limits.size());
@@ -151,9 +141,24 @@ void SetRateLimitHeaders(const Decision& d, Response& res) {
   put("RateLimit", state);
   const LimitDecision& tightest = d.Tightest();
   const Shown shown = Show(tightest);
-  put("X-RateLimit-Limit", absl::StrCat(tightest.limit->quota));
-  put("X-RateLimit-Remaining", absl::StrCat(shown.remaining));
-  put("X-RateLimit-Reset", absl::StrCat(shown.reset_after));
+  put("X-RateLimit-Limit", ToStd(absl::AlphaNum(tightest.limit->quota).Piece()));
+  put("X-RateLimit-Remaining", ToStd(absl::AlphaNum(shown.remaining).Piece()));
+  put("X-RateLimit-Reset", ToStd(absl::AlphaNum(shown.reset_after).Piece()));
+}
+
+void SetRateLimitHeaders(const Decision& d, Response& res) {
+  // Every decision passes here, so this avoids Beast's by-name lookups: on a response that has no
+  // rate-limit headers yet (the normal case) those fields are appended with a known name.
+  const bool fresh = res.find("RateLimit") == res.end();
+  ForEachRateLimitHeader(d, [&](std::string_view name, std::string_view value) {
+    const boost::beast::string_view n(name.data(), name.size());
+    const boost::beast::string_view v(value.data(), value.size());
+    if (fresh && !name.starts_with("Sluice-")) {
+      res.insert(beast_http::field::unknown, n, v);
+    } else {
+      res.set(n, v);
+    }
+  });
 }
 
 void SetRetryAfter(const Decision& d, Response& res) {

@@ -8,6 +8,7 @@
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include "absl/functional/function_ref.h"
 
 #include "sluice/limiter/decision.h"
 
@@ -33,6 +34,13 @@ inline constexpr std::string_view kQuotaExceededType =
 // <names>` (comma-separated, plan order) when a shadow limit would have denied the request
 // (LimitDecision::would_deny). Existing fields of the same names are replaced.
 void SetRateLimitHeaders(const Decision& d, Response& res);
+
+// The fields SetRateLimitHeaders sets, as put(name, value) in this order: Sluice-Degraded,
+// Sluice-Shadow-Denied (each only when it applies), RateLimit-Policy, RateLimit,
+// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset. For a front end that carries
+// headers in messages of its own (the gRPC service) without building an HTTP response.
+void ForEachRateLimitHeader(const Decision& d,
+                            absl::FunctionRef<void(std::string_view, std::string_view)> put);
 
 // Sets Retry-After to d.retry_after seconds (at least 1) for a denied decision; does nothing for an
 // allowed one.
