@@ -272,13 +272,14 @@ class RedisScriptTest(unittest.TestCase):
 
     def test_a_counter_key_of_another_shape_is_refused_before_anything_is_written(self):
         _, _, outbox = keys_for("user-42", [limit("m", 10)])
-        for key in ["sl:{7}:h:m:3600s:1000:3", "sl:{7}:x:m:3600s:1000:3", "nocolon"]:
+        for key in ["sl:{7}:h:m:3600s:1000:3", "sl:{7}:x:m:3600s:1000:3", "nocolon",
+                    "sl:{7}:h:m3600s1000"]:
             with self.subTest(key=key):
                 keys = ["sl:{7}:h:ok:3600s:1000:3", key, outbox]
                 argv = [0, "1 10", 1, 2, "user-42", "free",
                         5, 0, "1", f"{self.now + 999} 0 1 ok 20 1",
                         5, 0, "1", f"{self.now + 999} 0 1 m 20 1"]
-                if key.startswith("sl:{7}:h:"):
+                if key == "sl:{7}:h:m:3600s:1000:3":  # the one good shape
                     self.assertEqual(self.redis.call("EVAL", self.script, 3, *keys, *argv)[0], 1)
                     self.redis.call("FLUSHALL")
                     continue
@@ -383,6 +384,20 @@ class RedisScriptTest(unittest.TestCase):
         with self.assertRaises(RedisError):
             self.raw([limit("m", 10)], cost=10**6 + 1)
         self.assertEqual(self.all_keys(), [])
+
+    def test_a_cost_that_is_no_canonical_integer_is_refused_and_takes_back(self):
+        # Lua's tonumber reads these as 1; Redis's HINCRBY does not: a bad cost, never a denial.
+        counters, _, outbox = keys_for("user-42", [limit("m", 5)])
+        static = f"{self.now + 999} 0 1 m"
+        other, _, _ = keys_for("user-43", [limit("m", 5)])
+        for cost in ("1.0", "0x1", "1e0", "01", " 1"):
+            with self.subTest(cost=cost):
+                with self.assertRaises(RedisError) as bad:
+                    self.redis.call("EVAL", self.script, 3, counters[0], other[0], outbox, 0,
+                                    "1 10", 1, 1, "user-42", "free", 5, 0, "", static,
+                                    cost, 1, "user-43", "free", 5, 0, "", static)
+                self.assertIn("sluice decide: bad cost", str(bad.exception))
+                self.assertEqual(self.all_keys(), [])  # the first part's increment taken back
 
     def test_admits_up_to_the_quota_then_denies(self):
         lim = [limit("per_minute", 3)]
