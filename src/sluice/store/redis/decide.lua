@@ -35,8 +35,8 @@
 --                      occurred_at_ms (corrected clock), and the outbox's capacity (at XLEN >=
 --                      outbox_max an event is refused and its flag stays armed)
 --   then per part:
---      cost            0..1,000,000; 0 is a peek of that part: nothing of it is written, nothing
---                      of it fires
+--      cost            0..1,000,000, a canonical decimal integer (it goes to HINCRBY as sent);
+--                      0 is a peek of that part: nothing of it is written, nothing of it fires
 --      N               number of limits of the part
 --      subject         string (the counters' field)
 --      plan            string (the plan in force, for the event only)
