@@ -27,10 +27,15 @@ def cluster_port():
 
 
 class RedisCluster:
-    def __init__(self, nodes=6, replicas=1, node_timeout_ms=1000):
+    """With `pki` (test_redis_tls.Pki), every node listens only for TLS (`--tls-cluster yes`: the
+    cluster bus and replication too) and requires a client certificate; the test's own clients,
+    redis-cli and the YAML this builds present the PKI's client certificate."""
+
+    def __init__(self, nodes=6, replicas=1, node_timeout_ms=1000, pki=None):
         self.ports = [cluster_port() for _ in range(nodes)]
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
+        self.pki = pki
         self.dir = tempfile.TemporaryDirectory(prefix="sluice-cluster-")
         self.procs = {}
 
@@ -50,7 +55,7 @@ class RedisCluster:
             self._wait_answers(port)
         addresses = [f"127.0.0.1:{p}" for p in self.ports]
         out = subprocess.run(
-            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas",
+            ["redis-cli", *self._cli_tls(), "--cluster", "create", *addresses, "--cluster-replicas",
              str(self.replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
@@ -58,11 +63,33 @@ class RedisCluster:
         self.wait_ok()
         return self
 
+    def _cli_tls(self):
+        if self.pki is None:
+            return []
+        cert, key = self.pki.client
+        return ["--tls", "--cacert", self.pki.ca, "--cert", cert, "--key", key]
+
+    def _listen(self, port):
+        if self.pki is None:
+            return ["--port", str(port)]
+        cert, key = self.pki.server
+        client_cert, client_key = self.pki.client  # a node dialling another is a TLS client
+        return ["--port", "0", "--tls-port", str(port), "--tls-cluster", "yes",
+                "--tls-replication", "yes", "--tls-cert-file", cert, "--tls-key-file", key,
+                "--tls-client-cert-file", client_cert, "--tls-client-key-file", client_key,
+                "--tls-ca-cert-file", self.pki.ca, "--tls-auth-clients", "yes"]
+
+    def connect(self, port):
+        if self.pki is None:
+            return Resp(port)
+        from test_redis_tls import TlsResp
+        return TlsResp(port, self.pki)
+
     def _start_node(self, port):
         node_dir = os.path.join(self.dir.name, str(port))
         os.makedirs(node_dir, exist_ok=True)
         self.procs[port] = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+            ["redis-server", *self._listen(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", os.path.join(node_dir, "nodes.conf"),
              "--cluster-node-timeout", str(self.node_timeout_ms),
              # A replica may always be promoted (the default refuses one whose link to its master
@@ -75,7 +102,7 @@ class RedisCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                Resp(port).close()
+                self.connect(port).close()
                 return
             except OSError:
                 time.sleep(0.02)  # polling a starting child process, bounded by the deadline
@@ -94,7 +121,7 @@ class RedisCluster:
         return [p for p in self.ports if self.procs[p].poll() is None]
 
     def call(self, port, *args):
-        c = Resp(port)
+        c = self.connect(port)
         try:
             return c.call(*args)
         finally:
@@ -180,7 +207,7 @@ class RedisCluster:
     def reshard(self, from_port, to_port, slots):
         """Moves `slots` slots from one master to another with redis-cli (keys migrated live)."""
         out = subprocess.run(
-            ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{self.alive()[0]}",
+            ["redis-cli", *self._cli_tls(), "--cluster", "reshard", f"127.0.0.1:{self.alive()[0]}",
              "--cluster-from", self.node_id(from_port), "--cluster-to", self.node_id(to_port),
              "--cluster-slots", str(slots), "--cluster-yes"],
             capture_output=True, text=True, timeout=120)
@@ -218,7 +245,14 @@ class RedisCluster:
                          for field in self.call(port, "HKEYS", key)]
         return out
 
-    def yaml(self, timeout="200ms", policy="allow", seeds=2):
+    def yaml(self, timeout="200ms", policy="allow", seeds=2, ca_file=None):
+        """The store section for this cluster; with a PKI, TLS with the client certificate and
+        `ca_file` (default: the PKI's CA)."""
         nodes = ", ".join(f'"127.0.0.1:{p}"' for p in self.ports[:seeds])
-        return (f"store:\n  type: redis\n  redis: {{ cluster_nodes: [{nodes}], timeout: {timeout} }}\n"
+        tls = ""
+        if self.pki is not None:
+            cert, key = self.pki.client
+            tls = (f', tls: {{ ca_file: "{ca_file or self.pki.ca}", cert_file: "{cert}", '
+                   f'key_file: "{key}" }}')
+        return (f"store:\n  type: redis\n  redis: {{ cluster_nodes: [{nodes}], timeout: {timeout}{tls} }}\n"
                 f"on_store_error: {policy}\n")

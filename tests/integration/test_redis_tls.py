@@ -339,6 +339,75 @@ class RefusedTest(TlsCase):
                         "a TLS port?)" or "wrong version number" in line["error"], line)
 
 
+CLUSTER_PLANS = """
+plans:
+  free:
+    limits:
+      - { name: per_minute, quota: 60, window: 1m }
+"""
+
+
+class ClusterTest(TlsCase):
+    """TLS to every node of a Redis Cluster that listens only for TLS (its bus and replication
+    too) and requires client certificates: `cluster_nodes` with `tls`."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from redis_cluster import RedisCluster
+        try:
+            cls.cluster = RedisCluster(pki=cls.pki).start()
+        except BaseException:
+            super().tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+        super().tearDownClass()
+
+    def setUp(self):
+        harness.clear_of_window_end(60, 20)
+        self.prefix = f"t{int(time.time() * 1000) % 10**9}"
+
+    def cluster_service(self, **kwargs):
+        store = self.cluster.yaml(timeout="500ms", policy="deny", **kwargs).replace(
+            "timeout:", f"key_prefix: {self.prefix}, timeout:")
+        return self.service(store, CLUSTER_PLANS)
+
+    def test_decisions_are_exact_and_reach_every_master_over_tls(self):
+        svc = self.cluster_service()
+        self.wait_decided_by_redis(svc)
+        results = [svc.check({"subject": "hot", "plan": "free"})[2] for _ in range(70)]
+        self.assertEqual([r for r in results if r["degraded"]], [])
+        self.assertEqual(sum(1 for r in results if r["allowed"]), 60)
+        for i in range(60):
+            body = svc.check({"subject": f"spread-{i}", "plan": "free"})[2]
+            self.assertEqual((body["allowed"], body["degraded"]), (True, False), i)
+        # Read back over the test's own TLS connections: every master holds counters, each of
+        # its slot, and "hot" stopped at the quota.
+        counters = self.cluster.counters(self.prefix)
+        self.assertEqual(len(counters), 3)
+        for port, fields in counters.items():
+            self.assertGreater(len(fields), 0, f"no counter on master {port}")
+        self.assertEqual(sorted(s for f in counters.values() for _, s in f),
+                         sorted(["hot"] + [f"spread-{i}" for i in range(60)]))
+        (hot,) = [(port, key) for port, f in counters.items() for key, s in f if s == "hot"]
+        self.assertEqual(self.cluster.owner_of(hot[1]), hot[0])
+        self.assertEqual(self.cluster.call(hot[0], "HGET", hot[1], "hot"), b"60")
+
+    def test_nodes_of_another_ca_are_refused_and_decisions_degraded(self):
+        svc = self.cluster_service(ca_file=self.pki.wrong_ca)
+        line = json.loads(svc.server.wait_for_line("redis connection failed"))
+        self.assertIn("certificate verify failed", line["error"])
+        for _ in range(3):
+            status, headers, body = svc.check({"subject": "alice", "plan": "free"})
+            self.assertEqual((status, body["degraded"], body["allowed"]), (200, True, False))
+            self.assertEqual(headers["sluice-degraded"], "1")
+        self.assertEqual(self.cluster.counters(self.prefix), {p: [] for p in
+                                                              self.cluster.masters()})
+
+
 class ConfigurationTest(TlsCase):
     """What check-config and a start refuse (exit 78), naming the field."""
 
