@@ -5,7 +5,9 @@
 #ifndef SLUICE_STORE_REDIS_COMMAND_SENDER_H_
 #define SLUICE_STORE_REDIS_COMMAND_SENDER_H_
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -41,6 +43,12 @@ class CommandSender {
   virtual void Stop() = 0;
 
   virtual void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr) = 0;
+  // As Send, for a command the caller keeps (to send it again, or to read it back with a late
+  // reply): an implementation that only encodes it (Connection) makes no copy.
+  virtual void SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                          LateCallback late = nullptr) {
+    Send(*argv, std::move(done), std::move(late));
+  }
   // As Send, but not refused while a circuit breaker is open (see Connection).
   virtual void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
                                   LateCallback late = nullptr) = 0;

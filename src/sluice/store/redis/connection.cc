@@ -189,7 +189,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     probe_timer_.cancel(ignored);
   }
 
-  void Send(std::vector<std::string> argv, Callback done, LateCallback late,
+  void Send(const std::vector<std::string>& argv, Callback done, LateCallback late,
             bool despite_breaker = false) {
     if (!connected_) {
       Complete(std::move(done), absl::UnavailableError("redis: not connected"));
@@ -222,8 +222,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
                                     "redis: ", pending_.size(), " commands outstanding")));
       return;
     }
-    std::vector<std::string_view> views(argv.begin(), argv.end());
-    out_ += EncodeCommand(std::span<const std::string_view>(views));
+    AppendCommand(argv, &out_);
     ++commands_sent_;
     pending_.push_back(
         Pending{std::move(done), Clock::now() + options_.command_timeout, std::move(late)});
@@ -680,12 +679,17 @@ void Connection::Start() { impl_->Start(); }
 void Connection::Stop() { impl_->Stop(); }
 
 void Connection::Send(std::vector<std::string> argv, Callback done, LateCallback late) {
-  impl_->Send(std::move(argv), std::move(done), std::move(late));
+  impl_->Send(argv, std::move(done), std::move(late));
+}
+
+void Connection::SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                            LateCallback late) {
+  impl_->Send(*argv, std::move(done), std::move(late));
 }
 
 void Connection::SendDespiteBreaker(std::vector<std::string> argv, Callback done,
                                     LateCallback late) {
-  impl_->Send(std::move(argv), std::move(done), std::move(late), /*despite_breaker=*/true);
+  impl_->Send(argv, std::move(done), std::move(late), /*despite_breaker=*/true);
 }
 
 bool Connection::connected() const { return impl_->connected(); }

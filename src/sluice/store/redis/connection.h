@@ -104,6 +104,8 @@ class Connection final : public CommandSender {
   // arrives afterwards on the same connection. `done`'s DeadlineExceeded is posted, so `late` may
   // run before it.
   void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr) override;
+  void SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                  LateCallback late = nullptr) override;
   // As Send, but not refused while the circuit breaker is open: for a command that must reach
   // Redis whenever it can, such as taking back an admission nobody was told about (the breaker
   // is often still open when the late replies of a stall arrive). Still refused when not

@@ -124,9 +124,9 @@ void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback 
                LateReply late, bool retried = false) {
   CommandSender::LateCallback on_late = nullptr;
   if (late) on_late = [late](Reply r) { late(r); };
-  std::vector<std::string> command = *argv;
-  conn->Send(
-      std::move(command),
+  SharedCommand sent = argv;  // argv itself moves into the callback (for a NOSCRIPT retry)
+  conn->SendShared(
+      std::move(sent),
       [conn, argv = retried ? nullptr : std::move(argv), done = std::move(done), late,
        retried](absl::StatusOr<Reply> reply) mutable {
         if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {

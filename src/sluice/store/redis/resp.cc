@@ -85,23 +85,30 @@ Reply Convert(const redisReply& r) {
 
 }  // namespace
 
+namespace {
+
+template <class Arg>
+void Append(std::span<const Arg> argv, std::string* out) {
+  absl::StrAppend(out, "*", argv.size(), "\r\n");
+  for (const Arg& arg : argv) {
+    absl::StrAppend(out, "$", arg.size(), "\r\n");
+    out->append(arg.data(), arg.size());
+    out->append("\r\n");
+  }
+}
+
+}  // namespace
+
 std::string EncodeCommand(std::span<const std::string_view> argv) {
   size_t size = 16;
   for (std::string_view arg : argv) size += arg.size() + 16;
   std::string out;
   out.reserve(size);
-  out += '*';
-  out += std::to_string(argv.size());
-  out += "\r\n";
-  for (std::string_view arg : argv) {
-    out += '$';
-    out += std::to_string(arg.size());
-    out += "\r\n";
-    out.append(arg.data(), arg.size());
-    out += "\r\n";
-  }
+  Append(argv, &out);
   return out;
 }
+
+void AppendCommand(std::span<const std::string> argv, std::string* out) { Append(argv, out); }
 
 std::string EncodeCommand(std::initializer_list<std::string_view> argv) {
   return EncodeCommand(std::span<const std::string_view>(argv.begin(), argv.size()));

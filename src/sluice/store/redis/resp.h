@@ -48,6 +48,8 @@ struct Reply {
 // "*N\r\n" followed by "$len\r\narg\r\n" per argument. Arguments may hold any bytes.
 [[nodiscard]] std::string EncodeCommand(std::span<const std::string_view> argv);
 [[nodiscard]] std::string EncodeCommand(std::initializer_list<std::string_view> argv);
+// The same, appended to *out (a connection's write buffer: no copy in between).
+void AppendCommand(std::span<const std::string> argv, std::string* out);
 
 // Incremental reply parser over hiredis's redisReader. Feed() bytes as they arrive, then call
 // Next() until it yields nullopt (more bytes needed). Replies come out in the order they were
