@@ -46,23 +46,32 @@ struct MemoryStoreOptions {
   std::chrono::milliseconds snapshot_interval{1000};  // 100ms..1h
 };
 
-// How a rediss:// connection verifies the server (docs/redis.md, TLS); only with rediss://.
+// How a TLS connection verifies the server (docs/redis.md, TLS): with a rediss:// URL, or with
+// cluster_nodes (to every node of the cluster).
 struct RedisTlsOptions {
   std::string ca_file;      // PEM CAs the server's certificate must chain to; "": the system's
   std::string cert_file;    // PEM client certificate for mutual TLS, with key_file; "": none
   std::string key_file;     // its unencrypted PEM private key
   std::string server_name;  // the name the certificate must carry (and SNI); "": the URL's host
+  // With cluster_nodes: TLS to every node, as is any field above set (all empty: the system's
+  // trust store and each node's announced address). With `url` the rediss:// scheme turns TLS on
+  // instead, and this stays false.
+  bool enabled = false;
 };
 
 // Counters in Redis, shared by every process that uses the same server and key prefix.
 struct RedisStoreOptions {
   // redis://[user:password@]host:port/db, or rediss://… for TLS
   std::string url = "redis://127.0.0.1:6379/0";
-  std::string password;           // "": the URL's
+  std::string password;           // "": the URL's (with cluster_nodes: the default user's)
   std::string key_prefix = "sl";  // 1-32 of [A-Za-z0-9_.-]
   // How long a decision waits for Redis before it is answered per `on_store_error` (1ms..10s).
   std::chrono::milliseconds timeout{20};
   RedisTlsOptions tls;
+  // Redis Cluster instead of `url` (leave `url` as it is): seed nodes "host:port" (IPv6 in
+  // brackets). The library discovers the slot map, follows MOVED and ASK, and sends each decision
+  // to the master of its slot (docs/redis.md, Redis Cluster). Empty: one Redis at `url`.
+  std::vector<std::string> cluster_nodes;
 };
 
 // What a decision answers when the store cannot answer in time (the Decision says `degraded`).

@@ -57,13 +57,20 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
     const auto& redis = std::get<lib::RedisStoreOptions>(options.store);
     cfg.store.type = config::StoreType::kRedis;
     cfg.store.redis.url = redis.url;
+    if (!redis.cluster_nodes.empty() && redis.url != lib::RedisStoreOptions{}.url) {
+      return absl::InvalidArgumentError(
+          "store.redis.cluster_nodes: cannot be set together with store.redis.url (the seeds "
+          "replace the URL: leave it at its default)");
+    }
+    cfg.store.redis.cluster_nodes = redis.cluster_nodes;
     cfg.store.redis.password = redis.password;
     cfg.store.redis.key_prefix = redis.key_prefix;
     cfg.store.redis.timeout = absl::FromChrono(redis.timeout);
     cfg.store.redis.tls = {.ca_file = redis.tls.ca_file,
                            .cert_file = redis.tls.cert_file,
                            .key_file = redis.tls.key_file,
-                           .server_name = redis.tls.server_name};
+                           .server_name = redis.tls.server_name,
+                           .present = redis.tls.enabled};
   }
   cfg.on_store_error = options.on_store_error == lib::OnStoreError::kDeny
                            ? config::OnStoreError::kDeny

@@ -360,6 +360,27 @@ TEST(MemoryLimiterOptionsTest, RedisTlsSettingsAreChecked) {
             "store.redis.tls.ca_file: /nonexistent/ca: No such file or directory");
 }
 
+TEST(MemoryLimiterOptionsTest, RedisClusterSettingsAreChecked) {
+  Options both = FreeOptions();
+  both.store =
+      RedisStoreOptions{.url = "redis://10.0.0.1:6379", .cluster_nodes = {"10.0.0.2:6379"}};
+  EXPECT_EQ(OpenError(std::move(both)),
+            "store.redis.cluster_nodes: cannot be set together with store.redis.url (the seeds "
+            "replace the URL: leave it at its default)");
+  Options bad = FreeOptions();
+  bad.store = RedisStoreOptions{.cluster_nodes = {"10.0.0.2"}};
+  EXPECT_THAT(OpenError(std::move(bad)), HasSubstr("store.redis.cluster_nodes[0]: "));
+  Options tls_plaintext = FreeOptions();
+  tls_plaintext.store = RedisStoreOptions{.tls = {.enabled = true}};
+  EXPECT_THAT(OpenError(std::move(tls_plaintext)),
+              HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
+  Options tls_cluster = FreeOptions();
+  tls_cluster.store = RedisStoreOptions{.tls = {.ca_file = "/nonexistent/ca", .enabled = true},
+                                        .cluster_nodes = {"10.0.0.2:6379"}};
+  EXPECT_EQ(OpenError(std::move(tls_cluster)),
+            "store.redis.tls.ca_file: /nonexistent/ca: No such file or directory");
+}
+
 TEST(MemoryLimiterOptionsTest, BadWebhookIsRefused) {
   Options options = FreeOptions();
   options.alerts.webhooks.push_back({.url = "ftp://example.com"});

@@ -6,12 +6,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "sluice/limiter.h"
@@ -137,6 +140,65 @@ TEST_F(RedisLimiterTest, CloseWaitsForAsyncDecisionsInProgress) {
   }
   ASSERT_TRUE(limiter_->Close().ok());
   EXPECT_EQ(answered.load(), 20);
+}
+
+// A Redis Cluster of one master that serves every slot: the library finds it from the seed,
+// routes each decision by its hash tag, and the counter is in that node.
+TEST(RedisLimiterClusterTest, ClusterNodesDecideThroughTheCluster) {
+  namespace tu = redis::testing_util;
+  const uint16_t port = tu::FreePort();
+  char dir[] = "/tmp/sluice-cluster-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  tu::RedisServer server;
+  ASSERT_TRUE(server.Start(port, {"--cluster-enabled", "yes", "--cluster-config-file",
+                                  std::string(dir) + "/nodes.conf", "--dir", dir}));
+  boost::asio::io_context io;
+  redis::Connection admin(
+      io, redis::ConnectionOptions{.port = port, .command_timeout = std::chrono::seconds(2)});
+  admin.Start();
+  ASSERT_TRUE(tu::PumpUntil(io, [&] { return admin.connected(); }));
+  ASSERT_TRUE(tu::SendAndWait(io, admin, {"CLUSTER", "ADDSLOTSRANGE", "0", "16383"}).ok());
+  // The node takes the slots on its own clock (cluster cron): poll its state, bounded.
+  ASSERT_TRUE(tu::PumpUntil(
+      io,
+      [&] {
+        absl::StatusOr<redis::Reply> info = tu::SendAndWait(io, admin, {"CLUSTER", "INFO"});
+        return info.ok() && info->str.find("cluster_state:ok") != std::string::npos;
+      },
+      std::chrono::seconds(10)));
+
+  Options options = RedisOptions(port);
+  auto& store = std::get<RedisStoreOptions>(options.store);
+  store.url = RedisStoreOptions{}.url;
+  store.cluster_nodes = {"127.0.0.1:" + std::to_string(port)};
+  store.key_prefix = "clu";
+  Result<std::unique_ptr<Limiter>> limiter = Limiter::Open(options);
+  ASSERT_TRUE(limiter.ok()) << limiter.status().message();
+  std::vector<bool> allowed;
+  for (int i = 0; i < 7; ++i) {
+    Result<Decision> d = (*limiter)->Decide({.subject = "user-1", .plan = "free"});
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    // The first may come before the slot map: degraded then, and not charged.
+    if (d->degraded) {
+      ASSERT_EQ(i, 0) << d->degraded_reason;
+      --i;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the map's first refresh
+      continue;
+    }
+    allowed.push_back(d->allowed);
+  }
+  EXPECT_THAT(allowed, ElementsAre(true, true, true, true, true, false, false));
+  absl::StatusOr<redis::Reply> keys = tu::SendAndWait(io, admin, {"KEYS", "clu:*:h:*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 1u);
+  absl::StatusOr<redis::Reply> used =
+      tu::SendAndWait(io, admin, {"HGET", keys->elements[0].str, "user-1"});
+  ASSERT_TRUE(used.ok());
+  EXPECT_EQ(used->str, "5");
+  ASSERT_TRUE((*limiter)->Close().ok());
+  admin.Stop();
+  server.Kill();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RedisLimiterUnreachableTest, DecisionsAreDegradedPerOnStoreError) {
