@@ -96,7 +96,7 @@ struct ClusterOptions {
   std::chrono::milliseconds refresh_interval{1000};
   std::chrono::milliseconds refresh_min_interval{100};
   std::chrono::milliseconds tryagain_delay{5};
-  // Commands without a key (TIME, CLIENT ID, INFO, PING) go to the master of this key's slot
+  // Commands without a key (TIME, CLIENT, INFO, PING) go to the master of this key's slot
   // (the registry: its hash tag), or, when empty, to any connected master. SCRIPT LOAD goes to
   // every master (a script must be loaded where it runs).
   std::string keyless_key;

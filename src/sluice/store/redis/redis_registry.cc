@@ -588,7 +588,11 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   }
 
   // EVALSHA, and on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) SCRIPT LOAD and once more:
-  // NOSCRIPT means the script did not run, so the retry cannot apply a change twice.
+  // NOSCRIPT means the script did not run, so the retry cannot apply a change twice. The load and
+  // the retry go out together, at once: a write sent meanwhile (whose EVALSHA would find the
+  // script the load put back) then still runs after the retry, so one instance's writes keep the
+  // order they were made in. (Sending the retry only once the load is answered let such a later
+  // write overtake it: a key added before its subject.)
   void RunScript(Argv argv, std::string_view script, const std::string& sha,
                  Connection::Callback done) {
     argv.insert(argv.begin(), {std::string("EVALSHA"), sha});
@@ -599,14 +603,19 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         std::move(done)(std::move(r));
         return;
       }
+      auto load = std::make_shared<absl::Status>();  // answered before the retry (one connection)
+      self->connection_->Send({"SCRIPT", "LOAD", std::string(script)},
+                              [load](absl::StatusOr<Reply> loaded) { *load = Check(loaded); });
       self->connection_->Send(
-          {"SCRIPT", "LOAD", std::string(script)},
-          [self, retry, done = std::move(done)](absl::StatusOr<Reply> loaded) mutable {
-            if (absl::Status st = Check(loaded); !st.ok()) {
-              std::move(done)(st);
+          std::move(*retry), [load, done = std::move(done)](absl::StatusOr<Reply> again) mutable {
+            // A retry that did not run because the load failed reports why the load failed.
+            const bool ran =
+                again.ok() && !(again->is_error() && again->str.starts_with("NOSCRIPT"));
+            if (!ran && !load->ok()) {
+              std::move(done)(*load);
               return;
             }
-            self->connection_->Send(std::move(*retry), std::move(done));
+            std::move(done)(std::move(again));
           });
     });
   }
@@ -1101,18 +1110,21 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
 
   // Every poll_interval: has the registry moved, been wiped, or is this another Redis server?
   asio::awaitable<absl::Status> Poll() {
-    std::vector<Argv> poll = {{"CLIENT", "ID"}, {"MGET", version_key_, epoch_key_}};
+    std::vector<Argv> poll = {{"CLIENT", "GETNAME"}, {"MGET", version_key_, epoch_key_}};
     std::vector<absl::StatusOr<Reply>> r = co_await Batch(std::move(poll));
     for (const auto& reply : r) {
       if (absl::Status st = Check(reply); !st.ok()) co_return st;
     }
-    if (r[0]->integer != client_id_) {
-      // A new connection: perhaps to a restarted Redis (which may have lost the last writes even
-      // with persistence), or to a replica promoted in a failover. Its run_id tells.
-      client_id_ = r[0]->integer;
-      std::vector<Argv> command = {{"INFO", "server"}};
+    if (!r[0]->is_string() || r[0]->str != connection_name_) {
+      // A connection this follower has not named yet: a reconnect, perhaps to a restarted Redis
+      // (which may have lost the last writes even with persistence), or on a cluster to the
+      // replica promoted in a failover of the registry's slot. Its run_id tells. (A connection's
+      // name cannot repeat on another connection, as its CLIENT ID can on another server.)
+      std::vector<Argv> command = {{"INFO", "server"}, {"CLIENT", "SETNAME", connection_name_}};
       std::vector<absl::StatusOr<Reply>> info = co_await Batch(std::move(command));
-      if (absl::Status st = Check(info[0]); !st.ok()) co_return st;
+      for (const auto& reply : info) {
+        if (absl::Status st = Check(reply); !st.ok()) co_return st;
+      }
       if (RunId(*info[0]) != run_id_) force_reload_ = true;
     }
     const Reply& mget = *r[1];
@@ -1166,7 +1178,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   std::deque<Waiter> waiters_;  // in the order Redis answered them
   std::string epoch_;           // of the registry the Index reflects ("" before any write)
   std::string run_id_;          // of the Redis server it was loaded from
-  int64_t client_id_ = -1;
+  // CLIENT SETNAME of each connection the follower has checked (random per follower).
+  const std::string connection_name_ = "sluice-registry-" + NewEpoch();
   int writes_in_flight_ = 0;
   bool force_reload_ = false;
   bool syncing_ = false;

@@ -53,9 +53,9 @@ struct RedisRegistryOptions {
   ConnectionOptions connection{.command_timeout = std::chrono::milliseconds(2000),
                                .breaker_failures = 0};
   // Redis Cluster's seed nodes; empty: the one Redis `connection` names. Every registry key
-  // shares one hash tag, so the whole registry is on one node; so do the follower's CLIENT ID and
-  // INFO (sent to that slot's master), so a failover or a move of that slot is seen as a new
-  // server and the registry is reloaded from it.
+  // shares one hash tag, so the whole registry is on one node; so do the follower's CLIENT
+  // GETNAME/SETNAME and INFO (sent to that slot's master), so a failover or a move of that slot is
+  // seen as a new server and the registry is reloaded from it.
   std::vector<NodeAddress> cluster_seeds;
   std::string key_prefix = "sl";  // store.redis.key_prefix
   std::chrono::milliseconds poll_interval{200};

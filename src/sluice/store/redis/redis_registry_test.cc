@@ -387,6 +387,16 @@ TEST_F(RedisRegistryTest, AKilledConnectionReconnectsAndConverges) {
       Eventually([&] { return ApplyAndWait(*a->registry, Put(MakeSubject("s2"))).ok(); }, 3000ms));
   EXPECT_TRUE(Eventually([&] { return b->index.FindSubject("s2") != nullptr; }));
   EXPECT_EQ(b->registry->full_loads(), 1u);  // the same server and epoch: the log sufficed
+  // Each follower checked its new connection and named it (what tells the next one apart).
+  EXPECT_TRUE(Eventually([&] {
+    const Reply list = Raw({"CLIENT", "LIST"});
+    size_t named = 0;
+    for (size_t at = 0; (at = list.str.find("name=sluice-registry-", at)) != std::string::npos;
+         ++at) {
+      ++named;
+    }
+    return named == 2;
+  }));
 }
 
 TEST_F(RedisRegistryTest, ScriptsFlushedFromRedisAreLoadedAgain) {
