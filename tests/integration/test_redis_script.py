@@ -398,6 +398,18 @@ class RedisScriptTest(unittest.TestCase):
                                     cost, 1, "user-43", "free", 5, 0, "", static)
                 self.assertIn("sluice decide: bad cost", str(bad.exception))
                 self.assertEqual(self.all_keys(), [])  # the first part's increment taken back
+        # The same on the paths without an increment: a peek, a cost beyond the quota, a part
+        # whose only limit is a shadow one.
+        shadow = [5, 1, "", static]
+        for cost, limit_values in (("-0", [5, 0, "", static]), ("00", [5, 0, "", static]),
+                                   ("9.0", [5, 0, "", static]), ("1.0", shadow)):
+            with self.subTest(cost=cost, shadow=limit_values[1]):
+                with self.assertRaises(RedisError) as bad:
+                    self.redis.call("EVAL", self.script, 3, counters[0], other[0], outbox, 0,
+                                    "1 10", 1, 1, "user-42", "free", 5, 0, "", static,
+                                    cost, 1, "user-43", "free", *limit_values)
+                self.assertIn("sluice decide: bad cost", str(bad.exception))
+                self.assertEqual(self.all_keys(), [])
 
     def test_admits_up_to_the_quota_then_denies(self):
         lim = [limit("per_minute", 3)]

@@ -283,8 +283,13 @@ TEST_F(ResponseTest, AnAdmissionsWireBytesAreTheSerializedResponse) {
             .quota = int64_t{1} << 40,
             .window = *config::ParseWindow("month")};  // lengths of two varint bytes
   edges.limits.push_back({.limit = &big, .used = 1, .remaining = 3, .reset_after = 100000});
+  // `big` alone: the reported limit, so its clamped quota and remaining, its month and its long
+  // name (a nested message of more than 127 bytes inside another) are written in every status.
+  Decision alone{.plan = &plan_, .allowed = true};
+  alone.limits.push_back(
+      {.limit = &big, .used = 1, .remaining = int64_t{1} << 40, .reset_after = 100000});
   const std::string long_subject(300, 's');
-  for (const Decision& d : {Allowed(), shadowed, degraded, none, edges}) {
+  for (const Decision& d : {Allowed(), shadowed, degraded, none, edges, alone}) {
     for (const size_t descriptors : {size_t{0}, size_t{1}, size_t{3}}) {
       for (const Decided who : {Decided{"user-1", "free"}, Decided{long_subject, ""}}) {
         std::string wire;

@@ -209,12 +209,15 @@ do
       end
       if shadow == '1' then
         more = true
+        -- The hot path leaves the cost's form to HINCRBY; the paths without it check it here.
+        if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
       elseif shadow ~= '0' then
         bad = 'bad limit at ARGV ' .. a; break
       elseif fits then
         local key = KEYS[k]
         if cost == 0 or ro or cost > quota then
           -- A peek, a read-only decision, or a cost that cannot fit (no write for that denial).
+          if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
           local used = read_fit(key, subject, cost, quota)
           if used == nil then fits = false else reply[r] = used end
         else
