@@ -39,8 +39,8 @@ PROTOS = ["envoy/config/core/v3/base.proto",
           "envoy/type/v3/ratelimit_unit.proto"]
 TOKEN = "bench-admin-token-0123456789"  # the admin plane's /metrics (loopback only, this run only)
 
-# name: h2load processes (one API key each), connections per process, streams per connection;
-# and the wrk reference of each row. In flight = processes × connections × streams.
+# name: h2load processes (one: as wrk), connections, streams per connection; and the wrk reference
+# of each row. In flight = processes × connections × streams.
 GRPC_VARIANTS = {
     "c32_m1": {"procs": 1, "c": 32, "m": 1,
                "what": "h2load 32 conns × 1 stream: 32 in flight, 1 key"},

@@ -401,6 +401,23 @@ class RedisPendingTest(H2Case):
         self.assertEqual({h.key: h.value for h in res.response_headers_to_add}
                          .get("Sluice-Degraded"), "1")
 
+    def test_a_call_reset_while_redis_decides_is_counted_cancelled_once(self):
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        self.addCleanup(silent.close)
+        self.start(test_redis.redis_yaml(silent.getsockname()[1], "allow", "200ms") + PLANS)
+        c = self.client()
+        sid = c.start()
+        c.send(sid, message())
+        c.h2.reset_stream(sid)  # while the decision waits for the store
+        c.flush()
+        # The same connection's next call is answered once the first decision has given up.
+        s = c.call(message())
+        self.assertEqual(s.grpc(), (0, ""))
+        counts = self.counts()
+        self.assertEqual((counts.get("cancelled"), counts.get("ok")), (1, 1), counts)
+
 
 class ShutdownTest(H2Case):
     def test_sigterm_with_an_idle_connection_open_stops_at_once_after_goaway(self):

@@ -570,14 +570,16 @@ absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
     int port = 0;
     absl::string_view host =
         colon == std::string::npos ? absl::string_view() : absl::string_view(node).substr(0, colon);
-    if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
-      host = host.substr(1, host.size() - 2);
-    }
-    const bool host_ok =
-        !host.empty() && host.size() <= 253 && std::all_of(host.begin(), host.end(), [](char c) {
-          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
-                 c == ':' || c == '_';
-        });
+    // An IPv6 address only in brackets: "fd00::1" (a port forgotten) is no host "fd00:" port 1.
+    const bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
+    if (bracketed) host = host.substr(1, host.size() - 2);
+    const bool host_ok = !host.empty() && host.size() <= 253 &&
+                         (bracketed ? host.find(':') != absl::string_view::npos
+                                    : host.find(':') == absl::string_view::npos) &&
+                         std::all_of(host.begin(), host.end(), [](char c) {
+                           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+                                  c == '-' || c == ':' || c == '_';
+                         });
     if (colon == std::string::npos || !host_ok ||
         !absl::SimpleAtoi(absl::string_view(node).substr(colon + 1), &port) || port < 1 ||
         port > 65535) {
@@ -1294,6 +1296,7 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
     cfg.store.redis.url = url;
     cfg.store.redis.url_source = kRedisUrlVariable;
     cfg.store.redis.url_set = true;
+    SLUICE_RETURN_IF_ERROR(CheckClusterNodes(cfg.store.redis));  // the URL beside seeds
     SLUICE_RETURN_IF_ERROR(CheckTlsNeedsRediss(cfg.store.redis));
   }
   if (const char* path = getenv(kRedisPasswordFileVariable); path != nullptr) {

@@ -988,6 +988,14 @@ TEST_F(ConfigTest, BadClusterNodesAreRefused) {
             "e.g. 10.0.0.1:6379 or [fd00::1]:6379)");
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"a:1\", \"a:1\"]}\n")),
             "test.yaml: store.redis.cluster_nodes[1]: \"a:1\" twice");
+  // An IPv6 address without brackets (here its port forgotten) is no host "fd00:" on port 1;
+  // brackets around a name are no address either.
+  for (const char* node : {"fd00::1", "::1", "a:b:6379", "[redis]:6379"}) {
+    EXPECT_THAT(
+        ErrorOf(WithPlan(absl::StrCat("store:\n  redis: {cluster_nodes: [\"", node, "\"]}\n"))),
+        HasSubstr("bad seed node"))
+        << node;
+  }
 }
 
 TEST_F(ConfigTest, BadRedisKeyPrefixIsRejected) {
@@ -1357,6 +1365,13 @@ TEST_F(EnvironmentTest, PlaintextRedisUrlIsRefusedWhenTheFileSetsTls) {
   EXPECT_EQ(Apply(tls),
             "store.redis.tls: set, but SLUICE_REDIS_URL is not a rediss:// URL (TLS is on only "
             "with rediss://, or with cluster_nodes)");
+}
+
+TEST_F(EnvironmentTest, RedisUrlBesideClusterNodesIsRefused) {
+  env_["SLUICE_REDIS_URL"] = "redis://10.1.2.3:6380";
+  EXPECT_EQ(Apply("store:\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"]}\n"),
+            "store.redis.cluster_nodes: cannot be set together with SLUICE_REDIS_URL (the seeds "
+            "replace the URL; the password comes from SLUICE_REDIS_PASSWORD_FILE)");
 }
 
 TEST_F(EnvironmentTest, EmptyRedisUrlIsAnErrorNotTheFilesUrl) {

@@ -491,8 +491,11 @@ void H2Connection::Close() {
   if (closed_) return;
   closed_ = true;
   for (auto& s : streams_) {
-    if (s->state == Stream::State::kHeaders || s->state == Stream::State::kBody) {
-      service_->Count("cancelled");  // the client went away before its request was complete
+    if (s->state == Stream::State::kHeaders || s->state == Stream::State::kBody ||
+        s->state == Stream::State::kDeciding) {
+      // The client went away before its request was complete, or while it was decided (the
+      // answer, when it comes, finds no stream and is not counted).
+      service_->Count("cancelled");
     }
     s->state = Stream::State::kAnswered;
   }
@@ -812,7 +815,9 @@ void H2Connection::OnStreamClose(int32_t stream_id, uint32_t error_code) {
     service_->Count(error_code == NGHTTP2_CANCEL || error_code == NGHTTP2_NO_ERROR ? "cancelled"
                                                                                    : "internal");
   }
-  // kDeciding: the service's answer, when it comes, finds no stream and is dropped.
+  // Reset while decided: the service's answer, when it comes, finds no stream and is dropped
+  // (and not counted), so the call is counted cancelled here.
+  if (state == Stream::State::kDeciding) service_->Count("cancelled");
   std::unique_ptr<Stream> gone = std::move(*it);
   *it = std::move(streams_.back());
   streams_.pop_back();

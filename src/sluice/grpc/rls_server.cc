@@ -38,8 +38,6 @@ namespace {
 
 constexpr std::string_view kMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-// SO_REUSEPORT is not among Asio's portable options.
-
 // A protobuf arena whose first block is on the stack, for one message parsed or built and dropped
 // in the same call: no allocation for a message of usual size (a larger one spills to the heap),
 // and one release for all of its parts.
@@ -441,8 +439,7 @@ void RateLimitServiceImpl::Accept(Loop* loop, size_t index) {
       [this, loop, index](const boost::system::error_code& ec, tcp::socket socket) {
         if (stopping_.load()) return;  // the acceptor may be closed or gone
         if (ec) {
-          if (ec == asio::error::no_descriptors || ec.value() == ENFILE ||
-              ec == asio::error::no_buffer_space || ec == asio::error::no_memory) {
+          if (http::IsResourceExhaustion(ec)) {
             // Retrying at once cannot succeed: pause a moment instead of spinning.
             loop->pause->expires_after(std::chrono::milliseconds(100));
             loop->pause->async_wait([this, loop, index](const boost::system::error_code& e) {

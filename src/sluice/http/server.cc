@@ -238,13 +238,6 @@ namespace {
 asio::awaitable<void> Watchdog(std::shared_ptr<HttpServer::Connection> c,
                                std::chrono::steady_clock::duration max_sleep);
 
-// accept() failures that mean "no resources right now": retrying at once cannot succeed.
-bool IsResourceExhaustion(const boost::system::error_code& ec) {
-  return ec == asio::error::no_descriptors ||  // EMFILE
-         ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
-         ec == asio::error::no_memory || ec.value() == EPERM;
-}
-
 bool IsClosedByPeerOrUs(const boost::system::error_code& ec) {
   return ec == bhttp::error::end_of_stream || ec == asio::error::operation_aborted ||
          ec == asio::error::connection_reset || ec == asio::error::eof ||
@@ -308,6 +301,12 @@ bool AddressInUse(const tcp::endpoint& endpoint) {
 }
 
 }  // namespace
+
+bool IsResourceExhaustion(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors ||  // EMFILE
+         ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
+         ec == asio::error::no_memory || ec.value() == EPERM;
+}
 
 boost::system::error_code OpenSharedListener(tcp::acceptor& acceptor,
                                              const tcp::endpoint& endpoint) {

@@ -94,6 +94,10 @@ struct ServerOptions {
 // the gRPC service both use it.
 [[nodiscard]] absl::StatusOr<int> LockListenAddress(const boost::asio::ip::tcp::endpoint& endpoint);
 
+// accept() failures that mean "no resources right now" (EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM):
+// retrying at once cannot succeed, so a listener pauses instead of spinning.
+[[nodiscard]] bool IsResourceExhaustion(const boost::system::error_code& ec);
+
 // Opens `acceptor` listening on `endpoint` with SO_REUSEADDR and SO_REUSEPORT, so that one
 // acceptor per event loop can share the address (the kernel spreads connections over them).
 [[nodiscard]] boost::system::error_code OpenSharedListener(

@@ -603,7 +603,9 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         std::move(done)(std::move(r));
         return;
       }
-      auto load = std::make_shared<absl::Status>();  // answered before the retry (one connection)
+      // On one connection the load is answered before the retry; on a cluster (the load goes to
+      // every master) perhaps not, and the retry's own reply is then what is reported.
+      auto load = std::make_shared<absl::Status>();
       self->connection_->Send({"SCRIPT", "LOAD", std::string(script)},
                               [load](absl::StatusOr<Reply> loaded) { *load = Check(loaded); });
       self->connection_->Send(
