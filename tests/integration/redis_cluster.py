@@ -238,11 +238,13 @@ class RedisCluster:
 
     def counters(self, prefix):
         """Every counter on every live master: {port: [(hash key, subject), ...]}. A counter is a
-        field (the subject) of a counter hash `<prefix>:{bucket}:h:<limit>:…` (docs/redis.md)."""
+        field (the subject) of a counter hash `<prefix>:{bucket}:h:<limit>:…` (docs/redis.md);
+        the field "#<subject>" of the same hash holds the subject's alert flags."""
         out = {}
         for port, keys in self.keys(f"{prefix}:*:h:*").items():
             out[port] = [(key, field.decode()) for key in keys
-                         for field in self.call(port, "HKEYS", key)]
+                         for field in self.call(port, "HKEYS", key)
+                         if not field.startswith(b"#")]
         return out
 
     def yaml(self, timeout="200ms", policy="allow", seeds=2, ca_file=None):

@@ -83,7 +83,8 @@ def keys_for(subject, limits, bucket=7, slot=3):
     """The keys RedisStore builds: no plan in them (usage follows the subject); the window is
     named by its length in seconds (these limits are all fixed windows). The counters are fields
     (the subject) of the slot's counter hash: every subject here is in slot 3, so the tests also
-    see subjects sharing a hash."""
+    see subjects sharing a hash. The subject's flags are the field "#<subject>" of the same hash;
+    the second list is the flag hashes flags had before they moved there (read, never written)."""
     tag = f"{PREFIX}:{{{bucket}}}"
     part = [f"{l['name']}:{l['window_len']}s:{l['window_id']}" for l in limits]
     return ([f"{tag}:h:{p}:{slot}" for p in part], [f"{tag}:a:{p}:{subject}" for p in part],
@@ -152,6 +153,11 @@ class RedisScriptTest(unittest.TestCase):
         """A counter field as stored (bytes), or None."""
         return self.redis.call("HGET", key, subject)
 
+    def flags(self, key, subject="user-42"):
+        """The subject's fired flags in counter hash `key`, in the order they fired."""
+        value = self.redis.call("HGET", key, f"#{subject}")
+        return [] if value is None else value.decode().split(" ")
+
     def decide(self, limits, cost=1, **kw):
         """Returns (allowed, [used...], fired, refused)."""
         r = self.raw(limits, cost, **kw)
@@ -210,7 +216,7 @@ class RedisScriptTest(unittest.TestCase):
         self.assertIsNone(self.counter(counters[0]))  # the first limit's increment taken back
         self.assertEqual(self.redis.call("EXISTS", counters[0]), 0)
 
-    def test_a_flag_hash_or_outbox_of_another_type_does_not_fail_an_admission(self):
+    def test_an_earlier_flag_hash_or_outbox_of_another_type_does_not_fail_an_admission(self):
         lim = [limit("m", 2, [50, 100])]
         counters, flags, outbox = keys_for("user-42", lim)
         self.redis.call("SET", flags[0], "x")
@@ -259,8 +265,9 @@ class RedisScriptTest(unittest.TestCase):
             self.assertTrue(str(refused.exception).startswith("OOM"), refused.exception)
         finally:
             self.redis.call("CONFIG", "SET", "maxmemory", "0")
-        self.assertEqual(self.redis.call("EXISTS", flags[1]), 0)
+        self.assertEqual(self.flags(counters[1]), [])
         self.assertEqual(self.decide(lim), (False, [0, 5], 1, 0))  # armed: fires once writable
+        self.assertEqual(self.flags(counters[1]), ["100:5"])
 
     def test_a_cost_beyond_the_quota_is_denied_without_a_write(self):
         lim = [limit("m", 0), limit("h", 3)]
@@ -270,7 +277,9 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.changes(), before)
         self.assertEqual(self.all_keys(), [])
 
-    def test_a_counter_key_of_another_shape_is_refused_before_anything_is_written(self):
+    def test_a_flag_lives_in_its_counter_hash_whatever_the_keys_shape(self):
+        # Nothing is derived from a counter key but a flag hash written before flags moved
+        # into the counter hash: a key without that shape has no such hash, and fires as any.
         _, _, outbox = keys_for("user-42", [limit("m", 10)])
         for key in ["sl:{7}:h:m:3600s:1000:3", "sl:{7}:x:m:3600s:1000:3", "nocolon",
                     "sl:{7}:h:m3600s1000"]:
@@ -279,14 +288,37 @@ class RedisScriptTest(unittest.TestCase):
                 argv = [0, "1 10", 1, 2, "user-42", "free",
                         5, 0, "1", f"{self.now + 999} 0 1 ok 20 1",
                         5, 0, "1", f"{self.now + 999} 0 1 m 20 1"]
-                if key == "sl:{7}:h:m:3600s:1000:3":  # the one good shape
-                    self.assertEqual(self.redis.call("EVAL", self.script, 3, *keys, *argv)[0], 1)
-                    self.redis.call("FLUSHALL")
-                    continue
-                with self.assertRaises(RedisError) as bad:
-                    self.redis.call("EVAL", self.script, 3, *keys, *argv)
-                self.assertIn("sluice decide: bad counter key 2", str(bad.exception))
-                self.assertEqual(self.redis.call("DBSIZE"), 0)
+                self.assertEqual(self.redis.call("EVAL", self.script, 3, *keys, *argv),
+                                 [1, 1, 1, 2, 0])
+                self.assertEqual([self.flags(k) for k in keys[:2]], [["20:5"], ["20:5"]])
+                self.assertEqual(sorted(self.all_keys()), sorted(keys))
+                self.redis.call("FLUSHALL")
+
+    def test_a_flag_moves_with_its_counter(self):
+        lim = [limit("daily", 10, [80])]
+        counters, _, outbox = keys_for("user-42", lim)
+        self.assertEqual(self.decide(lim, cost=8)[2], 1)
+        # What MIGRATE does to a key in a Redis Cluster reshard: the counter hash goes whole to
+        # another server (here another database), and the next decision runs there.
+        self.assertEqual(self.redis.call("MOVE", counters[0], 1), 1)
+        self.redis.call("SELECT", 1)
+        try:
+            self.assertEqual(self.decide(lim)[:3], (True, [9], 0))  # 80% not again
+            self.assertEqual(self.redis.call("XLEN", outbox), 0)
+        finally:
+            self.redis.call("FLUSHDB")
+            self.redis.call("SELECT", 0)
+
+    def test_a_flag_fired_before_flags_moved_into_the_counter_hash_does_not_fire_again(self):
+        lim = [limit("daily", 10, [50, 80])]
+        counters, earlier, _ = keys_for("user-42", lim)
+        self.redis.call("HSET", earlier[0], "50:10", "1")
+        self.redis.call("EXPIRE", earlier[0], "3600")
+        self.assertEqual(self.decide(lim, cost=8)[2], 1)  # 80% only
+        self.assertEqual(self.flags(counters[0]), ["80:10"])
+        self.assertEqual([e["threshold"] for e in self.outbox()], ["80"])
+        self.assertEqual(self.decide(lim)[2], 0)
+        self.assertEqual(self.redis.call("HKEYS", earlier[0]), [b"50:10"])  # never written
 
     def test_a_bad_part_after_a_paying_part_is_the_scripts_error_and_takes_back(self):
         counters, _, outbox = keys_for("user-42", [limit("m", 5), limit("h", 5)])
@@ -491,7 +523,10 @@ class RedisScriptTest(unittest.TestCase):
         lim = [limit("per_minute", 10, [50, 100], window_len=60), limit("daily", 10, [80])]
         for _ in range(10):
             self.decide(lim)
-        self.assertEqual(len(self.all_keys()), 5)  # 2 counters, 2 flag hashes, the outbox
+        counters, _, outbox = keys_for("user-42", lim)
+        # The flags are in the counter hashes: the call's KEYS are every key it wrote.
+        self.assertEqual(sorted(self.all_keys()), sorted(counters + [outbox]))
+        self.assertEqual([self.flags(k) for k in counters], [["50:10", "100:10"], ["80:10"]])
         self.assert_every_key_expires()
 
     def test_a_shadow_limit_is_counted_past_its_quota_and_keeps_its_ttl(self):
@@ -522,9 +557,9 @@ class RedisScriptTest(unittest.TestCase):
     def test_every_key_has_a_ttl_after_a_first_denial_that_fired_100(self):
         lim = [limit("daily", 5, [100])]
         self.assertEqual(self.decide(lim, cost=6), (False, [0], 1, 0))
-        counters, flags, _ = keys_for("user-42", lim)
-        self.assertEqual(self.redis.call("EXISTS", counters[0]), 0)  # denial writes no counter
-        self.assertEqual(self.redis.call("EXISTS", flags[0]), 1)
+        counters, _, _ = keys_for("user-42", lim)
+        self.assertIsNone(self.counter(counters[0]))  # a denial writes no counter...
+        self.assertEqual(self.flags(counters[0]), ["100:5"])  # ...but its flag made the hash
         self.assert_every_key_expires()
 
     # --- alerts --------------------------------------------------------------------------------
@@ -580,15 +615,15 @@ class RedisScriptTest(unittest.TestCase):
     def test_a_flag_names_the_percent_and_the_quota_it_fired_under(self):
         free, pro = [limit("daily", 100, [10])], [limit("daily", 50, [10])]
         self.assertEqual(self.decide(free, cost=10)[2], 1)  # 10% of 100
-        flags = keys_for("user-42", free)[1]
-        self.assertEqual(self.redis.call("HKEYS", flags[0]), [b"10:100"])
+        counters = keys_for("user-42", free)[0]
+        self.assertEqual(self.flags(counters[0]), ["10:100"])
         # The same limit under another quota (another plan, or an override) has its own flag.
         self.assertEqual(self.decide(pro, cost=1, plan="pro")[2], 1)  # 11 >= 10% of 50
         # Back under 100: already sent in this window, however often the plan changes.
         for _ in range(3):
             self.assertEqual(self.decide(free, cost=1)[2], 0)
             self.assertEqual(self.decide(pro, cost=1, plan="pro")[2], 0)
-        self.assertEqual(sorted(self.redis.call("HKEYS", flags[0])), [b"10:100", b"10:50"])
+        self.assertEqual(self.flags(counters[0]), ["10:100", "10:50"])
         self.assertEqual([(e["plan"], e["quota"]) for e in self.outbox()],
                          [("free", "100"), ("pro", "50")])
 

@@ -15,10 +15,14 @@
 --                            slot (a hash of the subject) share the hash: small hashes stay
 --                            listpack-encoded, a few bytes per subject (docs/redis.md).
 --   last: the bucket's outbox stream   <prefix>:{<bucket>}:outbox
--- The alert flags of a subject and limit live in a hash the script derives from the counter key
--- (same hash tag, so the same Cluster slot) and touches only when a threshold is reached:
---                            <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
---                            field "<percent>:<quota>", value "1"
+-- The alert flags of a subject and limit are one more field of the same counter hash, touched
+-- only when a threshold is reached: field "#<subject>" ('#' is no subject's character, so it
+-- cannot be a counter), value the fired flags "<percent>:<quota>", separated by spaces. A flag
+-- thus lives in a key of the call's KEYS and moves with its counter when Redis Cluster migrates
+-- the key: no threshold can fire twice because a flag and its counter were on different nodes.
+--   Before, flags were a hash of their own, <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:
+--   <subject> (field "<percent>:<quota>"), derived from the counter key. A flag found there still
+--   counts (a threshold fired before an upgrade does not fire again); nothing is written there.
 --   No plan in the keys: counters and flags follow the subject from plan to plan; <window> is the
 --   fixed length in seconds ("60s") or "<day|week|month|year>@<zone>" (docs/redis.md). A flag
 --   names the quota it fired under, so a threshold fires once per subject, limit, window and
@@ -79,11 +83,11 @@
 -- refused), and Redis's error is the reply only if every limit would fit. A refused EXPIREAT
 -- (NX needs Redis >= 7.0) takes every increment of the call back and is the reply.
 --
--- Expiry: a counter hash gets EXPIREAT expire_at NX in the call that creates its field (every
--- subject of a hash shares the window, so the first expiry is everyone's), flag hashes in every
--- call that writes them, so no key this script writes is ever left without a TTL. The outbox
--- stream is the exception by design: one long-lived key per bucket, bounded by outbox_max,
--- emptied by the dispatcher (XACK + XDEL).
+-- Expiry: a counter hash gets EXPIREAT expire_at NX in the call that creates a counter field or
+-- writes a flag (every subject of a hash shares the window, so the first expiry is everyone's),
+-- so no key this script writes is ever left without a TTL. The outbox stream is the exception by
+-- design: one long-lived key per bucket, bounded by outbox_max, emptied by the dispatcher (XACK +
+-- XDEL).
 --
 -- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
 -- kMaxUsed (no admission takes an enforced limit's counter past its quota, no quota exceeds
@@ -93,10 +97,9 @@
 -- denied; the reply says -1 for it), its value is left as it was and nothing fires. An increment
 -- that finds one fails (HINCRBY refuses non-integers and overflow) or is taken back in the same
 -- call, and no increment runs on a counter whose value cannot be exact: a valid one plus the cost
--- stays below 2^53, exact in a Lua double. A flag hash or outbox key of the wrong type is read as
--- "already fired" / "full" instead of failing the call; any other error reading a flag, or a
--- refused XADD, leaves the threshold armed and counts it as refused. A counter key without the
--- shape above is refused before anything is written.
+-- stays below 2^53, exact in a Lua double. An earlier flag hash or an outbox key of the wrong
+-- type is read as "already fired" / "full" instead of failing the call; any other error reading
+-- a flag, or a refused XADD, leaves the threshold armed and counts it as refused.
 
 local kMaxUsed = 1000000000000000
 local kMaxCost = 1000000
@@ -157,16 +160,6 @@ local function expire_new(key, static)
   local ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
   if type(ok) == 'table' and ok.err then return ok end
   return true
-end
-
--- Every counter key must have the shape the flag keys are derived from ('^.-}:h:.*:[^:]*$': a
--- "}:h:" with a ':' after it); checked before any write, with plain searches (a pattern costs
--- every call more).
-for i = 1, nkeys - 1 do
-  local at = find(KEYS[i], '}:h:', 1, true)
-  if not at or not find(KEYS[i], ':', at + 4, true) then
-    return redis.error_reply('ERR sluice decide: bad counter key ' .. i)
-  end
 end
 
 -- The counter of `subject` in `key` if `cost` more fits `quota` there, else nil: the decision of
@@ -334,52 +327,83 @@ local function words(text)
   return w
 end
 
--- Records threshold `percent` of the limit at ARGV[a] of the part at ARGV[h] (counter key
--- `key`) at counter value `used`, unless already flagged: event first, then the flag. A full
--- outbox leaves the flag unset (armed), as the memory store does.
-fire = function(h, a, key, w, percent, used)
-  local subject = ARGV[h + 2]
-  -- <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> -> ...:a:...:<window_id>:<subject>
-  -- (the shape was checked before any write)
+-- Whether `flag` fired before an upgrade, in the earlier flag hash of this subject and limit
+-- (derived from the counter key: <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> ->
+-- ...:a:...:<window_id>:<subject>): true, false, or nil when it cannot be read (e.g. a Cluster
+-- slot in migration; the threshold stays armed). A key of another type reads as fired.
+local function fired_before(key, subject, flag)
   local tag, middle = string.match(key, '^(.-}):h:(.*:)[^:]*$')
-  local flags = tag .. ':a:' .. middle .. subject
-  local quota = string.format('%d', tonumber(ARGV[a]))
-  local field = percent .. ':' .. quota  -- the flag: this percent of this quota
-  -- Only a set flag (or a flag key of another type) means fired; any other error (e.g. a Cluster
-  -- slot in migration) leaves the threshold armed and counts as refused.
-  local set = redis.pcall('HEXISTS', flags, field)
-  if set == 1 then return end
-  if set ~= 0 then
-    local e = type(set) == 'table' and set.err or ''
-    if find(e, 'WRONGTYPE', 1, true) then return end
-    refused = refused + 1
-    return
-  end
+  if tag == nil then return false end
+  local set = redis.pcall('HEXISTS', tag .. ':a:' .. middle .. subject, flag)
+  if set == 0 then return false end
+  if set == 1 then return true end
+  local e = type(set) == 'table' and set.err or ''
+  if find(e, 'WRONGTYPE', 1, true) then return true end
+  return nil
+end
+
+-- Writes the event of threshold `percent` of the limit at ARGV[a] of the part at ARGV[h] at
+-- counter value `used` to the outbox: true if written. A full outbox (or a refused XADD) leaves
+-- the threshold armed, as the memory store does.
+local function record(h, a, w, percent, used, quota)
   if event == nil then event = words(ARGV[2]) end
   if room == nil then
     local len = redis.pcall('XLEN', outbox)
     local max = tonumber(event[2])
     room = (type(len) == 'number' and max ~= nil) and max - len or 0
   end
-  if room <= 0 then
-    refused = refused + 1
-    return
-  end
+  if room <= 0 then return false end
   local added = redis.pcall('XADD', outbox, '*',
-    'type', 'quota.threshold_reached', 'subject', subject, 'plan', ARGV[h + 3],
+    'type', 'quota.threshold_reached', 'subject', ARGV[h + 2], 'plan', ARGV[h + 3],
     'limit', w[4] or '',
     -- %d, not tostring: Lua prints doubles from 1e14 on with an exponent and 14 digits.
     'threshold', percent, 'used', string.format('%d', used), 'quota', quota,
     'window_start', w[2] or '0', 'window_end', w[3] or '0', 'occurred_at_ms', event[1] or '0')
-  if type(added) == 'table' and added.err then
-    -- Refused (e.g. OOM in a read-only decision): the flag stays armed.
-    refused = refused + 1
-    return
-  end
+  if type(added) == 'table' and added.err then return false end  -- e.g. OOM: stays armed
   room = room - 1
-  redis.call('HSET', flags, field, '1')
-  if tonumber(w[1]) then redis.call('EXPIREAT', flags, w[1]) end
-  fired = fired + 1
+  return true
+end
+
+-- Fires the thresholds of the limit at ARGV[a] of the part at ARGV[h] (counter hash `key`,
+-- static words `w`) that counter value `used` reached (`denied`: only its 100%), unless already
+-- flagged: event first, then the flag. The flags are read once, on first need.
+fire = function(h, a, key, w, used, denied)
+  local subject = ARGV[h + 2]
+  local field = '#' .. subject
+  local quota = string.format('%d', tonumber(ARGV[a]))
+  local flags = nil  -- ' <flag> <flag> ... ', or false when they cannot be read
+  for j = 5, #w - 1, 2 do
+    local percent, count = w[j], tonumber(w[j + 1])
+    local reached
+    if denied then reached = percent == '100' else reached = count ~= nil and used >= count end
+    if reached then
+      if flags == nil then
+        local v = redis.pcall('HGET', key, field)
+        if v == false or v == nil then
+          flags = ' '
+        elseif type(v) == 'string' then
+          flags = ' ' .. v .. ' '
+        else
+          flags = false  -- e.g. a Cluster slot in migration
+        end
+      end
+      local flag = percent .. ':' .. quota  -- this percent of this quota
+      if flags == false then
+        refused = refused + 1
+      elseif not find(flags, ' ' .. flag .. ' ', 1, true) then
+        local before = fired_before(key, subject, flag)
+        if before == nil or (before == false and not record(h, a, w, percent, used, quota)) then
+          refused = refused + 1
+        elseif before == false then
+          flags = flags .. flag .. ' '
+          redis.call('HSET', key, field, sub(flags, 2, -2))
+          -- The flag may have created the hash (a denial of a counter never written).
+          if tonumber(w[1]) then redis.call('EXPIREAT', key, w[1], 'NX') end
+          fired = fired + 1
+        end
+      end
+    end
+  end
 end
 
 if read_counter == nil then read_counter = new_read_counter() end
@@ -430,11 +454,7 @@ if fits then
     local used, first = reply[r], ARGV[a + 2]
     -- Thresholds: none can be reached below the first count.
     if cost > 0 and used >= 0 and first ~= '' and used >= tonumber(first) then
-      local w = words(ARGV[a + 3])
-      for j = 5, #w - 1, 2 do
-        local count = tonumber(w[j + 1])
-        if count ~= nil and used >= count then fire(h, a, key, w, w[j], used) end
-      end
+      fire(h, a, key, words(ARGV[a + 3]), used, false)
     end
   end)
 else
@@ -449,10 +469,7 @@ else
     -- An unusable counter (-1) denies (unless shadow), but fires nothing: its value means
     -- nothing.
     if cost > 0 and used >= 0 and used + cost > tonumber(ARGV[a]) and ARGV[a + 2] ~= '' then
-      local w = words(ARGV[a + 3])
-      for j = 5, #w - 1, 2 do
-        if w[j] == '100' then fire(h, a, key, w, '100', used) end
-      end
+      fire(h, a, key, words(ARGV[a + 3]), used, true)
     end
   end)
 end

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "sluice/common/log.h"
 #include "sluice/common/stable_hash.h"
@@ -238,9 +239,10 @@ std::string_view Placement(const StoreRequest& req) {
 
 }  // namespace
 
-// The counters of a slot's subjects share a hash (field: the subject), so the slot goes last;
-// the flags, rarely written, have a key per subject, and the subject goes last: it may contain
-// ':', and every part before it cannot.
+// The counters of a slot's subjects share a hash (field: the subject; the subject's alert flags
+// are the field "#<subject>"), so the slot goes last. FlagsKey is where flags were before they
+// moved into the counter hash (a key per subject, the subject last: it may contain ':', and
+// every part before it cannot); still read, never written.
 std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
   return absl::StrCat(Tag(Placement(req)), ":h:", LimitWindow(req, i), ":", SlotOf(req.subject));
 }
@@ -432,6 +434,36 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
       std::move(late));
 }
 
+namespace {
+
+// The fired thresholds of one limit, gathered from the flags' two places (RedisStore::Usage).
+struct FlagReader {
+  int64_t quota;
+  std::vector<int> percents;
+  int pending = 2;
+  std::vector<int> fired;  // sorted, without repeats
+
+  // A flag "<percent>:<quota>" counts if it names one of the limit's percents under its quota.
+  void Add(std::string_view flag) {
+    const size_t colon = flag.find(':');
+    int percent = 0;
+    int64_t fired_quota = 0;
+    if (colon == std::string_view::npos ||
+        !absl::SimpleAtoi(ToAbsl(flag.substr(0, colon)), &percent) ||
+        !absl::SimpleAtoi(ToAbsl(flag.substr(colon + 1)), &fired_quota)) {
+      return;  // not a flag of ours
+    }
+    if (fired_quota != quota ||
+        std::find(percents.begin(), percents.end(), percent) == percents.end()) {
+      return;
+    }
+    const auto at = std::lower_bound(fired.begin(), fired.end(), percent);
+    if (at == fired.end() || *at != percent) fired.insert(at, percent);
+  }
+};
+
+}  // namespace
+
 void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   const size_t n = req.plan->limits.size();
   struct State {
@@ -441,7 +473,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     UsageCallback done;
   };
   auto state = std::make_shared<State>(
-      State{.pending = 2 * n, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
+      State{.pending = 3 * n, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
   auto finish = [state](absl::Status s) {
     if (!s.ok() && state->status.ok()) state->status = s;
     if (--state->pending > 0) return;
@@ -452,7 +484,8 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     }
   };
   CommandSender* conn = connection_for_thread_();
-  // One HGET per counter and one HKEYS per flag hash, pipelined (all keys share one hash tag).
+  // Per limit, one HGET of the counter, one of the flags and an HKEYS of the earlier flag hash,
+  // pipelined (all keys share one hash tag).
   const absl::Time start = StartTimer();
   for (size_t i = 0; i < n; ++i) {
     conn->Send({"HGET", CounterKey(req, i), std::string(req.subject)},
@@ -475,42 +508,44 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   }
   for (size_t i = 0; i < n; ++i) {
     // Only the plan's current percentages under the limit's current quota: a flag of a percentage
-    // a reload removed, or of another quota (another plan, other overrides), stays in the hash
-    // until the window ends, but is no fired threshold of this limit as it stands. Copied: the
-    // plan is read only during the call.
+    // a reload removed, or of another quota (another plan, other overrides), stays until the
+    // window ends, but is no fired threshold of this limit as it stands. Copied: the plan is read
+    // only during the call. Both places flags are read, as decide.lua reads them: the counter
+    // hash's "#<subject>" field (words "<percent>:<quota>") and the earlier flag hash (fields).
     std::vector<int> percents;
     for (const Threshold& th : req.plan->limits[i].thresholds) percents.push_back(th.percent);
-    const int64_t quota = req.plan->limits[i].quota;
-    conn->Send(
-        {"HKEYS", FlagsKey(req, i)},
-        [state, finish, i, quota, percents = std::move(percents)](absl::StatusOr<Reply> r) mutable {
-          if (!r.ok()) return finish(ConnectionFailure(r.status()));
-          if (r->is_error()) return finish(ErrorReply(*r));
-          for (const Reply& e : r->elements) {
-            // decide.lua's field: "<percent>:<quota>".
-            const std::string_view field = e.str;
-            const size_t colon = field.find(':');
-            int percent = 0;
-            int64_t fired_quota = 0;
-            if (colon == std::string_view::npos ||
-                !absl::SimpleAtoi(ToAbsl(field.substr(0, colon)), &percent) ||
-                !absl::SimpleAtoi(ToAbsl(field.substr(colon + 1)), &fired_quota)) {
-              continue;  // not a flag of ours
-            }
-            if (fired_quota == quota &&
-                std::find(percents.begin(), percents.end(), percent) != percents.end()) {
-              state->usage[i].fired.push_back(percent);
-            }
-          }
-          std::sort(state->usage[i].fired.begin(), state->usage[i].fired.end());
-          finish(absl::OkStatus());
-        });
+    auto flags = std::make_shared<FlagReader>(
+        FlagReader{.quota = req.plan->limits[i].quota, .percents = std::move(percents)});
+    auto read = [state, finish, i, flags](absl::StatusOr<Reply> r, bool words) {
+      if (!r.ok()) return finish(ConnectionFailure(r.status()));
+      if (r->is_error()) {
+        // A counter key of another type holds no flags (nothing fires on an unusable counter);
+        // an earlier flag hash of another type read as fired is no threshold of ours to report.
+        if (r->str.starts_with("WRONGTYPE")) return finish(absl::OkStatus());
+        return finish(ErrorReply(*r));
+      }
+      if (words) {
+        if (r->is_string()) {
+          for (absl::string_view w : absl::StrSplit(ToAbsl(r->str), ' ', absl::SkipEmpty()))
+            flags->Add(ToStd(w));
+        }
+      } else {
+        for (const Reply& e : r->elements) flags->Add(e.str);
+      }
+      if (--flags->pending == 0) state->usage[i].fired = std::move(flags->fired);
+      finish(absl::OkStatus());
+    };
+    conn->Send({"HGET", CounterKey(req, i), absl::StrCat("#", ToAbsl(req.subject))},
+               [read](absl::StatusOr<Reply> r) mutable { read(std::move(r), true); });
+    conn->Send({"HKEYS", FlagsKey(req, i)},
+               [read](absl::StatusOr<Reply> r) mutable { read(std::move(r), false); });
   }
 }
 
 void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_index,
                        StatusCallback done) {
-  // The subject's field of each counter hash, and its flag hashes, in one atomic call.
+  // The subject's counter and flags fields of each counter hash, and its earlier flag hashes, in
+  // one atomic call.
   std::vector<std::string> reset = {"EVAL", std::string(kResetScript), "0"};
   int64_t keys = 0;
   for (size_t i = 0; i < req.plan->limits.size(); ++i) {

@@ -325,6 +325,57 @@ TEST_F(RedisStoreTest, ACounterKeyHoldingNoValidCounterDeniesAndStaysUntouched) 
   EXPECT_FALSE(r->allowed);
 }
 
+// Flags live in the counter hash ("#<subject>"); a flag hash written before they moved there is
+// still read (its threshold does not fire again), reported by Usage, and cleared by Reset.
+TEST_F(RedisStoreTest, AFlagInTheEarlierFlagHashCountsIsReportedAndIsReset) {
+  config::Config cfg;
+  cfg.plans = {config::PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {config::LimitConfig{.name = "per_minute",
+                                     .quota = 10,
+                                     .window = {.kind = config::WindowSpec::Kind::kFixed,
+                                                .length = absl::Minutes(1),
+                                                .text = "1m"},
+                                     .alert_at = {50, 80}}}}};
+  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  plans_ = std::make_unique<PlanSet>(*std::move(plans));
+  Connect(2000ms);
+  const StoreRequest req = Request(8);
+  const std::string earlier = store_->FlagsKey(req, 0);
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"HSET", earlier, "50:10", "1"}).ok());
+  ASSERT_TRUE(Decide(req).ok());
+  EXPECT_EQ(store_->events_recorded(), 1u);  // 80% only
+  absl::StatusOr<Reply> flags =
+      testing_util::SendAndWait(io_, *connection_, {"HGET", store_->CounterKey(req, 0), "#alice"});
+  ASSERT_TRUE(flags.ok() && flags->is_string()) << flags.status();
+  EXPECT_EQ(flags->str, "80:10");
+
+  auto usage = [&] {
+    std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
+    store_->Usage(req, [&](absl::StatusOr<std::vector<LimitUsage>> u) { out = std::move(u); });
+    EXPECT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+    return out.value_or(absl::UnknownError("no answer"));
+  };
+  absl::StatusOr<std::vector<LimitUsage>> before = usage();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ((*before)[0].used, 8);
+  EXPECT_EQ((*before)[0].fired, (std::vector<int>{50, 80}));
+
+  std::optional<absl::Status> reset;
+  store_->Reset(req, std::nullopt, [&](absl::Status s) { reset = s; });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return reset.has_value(); }));
+  ASSERT_TRUE(reset->ok()) << *reset;
+  absl::StatusOr<std::vector<LimitUsage>> after = usage();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ((*after)[0].used, 0);
+  EXPECT_TRUE((*after)[0].fired.empty());
+  absl::StatusOr<Reply> keys = testing_util::SendAndWait(io_, *connection_, {"DBSIZE"});
+  ASSERT_TRUE(keys.ok() && keys->is_integer());
+  EXPECT_EQ(keys->integer, 1);  // the outbox only
+}
+
 // A Redis that refuses writes (here NOREPLICAS: min-replicas-to-write without replicas) still
 // denies an exhausted subject; only a decision that would be admitted is an error (degraded).
 TEST_F(RedisStoreTest, ARedisRefusingWritesStillDeniesAnExhaustedSubject) {

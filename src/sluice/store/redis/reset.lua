@@ -1,14 +1,16 @@
 -- reset.lua — an admin reset of a subject's limits (RedisStore::Reset): the subject's counter
--- in each counter hash and its alert flags, in one atomic step.
+-- and alert flags in each counter hash, in one atomic step.
 --
 -- KEYS      pairs, one per limit reset: the counter hash
---           <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> (decide.lua's KEYS), then
---           the subject's flag hash <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
+--           <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot> (decide.lua's KEYS: fields
+--           "<subject>", the counter, and "#<subject>", the flags), then the flag hash flags had
+--           before they moved into the counter hash,
+--           <prefix>:{<bucket>}:a:<limit>:<window>:<window_id>:<subject>
 -- ARGV[1]   subject (the counters' field)
 --
--- Reply (integer): the number of counters and flag hashes removed. A counter key of another
--- type (not written by decide.lua: an unusable counter for every subject of its slot) is
--- deleted, so a reset clears it as it clears any unusable counter.
+-- Reply (integer): the number of fields and flag hashes removed. A counter key of another type
+-- (not written by decide.lua: an unusable counter for every subject of its slot) is deleted, so a
+-- reset clears it as it clears any unusable counter.
 
 local subject = ARGV[1]
 if subject == nil or #KEYS % 2 ~= 0 then
@@ -16,7 +18,7 @@ if subject == nil or #KEYS % 2 ~= 0 then
 end
 local removed = 0
 for i = 1, #KEYS, 2 do
-  local r = redis.pcall('HDEL', KEYS[i], subject)
+  local r = redis.pcall('HDEL', KEYS[i], subject, '#' .. subject)
   if type(r) == 'number' then
     removed = removed + r
   else
