@@ -253,6 +253,27 @@ class RedisStoreTest(RedisCase):
         # Same host: the clocks agree to within the round trip.
         self.assertLess(abs(line["offset_us"]), 50_000)
 
+    def test_a_reload_warns_that_a_changed_store_needs_a_restart_and_keeps_the_store(self):
+        svc = self.service()
+        client = self.redis.client()
+        for change in ("key_prefix: other", "timeout: 30ms"):
+            with self.subTest(change=change):
+                svc.rewrite(redis_yaml(self.redis.port).replace("timeout: 20ms", change) + PLANS)
+                before = len(svc.server.lines)
+                svc.server.proc.send_signal(signal.SIGHUP)
+                deadline = time.monotonic() + 10
+                while not any("configuration reloaded" in line
+                              for line in svc.server.lines[before:]):
+                    self.assertLess(time.monotonic(), deadline, "no reload")
+                    time.sleep(0.02)
+                warned = [line for line in svc.server.lines[before:]
+                          if "reload ignores a changed setting" in line]
+                self.assertEqual(len(warned), 1, svc.server.lines[before:])
+                self.assertEqual(json.loads(warned[0])["field"], "store")
+                self.assertEqual(svc.check({"subject": "user-1", "plan": "free"})[0], 200)
+                self.assertEqual(client.call("KEYS", "other:*"), [])  # the prefix in force stays
+                self.assertNotEqual(client.call("KEYS", "sl:*:h:*"), [])
+
     def test_every_key_but_the_outbox_has_a_ttl(self):
         svc = self.service()
         for i in range(70):

@@ -234,8 +234,14 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.server.admin_max_connections != after.server.admin_max_connections) {
     warn("server.admin_max_connections");
   }
+  // The store is built once, at start: its type, where it is, how it is reached, its keys' prefix
+  // and its command timeout.
   if (before.store.type != after.store.type || before.store.redis.url != after.store.redis.url ||
+      before.store.redis.cluster_nodes != after.store.redis.cluster_nodes ||
       before.store.redis.password != after.store.redis.password ||
+      before.store.redis.timeout != after.store.redis.timeout ||
+      before.store.redis.key_prefix != after.store.redis.key_prefix ||
+      before.store.redis.tls.present != after.store.redis.tls.present ||
       before.store.redis.tls.ca_file != after.store.redis.tls.ca_file ||
       before.store.redis.tls.cert_file != after.store.redis.tls.cert_file ||
       before.store.redis.tls.key_file != after.store.redis.tls.key_file ||
