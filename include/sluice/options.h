@@ -72,6 +72,9 @@ struct RedisStoreOptions {
   // brackets). The library discovers the slot map, follows MOVED and ASK, and sends each decision
   // to the master of its slot (docs/redis.md, Redis Cluster). Empty: one Redis at `url`.
   std::vector<std::string> cluster_nodes;
+  // With cluster_nodes: the ACL user every node's connection authenticates as, with `password`
+  // (required then). "": the default user. (A single Redis takes its user in `url`.)
+  std::string username;
 };
 
 // What a decision answers when the store cannot answer in time (the Decision says `degraded`).

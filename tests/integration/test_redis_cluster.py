@@ -3,10 +3,12 @@ exactness across two sluice processes, decisions spread over every master, alert
 resharding and failover under load, and no key left without a TTL after a crash."""
 import concurrent.futures
 import json
+import os
 import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 import harness
 from receivers import HttpReceiver, event_of
@@ -392,6 +394,53 @@ class ClusterCrashTest(ClusterCase):
                     without_ttl.append(name)
         self.assertGreater(total, 30)
         self.assertEqual(without_ttl, [])
+
+
+class ClusterAclTest(unittest.TestCase):
+    """store.redis.username: every node's link authenticates as that ACL user (managed clusters
+    such as ElastiCache with RBAC have no usable default user). Three masters, no replicas."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = RedisCluster(nodes=3, replicas=0).start()
+        for port in cls.cluster.ports:
+            cls.cluster.call(port, "ACL", "SETUSER", "sluice-app", "on", ">app-secret", "~*",
+                             "&*", "+@all")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    def service(self, password):
+        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+        self.addCleanup(d.cleanup)
+        secret = os.path.join(d.name, "redis-password")
+        with open(secret, "w") as f:
+            f.write(password + "\n")
+        body = self.cluster.yaml(seeds=1).replace("timeout:", "username: sluice-app, timeout:")
+        svc = harness.Service(body + PLANS, d.name)
+        with mock.patch.dict(os.environ, {"SLUICE_REDIS_PASSWORD_FILE": secret}):
+            svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        return svc
+
+    def test_every_master_is_reached_as_the_acl_user(self):
+        svc = self.service("app-secret")
+        ClusterCase.warm(self, svc)
+        # Subjects on every master: each node's link must be up, as the user.
+        for i in range(30):
+            status, _, body = svc.check({"subject": f"acl-{i}", "plan": "free"})
+            self.assertEqual((status, body["allowed"], body["degraded"]), (200, True, False), i)
+        for port in self.cluster.ports:
+            clients = self.cluster.call(port, "CLIENT", "LIST").decode()
+            self.assertIn("user=sluice-app", clients, port)
+
+    def test_a_wrong_password_is_refused_and_never_logged(self):
+        svc = self.service("wrong-secret")
+        line = json.loads(svc.server.wait_for_line("redis connection failed"))
+        self.assertIn("WRONGPASS", line["error"])
+        self.assertTrue(svc.check({"subject": "acl", "plan": "free"})[2]["degraded"])
+        self.assertFalse([l for l in svc.server.lines if "wrong-secret" in l])
 
 
 if __name__ == "__main__":

@@ -633,8 +633,8 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
       ReadDuration(memory.Get("snapshot_interval"), store.memory.snapshot_interval));
 
   Fields redis;
-  SLUICE_RETURN_IF_ERROR(
-      ReadFields(f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes", "tls"}, redis));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes", "username", "tls"}, redis));
   store.redis.url_set = store.redis.url_set || !redis.Get("url").absent();
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
@@ -642,6 +642,7 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
     return ReadString(item, store.redis.cluster_nodes.emplace_back());
   }));
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("key_prefix"), store.redis.key_prefix));
+  SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("username"), store.redis.username));
   return ParseRedisTls(redis.Get("tls"), store.redis.tls);
 }
 
@@ -1022,6 +1023,24 @@ absl::Status ValidateRedisTls(const RedisStoreConfig& redis) {
   return CheckTlsNeedsRediss(redis);
 }
 
+// store.redis.username: 1 to 128 printable ASCII characters without spaces, and only with
+// cluster_nodes. A user without a password is refused by ApplyEnvironment, where the password
+// file is read.
+absl::Status CheckRedisUsername(const RedisStoreConfig& redis) {
+  if (redis.username.empty()) return absl::OkStatus();
+  if (redis.cluster_nodes.empty()) {
+    return Error("store.redis.username",
+                 "only with cluster_nodes (a single Redis takes its user in the URL, "
+                 "redis://user@host)");
+  }
+  if (redis.username.size() > 128 || !std::all_of(redis.username.begin(), redis.username.end(),
+                                                  [](char c) { return c > ' ' && c < 0x7f; })) {
+    return Error("store.redis.username",
+                 "want 1-128 printable ASCII characters without spaces, as Redis's ACL names");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateStore(const StoreConfig& store) {
   if (!store.memory.registry_path.empty() &&
       store.memory.registry_path == store.memory.snapshot_path) {
@@ -1032,6 +1051,7 @@ absl::Status ValidateStore(const StoreConfig& store) {
                                        kMaxSnapshotInterval));
   SLUICE_RETURN_IF_ERROR(CheckRedisUrl(store.redis.url_source, store.redis.url));
   SLUICE_RETURN_IF_ERROR(CheckClusterNodes(store.redis));
+  SLUICE_RETURN_IF_ERROR(CheckRedisUsername(store.redis));
   SLUICE_RETURN_IF_ERROR(ValidateRedisTls(store.redis));
   SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.timeout", store.redis.timeout, kMinRedisTimeout,
                                        kMaxRedisTimeout));
@@ -1311,6 +1331,10 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
     if (absl::EndsWith(*password, "\n")) password->pop_back();
     if (password->empty()) return refused("empty");
     cfg.store.redis.password = std::move(*password);
+  }
+  if (!cfg.store.redis.username.empty() && cfg.store.redis.password.empty()) {
+    return Error("store.redis.username",
+                 absl::StrCat("needs a password: set ", kRedisPasswordFileVariable));
   }
   return absl::OkStatus();
 }

@@ -113,8 +113,12 @@ struct RedisStoreConfig {
   std::string key_prefix = "sl";
   // Redis Cluster: seed nodes "host:port" (IPv6 in brackets), instead of `url` (setting both, or
   // SLUICE_REDIS_URL with these, is an error). The password still comes from
-  // SLUICE_REDIS_PASSWORD_FILE; AUTH is sent to the default user. Empty: one Redis at `url`.
+  // SLUICE_REDIS_PASSWORD_FILE; AUTH is sent to `username`, or the default user. Empty: one Redis
+  // at `url`.
   std::vector<std::string> cluster_nodes;
+  // With cluster_nodes: the ACL user AUTH names, with the password of SLUICE_REDIS_PASSWORD_FILE
+  // (required then). Empty: the default user. (A single Redis takes its user in `url`.)
+  std::string username;
   // True when `url` was set (by the file or SLUICE_REDIS_URL), not left at its default.
   bool url_set = false;
   RedisTlsConfig tls;

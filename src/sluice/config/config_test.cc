@@ -998,6 +998,24 @@ TEST_F(ConfigTest, BadClusterNodesAreRefused) {
   }
 }
 
+TEST_F(ConfigTest, AClusterTakesAnAclUserOnlyWithClusterNodes) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("store:\n  type: redis\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"], "
+                     "username: sluice-app}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->store.redis.username, "sluice-app");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://h\", username: app}\n")),
+            "test.yaml: store.redis.username: only with cluster_nodes (a single Redis takes its "
+            "user in the URL, redis://user@host)");
+  for (const std::string& bad :
+       std::vector<std::string>{"a b", std::string(129, 'u'), "caf\xc3\xa9", "tab\\t"}) {
+    EXPECT_THAT(ErrorOf(WithPlan(absl::StrCat(
+                    "store:\n  redis: {cluster_nodes: [\"a:1\"], username: \"", bad, "\"}\n"))),
+                HasSubstr("store.redis.username: want 1-128 printable ASCII characters"))
+        << bad;
+  }
+}
+
 TEST_F(ConfigTest, BadRedisKeyPrefixIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {key_prefix: \"a:b\"}\n")),
             "test.yaml: store.redis.key_prefix: bad key prefix \"a:b\" (want 1-32 characters of "
@@ -1372,6 +1390,14 @@ TEST_F(EnvironmentTest, RedisUrlBesideClusterNodesIsRefused) {
   EXPECT_EQ(Apply("store:\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"]}\n"),
             "store.redis.cluster_nodes: cannot be set together with SLUICE_REDIS_URL (the seeds "
             "replace the URL; the password comes from SLUICE_REDIS_PASSWORD_FILE)");
+}
+
+TEST_F(EnvironmentTest, AnAclUserNeedsThePasswordFile) {
+  const std::string user = "store:\n  redis: {cluster_nodes: [\"10.0.0.1:6379\"], username: app}\n";
+  EXPECT_EQ(Apply(user), "store.redis.username: needs a password: set SLUICE_REDIS_PASSWORD_FILE");
+  env_["SLUICE_REDIS_PASSWORD_FILE"] = WriteFile("password", "s3cret\n");
+  EXPECT_EQ(Apply(user), "OK");
+  EXPECT_EQ(cfg_.store.redis.password, "s3cret");
 }
 
 TEST_F(EnvironmentTest, EmptyRedisUrlIsAnErrorNotTheFilesUrl) {

@@ -64,6 +64,10 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
     }
     cfg.store.redis.cluster_nodes = redis.cluster_nodes;
     cfg.store.redis.password = redis.password;
+    cfg.store.redis.username = redis.username;
+    if (!redis.username.empty() && redis.password.empty()) {
+      return absl::InvalidArgumentError("store.redis.username: needs a password");
+    }
     cfg.store.redis.key_prefix = redis.key_prefix;
     cfg.store.redis.timeout = absl::FromChrono(redis.timeout);
     cfg.store.redis.tls = {.ca_file = redis.tls.ca_file,

@@ -370,6 +370,18 @@ TEST(MemoryLimiterOptionsTest, RedisClusterSettingsAreChecked) {
   Options bad = FreeOptions();
   bad.store = RedisStoreOptions{.cluster_nodes = {"10.0.0.2"}};
   EXPECT_THAT(OpenError(std::move(bad)), HasSubstr("store.redis.cluster_nodes[0]: "));
+  // An ACL user: with a password, on a cluster, named as Redis names users.
+  const auto with_user = [](RedisStoreOptions redis) {
+    Options o = FreeOptions();
+    o.store = std::move(redis);
+    return OpenError(std::move(o));
+  };
+  EXPECT_EQ(with_user({.cluster_nodes = {"10.0.0.2:6379"}, .username = "app"}),
+            "store.redis.username: needs a password");
+  EXPECT_THAT(with_user({.password = "pw", .username = "app"}),
+              HasSubstr("store.redis.username: only with cluster_nodes"));
+  EXPECT_THAT(with_user({.password = "pw", .cluster_nodes = {"10.0.0.2:6379"}, .username = "a b"}),
+              HasSubstr("store.redis.username: want 1-128"));
   Options tls_plaintext = FreeOptions();
   tls_plaintext.store = RedisStoreOptions{.tls = {.enabled = true}};
   EXPECT_THAT(OpenError(std::move(tls_plaintext)),

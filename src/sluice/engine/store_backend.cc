@@ -480,6 +480,8 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Con
     if (!parsed.ok()) return parsed.status();
     // SLUICE_REDIS_PASSWORD_FILE (config::ApplyEnvironment) replaces the URL's password.
     if (!cfg.store.redis.password.empty()) parsed->password = cfg.store.redis.password;
+    // On a cluster, store.redis.username names the ACL user (the config checked it has a password).
+    if (!seeds.empty()) parsed->username = cfg.store.redis.username;
     parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
     // On a cluster (no URL), store.redis.tls turns TLS on for every node.
     if (!seeds.empty() && cfg.store.redis.tls.any()) parsed->tls.enabled = true;

@@ -104,9 +104,15 @@ void LogConfigSummary(const config::Config& cfg, std::string_view event) {
         .Str("on_store_error",
              cfg.on_store_error == config::OnStoreError::kDeny ? "deny" : "allow");
     if (cfg.store.type == config::StoreType::kRedis) {
-      line.Str("redis_host", UrlHost(cfg.store.redis.url))
-          .Str("redis_url_source", cfg.store.redis.url_source)
-          .Str("redis_timeout", absl::FormatDuration(cfg.store.redis.timeout))
+      if (cfg.store.redis.cluster_nodes.empty()) {
+        line.Str("redis_host", UrlHost(cfg.store.redis.url))
+            .Str("redis_url_source", cfg.store.redis.url_source);
+      } else {
+        // Seeds and the ACL user are no secrets (the password never appears here).
+        line.Str("redis_cluster_nodes", absl::StrJoin(cfg.store.redis.cluster_nodes, ","))
+            .Str("redis_username", cfg.store.redis.username);
+      }
+      line.Str("redis_timeout", absl::FormatDuration(cfg.store.redis.timeout))
           .Str("redis_key_prefix", cfg.store.redis.key_prefix);
     } else {
       line.Str("snapshot_path", cfg.store.memory.snapshot_path)

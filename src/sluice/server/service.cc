@@ -239,6 +239,7 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.store.type != after.store.type || before.store.redis.url != after.store.redis.url ||
       before.store.redis.cluster_nodes != after.store.redis.cluster_nodes ||
       before.store.redis.password != after.store.redis.password ||
+      before.store.redis.username != after.store.redis.username ||
       before.store.redis.timeout != after.store.redis.timeout ||
       before.store.redis.key_prefix != after.store.redis.key_prefix ||
       before.store.redis.tls.present != after.store.redis.tls.present ||
