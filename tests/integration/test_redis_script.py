@@ -220,10 +220,11 @@ class RedisScriptTest(unittest.TestCase):
         lim = [limit("m", 2, [50, 100])]
         counters, flags, outbox = keys_for("user-42", lim)
         self.redis.call("SET", flags[0], "x")
-        self.assertEqual(self.decide(lim)[:2], (True, [1]))  # read as already fired
+        self.assertEqual(self.decide(lim), (True, [1], 0, 0))  # 50% read as already fired...
+        self.assertEqual(self.flags(counters[0]), ["50:2"])  # ...and kept so beside the counter
         self.redis.call("DEL", flags[0])
         self.redis.call("SET", outbox, "x")
-        self.assertEqual(self.decide(lim), (True, [2], 0, 2))  # read as full: refused, armed
+        self.assertEqual(self.decide(lim), (True, [2], 0, 1))  # 100%: read as full, armed
         self.assertEqual(self.counter(counters[0]), b"2")
 
     def test_a_refused_write_fails_the_call_instead_of_reading_as_an_unusable_counter(self):
@@ -315,10 +316,12 @@ class RedisScriptTest(unittest.TestCase):
         self.redis.call("HSET", earlier[0], "50:10", "1")
         self.redis.call("EXPIRE", earlier[0], "3600")
         self.assertEqual(self.decide(lim, cost=8)[2], 1)  # 80% only
-        self.assertEqual(self.flags(counters[0]), ["80:10"])
+        # The earlier flag is copied beside the counter, where it is read from then on.
+        self.assertEqual(self.flags(counters[0]), ["50:10", "80:10"])
         self.assertEqual([e["threshold"] for e in self.outbox()], ["80"])
-        self.assertEqual(self.decide(lim)[2], 0)
         self.assertEqual(self.redis.call("HKEYS", earlier[0]), [b"50:10"])  # never written
+        self.redis.call("DEL", earlier[0])
+        self.assertEqual(self.decide(lim)[2], 0)
 
     def test_a_bad_part_after_a_paying_part_is_the_scripts_error_and_takes_back(self):
         counters, _, outbox = keys_for("user-42", [limit("m", 5), limit("h", 5)])

@@ -248,6 +248,7 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
       before.store.redis.tls.key_file != after.store.redis.tls.key_file ||
       before.store.redis.tls.server_name != after.store.redis.tls.server_name ||
       before.store.memory.snapshot_path != after.store.memory.snapshot_path ||
+      before.store.memory.registry_path != after.store.memory.registry_path ||
       before.store.memory.snapshot_interval != after.store.memory.snapshot_interval) {
     warn("store");
   }

@@ -170,9 +170,10 @@ local function helpers()
 end
 
 -- reply[1] is the verdict; reply[r] the counter of the (r-1)th limit of the call, part by part;
--- then `fired` and `refused` at reply[last] and reply[last + 1]. Made with room for three limits
--- (a table that grows is reallocated at 2, 3, 5 and 9 entries); the reply ends at its first nil.
-local reply = { 1, 0, 0, 0, 0, 0 }
+-- then `fired` and `refused` at reply[last] and reply[last + 1], and a nil at reply[last + 2]:
+-- the reply ends at its first nil. Made with room for all that for up to three limits (a table
+-- that grows is reallocated at 2, 3, 5 and 9 entries).
+local reply = { 1, 0, 0, 0, 0, 0, 0 }
 local last = 2
 
 -- Admission, optimistically: each enforced counter of each paying part is incremented, each
@@ -398,7 +399,16 @@ fire = function(h, a, key, w, used, denied)
         local before = fired_before(key, subject, flag)
         if before == nil or (before == false and not record(h, a, w, percent, used, quota)) then
           refused = refused + 1
-        elseif before == false then
+        elseif before == true then
+          -- Copied beside the counter, so that it is read there from now on (and moves with the
+          -- counter on a Cluster). If Redis refuses the write, it is read from the earlier hash
+          -- again next time.
+          local copied = redis.pcall('HSET', key, field, sub(flags .. flag .. ' ', 2, -2))
+          if type(copied) == 'number' then
+            flags = flags .. flag .. ' '
+            if tonumber(w[1]) then redis.pcall('EXPIREAT', key, w[1], 'NX') end
+          end
+        else
           flags = flags .. flag .. ' '
           redis.call('HSET', key, field, sub(flags, 2, -2))
           -- The flag may have created the hash (a denial of a counter never written).

@@ -518,18 +518,13 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
         FlagReader{.quota = req.plan->limits[i].quota, .percents = std::move(percents)});
     auto read = [state, finish, i, flags](absl::StatusOr<Reply> r, bool words) {
       if (!r.ok()) return finish(ConnectionFailure(r.status()));
-      if (r->is_error()) {
-        // A counter key of another type holds no flags (nothing fires on an unusable counter);
-        // an earlier flag hash of another type read as fired is no threshold of ours to report.
-        if (r->str.starts_with("WRONGTYPE")) return finish(absl::OkStatus());
-        return finish(ErrorReply(*r));
-      }
-      if (words) {
-        if (r->is_string()) {
-          for (absl::string_view w : absl::StrSplit(ToAbsl(r->str), ' ', absl::SkipEmpty()))
-            flags->Add(ToStd(w));
-        }
-      } else {
+      if (r->is_error() && !r->str.starts_with("WRONGTYPE")) return finish(ErrorReply(*r));
+      // A counter key of another type holds no flags (nothing fires on an unusable counter); an
+      // earlier flag hash of another type, read as fired, names no threshold of ours to report.
+      if (words && r->is_string()) {
+        for (absl::string_view w : absl::StrSplit(ToAbsl(r->str), ' ', absl::SkipEmpty()))
+          flags->Add(ToStd(w));
+      } else if (!words && r->is_array()) {
         for (const Reply& e : r->elements) flags->Add(e.str);
       }
       if (--flags->pending == 0) state->usage[i].fired = std::move(flags->fired);

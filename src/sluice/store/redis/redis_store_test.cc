@@ -350,7 +350,7 @@ TEST_F(RedisStoreTest, AFlagInTheEarlierFlagHashCountsIsReportedAndIsReset) {
   absl::StatusOr<Reply> flags =
       testing_util::SendAndWait(io_, *connection_, {"HGET", store_->CounterKey(req, 0), "#alice"});
   ASSERT_TRUE(flags.ok() && flags->is_string()) << flags.status();
-  EXPECT_EQ(flags->str, "80:10");
+  EXPECT_EQ(flags->str, "50:10 80:10");  // the earlier flag copied beside the counter
 
   auto usage = [&] {
     std::optional<absl::StatusOr<std::vector<LimitUsage>>> out;
@@ -362,6 +362,12 @@ TEST_F(RedisStoreTest, AFlagInTheEarlierFlagHashCountsIsReportedAndIsReset) {
   ASSERT_TRUE(before.ok()) << before.status();
   EXPECT_EQ((*before)[0].used, 8);
   EXPECT_EQ((*before)[0].fired, (std::vector<int>{50, 80}));
+  // An earlier flag key of another type hides nothing of the counter hash's flags.
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"DEL", earlier}).ok());
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"SET", earlier, "x"}).ok());
+  absl::StatusOr<std::vector<LimitUsage>> beside = usage();
+  ASSERT_TRUE(beside.ok()) << beside.status();
+  EXPECT_EQ((*beside)[0].fired, (std::vector<int>{50, 80}));
 
   std::optional<absl::Status> reset;
   store_->Reset(req, std::nullopt, [&](absl::Status s) { reset = s; });
