@@ -102,15 +102,20 @@ class RedisStoreTest : public ::testing::Test {
   void SetUp() override {
     port_ = testing_util::FreePort();
     ASSERT_TRUE(server_.Start(port_)) << "cannot start " << testing_util::kRedisServer;
+    UsePlanAlertingAt({});
+  }
+  // The plan "p": one limit, per_minute, of 10 per minute, alerting at `alert_at`.
+  void UsePlanAlertingAt(std::vector<int> alert_at) {
+    config::LimitConfig limit{
+        .name = "per_minute",
+        .quota = 10,
+        .window = {.kind = config::WindowSpec::Kind::kFixed, .length = absl::Minutes(1)}};
+    limit.window.text = "1m";
+    limit.alert_at = std::move(alert_at);
+    config::PlanConfig plan{.name = "p", .timezone = "UTC"};
+    plan.limits.push_back(std::move(limit));
     config::Config cfg;
-    cfg.plans = {config::PlanConfig{
-        .name = "p",
-        .timezone = "UTC",
-        .limits = {config::LimitConfig{.name = "per_minute",
-                                       .quota = 10,
-                                       .window = {.kind = config::WindowSpec::Kind::kFixed,
-                                                  .length = absl::Minutes(1),
-                                                  .text = "1m"}}}}};
+    cfg.plans.push_back(std::move(plan));
     absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
     ASSERT_TRUE(plans.ok()) << plans.status();
     plans_ = std::make_unique<PlanSet>(*std::move(plans));
@@ -328,19 +333,7 @@ TEST_F(RedisStoreTest, ACounterKeyHoldingNoValidCounterDeniesAndStaysUntouched) 
 // Flags live in the counter hash ("#<subject>"); a flag hash written before they moved there is
 // still read (its threshold does not fire again), reported by Usage, and cleared by Reset.
 TEST_F(RedisStoreTest, AFlagInTheEarlierFlagHashCountsIsReportedAndIsReset) {
-  config::Config cfg;
-  cfg.plans = {config::PlanConfig{
-      .name = "p",
-      .timezone = "UTC",
-      .limits = {config::LimitConfig{.name = "per_minute",
-                                     .quota = 10,
-                                     .window = {.kind = config::WindowSpec::Kind::kFixed,
-                                                .length = absl::Minutes(1),
-                                                .text = "1m"},
-                                     .alert_at = {50, 80}}}}};
-  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
-  ASSERT_TRUE(plans.ok()) << plans.status();
-  plans_ = std::make_unique<PlanSet>(*std::move(plans));
+  UsePlanAlertingAt({50, 80});
   Connect(2000ms);
   const StoreRequest req = Request(8);
   const std::string earlier = store_->FlagsKey(req, 0);
