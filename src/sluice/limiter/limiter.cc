@@ -34,17 +34,30 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Decision SkeletonDecision(const Plan& plan,
                                                               absl::Time now) {
   Decision d;
   d.plan = &plan;
-  d.limits.resize(plan.limits.size());
+  // One element at a time: resize() would zero each one first, out of line.
   for (size_t i = 0; i < plan.limits.size(); ++i) {
-    LimitDecision& l = d.limits[i];
-    l.limit = &plan.limits[i];
-    l.window_start = windows[i].start;
-    l.window_end = windows[i].end;
-    l.reset_after = SecondsUntil(windows[i].end, now);
-    l.remaining = l.limit->quota;
+    d.limits.push_back({.limit = &plan.limits[i],
+                        .remaining = plan.limits[i].quota,
+                        .reset_after = SecondsUntil(windows[i].end, now),
+                        .window_start = windows[i].start,
+                        .window_end = windows[i].end});
   }
   return d;
 }
+
+// Each limit's quota and shadow flag as ApplyCounters reads them. LiveTerms reads the plan itself,
+// for an answer given while the plan is known to live (an in-process store's, a cached denial's);
+// CopiedTerms reads a PlanQuotas copy, for an answer that may come after an effective plan is gone.
+struct LiveTerms {
+  const Plan& plan;
+  [[nodiscard]] int64_t quota(size_t i) const { return plan.limits[i].quota; }
+  [[nodiscard]] bool shadow(size_t i) const { return plan.limits[i].shadow; }
+};
+struct CopiedTerms {
+  const PlanQuotas& plan;
+  [[nodiscard]] int64_t quota(size_t i) const { return plan.quotas[i]; }
+  [[nodiscard]] bool shadow(size_t i) const { return i < plan.shadow.size() && plan.shadow[i]; }
+};
 
 // Applies the store's counters: per-limit used/remaining/violated/would_deny and the overall
 // retry_after. A limit is violated when it alone would refuse the request: used + cost > quota
@@ -53,25 +66,24 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Decision SkeletonDecision(const Plan& plan,
 // An unusable counter (store.h) is exhausted: reported as used = quota, remaining 0, violated —
 // and it denies even if a store said otherwise — unless its limit is shadow (it would deny, then).
 // A shadow limit is never violated (docs/semantics.md, Shadow limits). Every value is then in
-// [0, kMaxUsed], so nothing overflows. `plan` (quotas and shadow flags, plan order) is a copy:
-// the plan may be an effective plan that is gone by now.
-void ApplyCounters(const StoreResult& result, int64_t cost, const PlanQuotas& plan, Decision& d) {
+// [0, kMaxUsed], so nothing overflows. `terms` gives each limit's quota and shadow flag, in plan
+// order (LiveTerms or CopiedTerms).
+template <typename Terms>
+void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, Decision& d) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
-    const int64_t quota = plan.quotas[i];
+    const int64_t quota = terms.quota(i);
     const bool usable = UsableCounter(result.used[i]);
     l.used = usable ? result.used[i] : quota;
     l.remaining = l.used >= quota ? 0 : quota - l.used;
     const bool over = !usable || (result.allowed ? l.used > quota : l.used > quota - cost);
-    if (i < plan.shadow.size() && plan.shadow[i]) {
+    if (terms.shadow(i)) {
       l.would_deny = over;
       continue;
     }
     if (!usable) d.allowed = false;
     l.violated = !usable || (!result.allowed && over);
-  }
-  for (const LimitDecision& l : d.limits) {
     if (l.violated) d.retry_after = std::max(d.retry_after, l.reset_after);
   }
 }
@@ -102,7 +114,9 @@ struct Pending {
   int64_t cost = 1;
   config::OnStoreError policy = config::OnStoreError::kAllow;
   absl::Time now;
-  PlanQuotas plan;  // tag and quotas, plan order
+  // Tag and quotas, plan order: only with a cache (it compares and keeps them) or on the
+  // asynchronous path (the answer reads them through CopiedTerms).
+  PlanQuotas plan;
   OverLimitCache* cache = nullptr;
   uint64_t store_shrinks = 0;
   std::string subject;  // only when there is a cache
@@ -111,16 +125,18 @@ struct Pending {
 
 // Turns the store's answer into the decision and hands it to `done`; remembers a denial in
 // `p.cache` (when there is one) so that the same request is refused without the store next time.
-// `subject` and `windows` are the request's (Pending's copies on the asynchronous path).
+// `subject` and `windows` are the request's (Pending's copies on the asynchronous path); `terms`
+// the plan's (LiveTerms or CopiedTerms, see ApplyCounters).
+template <typename Terms>
 void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending& p,
-            std::string_view subject, absl::Span<const WindowBounds> windows,
+            const Terms& terms, std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
     Degrade(result.status(), p.policy, skeleton);
     std::move(done)(std::move(skeleton));
     return;
   }
-  ApplyCounters(*result, p.cost, p.plan, skeleton);
+  ApplyCounters(*result, p.cost, terms, skeleton);
   if (!skeleton.allowed && p.cache != nullptr) {
     absl::Time until = absl::InfinitePast();
     for (const LimitDecision& l : skeleton.limits) {
@@ -209,7 +225,7 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
   int64_t retry_after = 0;
   for (size_t p = 0; p < decisions.size(); ++p) {
     result->parts[p].allowed = result->allowed;
-    ApplyCounters(result->parts[p], costs[p], quotas[p], decisions[p]);
+    ApplyCounters(result->parts[p], costs[p], CopiedTerms{quotas[p]}, decisions[p]);
     allowed = allowed && decisions[p].allowed;
     retry_after = std::max(retry_after, decisions[p].retry_after);
   }
@@ -248,7 +264,6 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   Pending pending{.cost = req.cost,
                   .policy = options_.on_store_error,
                   .now = clock_->Now(),
-                  .plan = PlanQuotas::Of(*plan),
                   .cache = cache_.get(),
                   // Read before the store is asked: a shrink that completes after this
                   // invalidates what the answer would teach the cache.
@@ -256,6 +271,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   Windows windows = WindowsFor(*plan, pending.now);
   Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
   if (cache_ != nullptr) {
+    pending.plan = PlanQuotas::Of(*plan);
     OverLimitCache::Entry known;
     if (cache_->CertainDenial(pending.plan, req.subject, req.cost, pending.now, windows, &known,
                               pending.store_shrinks)) {
@@ -264,7 +280,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
         // A limit whose window moved on since the denial has an unknown, fresh counter.
         result.used.push_back(known.window_start[i] == windows[i].start ? known.used[i] : 0);
       }
-      ApplyCounters(result, req.cost, pending.plan, skeleton);
+      ApplyCounters(result, req.cost, LiveTerms{*plan}, skeleton);
       std::move(done)(std::move(skeleton));
       return;
     }
@@ -276,19 +292,21 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
                          .windows = windows};
   // An in-process store answers at once: no continuation to allocate.
   if (std::optional<absl::StatusOr<StoreResult>> result = store_->DecideNow(store_req)) {
-    Finish(*std::move(result), std::move(skeleton), pending, req.subject, windows, std::move(done));
+    Finish(*std::move(result), std::move(skeleton), pending, LiveTerms{*plan}, req.subject, windows,
+           std::move(done));
     return;
   }
-  // Remembering a denial needs the subject and windows once the answer arrives (the request is
-  // gone by then).
+  // The answer needs the quotas, and remembering a denial the subject and windows, once it
+  // arrives (the request and an effective plan may be gone by then).
+  if (cache_ == nullptr) pending.plan = PlanQuotas::Of(*plan);
   if (cache_ != nullptr) {
     pending.subject = std::string(req.subject);
     pending.windows = windows;
   }
   store_->Decide(store_req, [skeleton = std::move(skeleton), pending = std::move(pending),
                              done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-    Finish(std::move(result), std::move(skeleton), pending, pending.subject, pending.windows,
-           std::move(done));
+    Finish(std::move(result), std::move(skeleton), pending, CopiedTerms{pending.plan},
+           pending.subject, pending.windows, std::move(done));
   });
 }
 

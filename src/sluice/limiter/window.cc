@@ -128,26 +128,31 @@ int64_t SecondsUntil(absl::Time end, absl::Time now) {
 
 WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZone& tz,
                               absl::Time t) {
-  const int64_t t_ns = absl::ToUnixNanos(t);
   const uint64_t before = seq_.load(std::memory_order_acquire);
   if ((before & 1) == 0) {
     // Acquire loads keep the second read of seq_ after them (no fence: TSan cannot model one).
     const int64_t id = id_.load(std::memory_order_acquire);
-    const int64_t start = start_ns_.load(std::memory_order_acquire);
-    const int64_t end = end_ns_.load(std::memory_order_acquire);
-    if (seq_.load(std::memory_order_relaxed) == before && start <= t_ns && t_ns < end) {
-      return {.id = id, .start = absl::FromUnixNanos(start), .end = absl::FromUnixNanos(end)};
+    const absl::Time start = absl::FromUnixSeconds(start_s_.load(std::memory_order_acquire));
+    const absl::Time end = absl::FromUnixSeconds(end_s_.load(std::memory_order_acquire));
+    if (seq_.load(std::memory_order_relaxed) == before && start <= t && t < end) {
+      return {.id = id, .start = start, .end = end};
     }
   }
   const WindowBounds w = WindowAt(spec, tz, t);
   // Publish it unless another thread is already writing (then this one simply does not cache).
+  // Window bounds are whole seconds; one that is not (none should be) is never cached.
+  const int64_t start_s = absl::ToUnixSeconds(w.start);
+  const int64_t end_s = absl::ToUnixSeconds(w.end);
+  if (absl::FromUnixSeconds(start_s) != w.start || absl::FromUnixSeconds(end_s) != w.end) {
+    return w;
+  }
   uint64_t expected = before;
   if ((before & 1) == 0 &&
       seq_.compare_exchange_strong(expected, before + 1, std::memory_order_acquire)) {
     // Release stores: a reader that sees any of these values also sees seq_ odd or newer.
     id_.store(w.id, std::memory_order_release);
-    start_ns_.store(absl::ToUnixNanos(w.start), std::memory_order_release);
-    end_ns_.store(absl::ToUnixNanos(w.end), std::memory_order_release);
+    start_s_.store(start_s, std::memory_order_release);
+    end_s_.store(end_s, std::memory_order_release);
     seq_.store(before + 2, std::memory_order_release);
   }
   return w;

@@ -53,8 +53,9 @@ class WindowCache {
  private:
   std::atomic<uint64_t> seq_{0};  // odd while being written
   std::atomic<int64_t> id_{0};
-  std::atomic<int64_t> start_ns_{0};  // Unix nanoseconds
-  std::atomic<int64_t> end_ns_{0};
+  // Unix seconds (bounds are whole seconds: comparing and returning them needs no division).
+  std::atomic<int64_t> start_s_{0};
+  std::atomic<int64_t> end_s_{0};
 };
 
 }  // namespace sluice

@@ -245,7 +245,7 @@ struct alignas(64) MemoryStore::Shard {
                                             StoreResult& result) {
     const Plan& plan = *req.plan;
     const size_t n = plan.limits.size();
-    result.used.resize(n);
+    result.used.clear();  // filled below, one push at a time (resize() zeroes them out of line)
     auto it = map.find(req.subject, hash);
     Entry* entry = it == map.end() ? nullptr : &it->second;
     if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
@@ -254,10 +254,9 @@ struct alignas(64) MemoryStore::Shard {
     bool allowed = true;
     for (size_t i = 0; i < n; ++i) {
       const MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
-      result.used[i] = UsedNow(c, req.windows[i]);
+      const int64_t used = result.used.emplace_back(UsedNow(c, req.windows[i]));
       // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
       // state, and it denies. A shadow limit never denies.
-      const int64_t used = result.used[i];
       if ((!UsableCounter(used) || used > plan.limits[i].quota - req.cost) &&
           !plan.limits[i].shadow) [[unlikely]] {
         allowed = false;
