@@ -221,15 +221,17 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     for (const auto& node : nodes_) node->link.reset();  // outstanding commands: Unavailable
   }
 
-  void Send(std::vector<std::string> argv, Callback done, LateCallback late, bool despite) {
+  // `argv` is shared, never copied: every attempt (a MOVED or ASK retry) sends the same one.
+  void Send(std::shared_ptr<const std::vector<std::string>> argv, Callback done, LateCallback late,
+            bool despite) {
     if (stopped_) {
       return Post(std::move(done), absl::UnavailableError("redis cluster: stopped"));
     }
-    if (argv.size() >= 2 && Is(argv[0], "SCRIPT") && Is(argv[1], "LOAD")) {
-      return Broadcast(std::move(argv), std::move(done));
+    if (argv->size() >= 2 && Is((*argv)[0], "SCRIPT") && Is((*argv)[1], "LOAD")) {
+      return Broadcast(*argv, std::move(done));
     }
     auto cmd = std::make_shared<Command>();
-    const std::optional<std::string_view> key = CommandKey(argv);
+    const std::optional<std::string_view> key = CommandKey(*argv);
     cmd->slot = key ? KeySlot(*key) : keyless_slot_;
     cmd->argv = std::move(argv);
     cmd->done = std::move(done);
@@ -275,7 +277,7 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   };
 
   struct Command {
-    std::vector<std::string> argv;
+    std::shared_ptr<const std::vector<std::string>> argv;
     Callback done;
     LateCallback late;
     bool despite = false;
@@ -351,8 +353,6 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
       node = NodeFor(node->address);
       if (node == nullptr || node->link == nullptr) return NoMaster(std::move(cmd));
     }
-    // The last attempt gives its arguments away; an earlier one keeps them for a retry.
-    std::vector<std::string> argv = cmd->retries >= kMaxRetries ? std::move(cmd->argv) : cmd->argv;
     LateCallback late = nullptr;
     if (cmd->late) {
       // Only the attempt whose `done` timed out can have a late reply: there is no retry then.
@@ -370,9 +370,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
       link.SendDespiteBreaker({"ASKING"}, [](absl::StatusOr<Reply>) {});
     }
     if (cmd->despite) {
-      link.SendDespiteBreaker(std::move(argv), std::move(on_reply), std::move(late));
+      // Rare (a refund): the one copy is Connection's interface.
+      link.SendDespiteBreaker(*cmd->argv, std::move(on_reply), std::move(late));
     } else {
-      link.Send(std::move(argv), std::move(on_reply), std::move(late));
+      link.SendShared(cmd->argv, std::move(on_reply), std::move(late));
     }
   }
 
@@ -639,12 +640,19 @@ void ClusterClient::Start() { impl_->Start(); }
 void ClusterClient::Stop() { impl_->Stop(); }
 
 void ClusterClient::Send(std::vector<std::string> argv, Callback done, LateCallback late) {
+  impl_->Send(std::make_shared<const std::vector<std::string>>(std::move(argv)), std::move(done),
+              std::move(late), /*despite=*/false);
+}
+
+void ClusterClient::SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                               LateCallback late) {
   impl_->Send(std::move(argv), std::move(done), std::move(late), /*despite=*/false);
 }
 
 void ClusterClient::SendDespiteBreaker(std::vector<std::string> argv, Callback done,
                                        LateCallback late) {
-  impl_->Send(std::move(argv), std::move(done), std::move(late), /*despite=*/true);
+  impl_->Send(std::make_shared<const std::vector<std::string>>(std::move(argv)), std::move(done),
+              std::move(late), /*despite=*/true);
 }
 
 bool ClusterClient::connected() const { return impl_->connected(); }

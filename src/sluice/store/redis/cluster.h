@@ -129,6 +129,8 @@ class ClusterClient final : public CommandSender {
   void Start() override;
   void Stop() override;
   void Send(std::vector<std::string> argv, Callback done, LateCallback late = nullptr) override;
+  void SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                  LateCallback late = nullptr) override;
   void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
                           LateCallback late = nullptr) override;
   [[nodiscard]] bool connected() const override;

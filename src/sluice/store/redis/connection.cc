@@ -227,7 +227,18 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     pending_.push_back(
         Pending{std::move(done), Clock::now() + options_.command_timeout, std::move(late)});
     ArmDeadline();
-    if (!writing_) StartWrite();
+    if (!writing_) ScheduleWrite();
+  }
+
+  // The write starts once the handlers already queued on `io_` have run, so that the commands
+  // they send (the other requests read in the same wake-up) leave with it: one write, and one read
+  // event for Redis, per batch rather than one for a batch's first command and one for the rest.
+  void ScheduleWrite() {
+    writing_ = true;  // later commands wait for this write
+    asio::post(io_, [self = shared_from_this(), generation = generation_] {
+      if (generation != self->generation_ || self->stopped_) return;  // dropped meanwhile
+      self->StartWrite();
+    });
   }
 
   // The breaker counts consecutive timeouts; any command answered in time resets the count.
@@ -286,12 +297,16 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   void StartWrite() {
     writing_ = true;
     ++writes_;
-    // The buffer is owned by the operation, so a write aborted by Drop() never sees it reused.
-    auto bytes = std::make_shared<std::string>(std::move(out_));
+    // The buffer is owned by the operation, so a write aborted by Drop() never sees it reused. A
+    // completed write hands it back (OnWritten): out_ takes its storage, so the next batch is
+    // encoded without growing a new string (a batch is kilobytes: a dozen reallocations).
+    std::shared_ptr<std::string> bytes = std::move(spare_);
+    if (bytes == nullptr) bytes = std::make_shared<std::string>();
+    bytes->swap(out_);
     out_.clear();
     auto on_written = [self = shared_from_this(), bytes, generation = generation_](
                           const boost::system::error_code& ec, size_t) {
-      self->OnWritten(generation, ec);
+      self->OnWritten(generation, ec, bytes);
     };
     if (tls_ == nullptr) {
       asio::async_write(socket_, asio::buffer(*bytes), std::move(on_written));
@@ -303,9 +318,14 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
                           const boost::system::error_code& ec, size_t n) { on_written(ec, n); });
   }
 
-  void OnWritten(uint64_t generation, const boost::system::error_code& ec) {
+  void OnWritten(uint64_t generation, const boost::system::error_code& ec,
+                 const std::shared_ptr<std::string>& bytes) {
     if (generation != generation_) return;  // a connection already dropped
     writing_ = false;
+    if (bytes->capacity() <= kMaxSpareBytes) {
+      bytes->clear();
+      spare_ = bytes;
+    }
     if (ec) {
       // The read loop notices the closed socket and drops the connection.
       boost::system::error_code ignored;
@@ -657,6 +677,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   std::deque<Pending> pending_;
   size_t expired_ = 0;  // pending_[0, expired_) timed out
   std::string out_;     // encoded commands waiting for the next write
+  // The last completed write's buffer, for the next one; one larger than kMaxSpareBytes (a bulk
+  // load's) is let go.
+  std::shared_ptr<std::string> spare_;
+  static constexpr size_t kMaxSpareBytes = size_t{256} << 10;
   uint64_t generation_ = 0;
   bool started_ = false;
   bool stopped_ = false;

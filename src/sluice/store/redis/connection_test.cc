@@ -18,6 +18,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "gmock/gmock.h"
@@ -217,6 +218,28 @@ TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
   EXPECT_LT(writes, sent);
   std::cout << "pipelining: " << sent << " commands in " << writes << " writes\n";
   RecordProperty("writes", static_cast<int>(writes));
+}
+
+// What a server thread does when one wake-up reads several requests: each handler sends its own
+// command. They leave in one write (the write waits for the handlers already queued), not the
+// first alone and the rest after it.
+TEST_F(ConnectionTest, CommandsSentByHandlersQueuedTogetherLeaveInOneWrite) {
+  Connection conn(io_, Options());
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+  const uint64_t writes_before = conn.writes();
+
+  constexpr int kHandlers = 8;
+  int answered = 0;
+  for (int i = 0; i < kHandlers; ++i) {
+    boost::asio::post(io_, [&] {
+      conn.Send({"INCR", "handlers"}, [&](absl::StatusOr<Reply> r) {
+        if (r.ok() && r->is_integer()) ++answered;
+      });
+    });
+  }
+  ASSERT_TRUE(RunUntil([&] { return answered == kHandlers; }));
+  EXPECT_EQ(conn.writes() - writes_before, uint64_t{1});
 }
 
 TEST_F(ConnectionTest, ErrorReplyIsAnOkResultOfTypeError) {
