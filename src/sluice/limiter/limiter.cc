@@ -89,10 +89,13 @@ void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, 
 }
 
 // A decision the store could not answer: on_store_error decides (docs/semantics.md).
-// True when some limit of `d` may deny (is not a shadow limit).
-bool Enforces(const Decision& d) {
-  for (const LimitDecision& l : d.limits) {
-    if (l.limit != nullptr && !l.limit->shadow) return true;
+// True when some of the `n` limits `terms` describes may deny (is not a shadow limit). Read from
+// the terms, not from the decision's Limit pointers: an effective plan may be gone by the time an
+// asynchronous store fails.
+template <typename Terms>
+bool Enforces(const Terms& terms, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!terms.shadow(i)) return true;
   }
   return false;
 }
@@ -103,9 +106,6 @@ void Degrade(const absl::Status& failure, config::OnStoreError policy, bool enfo
   d.degraded = true;
   d.failure = StoreFailureOf(failure);
   d.allowed = policy == config::OnStoreError::kAllow || !enforced;
-}
-void Degrade(const absl::Status& failure, config::OnStoreError policy, Decision& d) {
-  Degrade(failure, policy, Enforces(d), d);
 }
 
 // What finishing a decision needs once the store has answered, copied out of the request and the
@@ -132,7 +132,7 @@ void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending
             const Terms& terms, std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
-    Degrade(result.status(), p.policy, skeleton);
+    Degrade(result.status(), p.policy, Enforces(terms, skeleton.limits.size()), skeleton);
     std::move(done)(std::move(skeleton));
     return;
   }
@@ -216,7 +216,9 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
         result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
                     : result.status();
     bool enforced = false;  // the group's verdict: one enforced limit anywhere lets policy decide
-    for (const Decision& d : decisions) enforced = enforced || Enforces(d);
+    for (size_t p = 0; p < decisions.size(); ++p) {
+      enforced = enforced || Enforces(CopiedTerms{quotas[p]}, decisions[p].limits.size());
+    }
     for (Decision& d : decisions) Degrade(failure, policy, enforced, d);
     std::move(done)(std::move(decisions));
     return;

@@ -1,6 +1,7 @@
 #include "sluice/limiter/limiter.h"
 
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
 
 namespace sluice {
@@ -348,6 +350,33 @@ TEST_F(EffectivePlanTest, IsNotReadAfterTheCallReturns) {
   ASSERT_TRUE(out.has_value() && out->ok());  // answered from the cache
   EXPECT_FALSE((*out)->allowed);
   EXPECT_EQ(store_.decides.size(), 1u);
+}
+
+// A store that fails after the effective plan is gone: on_store_error decides from the copied
+// shadow flags (the sanitizers see any read of the plan), with and without an over-limit cache
+// (the two ways the asynchronous path copies the plan's terms).
+TEST_F(EffectivePlanTest, AStoreFailureAfterThePlanIsGoneIsDecidedFromTheCopies) {
+  for (const size_t capacity : {size_t{0}, size_t{100}}) {
+    for (const bool all_shadow : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("cache ", capacity, ", all shadow ", all_shadow));
+      DeferredStore store;
+      Limiter limiter(
+          *PlanSet::FromConfig(FreePlanConfig()), &store, &clock_,
+          {.on_store_error = config::OnStoreError::kDeny, .overlimit_cache_capacity = capacity});
+      auto raised = std::make_unique<Plan>(Free().WithQuotas({120, 9000}));
+      for (Limit& limit : raised->limits) limit.shadow = all_shadow;
+      std::optional<absl::StatusOr<Decision>> out;
+      limiter.Decide({.subject = "u", .cost = 1, .effective_plan = raised.get()},
+                     [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+      raised.reset();
+      ASSERT_EQ(store.decides.size(), 1u);
+      std::move(store.decides[0])(absl::UnavailableError("store down"));
+      ASSERT_TRUE(out.has_value() && out->ok());
+      EXPECT_TRUE((*out)->degraded);
+      // Under deny, an enforced limit refuses; shadow limits alone never do.
+      EXPECT_EQ((*out)->allowed, all_shadow);
+    }
+  }
 }
 
 TEST_F(EffectivePlanTest, UsageTakesAnEffectivePlanAndReadsItOnlyDuringTheCall) {

@@ -233,6 +233,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   // The write starts once the handlers already queued on `io_` have run, so that the commands
   // they send (the other requests read in the same wake-up) leave with it: one write, and one read
   // event for Redis, per batch rather than one for a batch's first command and one for the rest.
+  // A command followed by Stop() in the same handler therefore never reaches the socket: it
+  // completes with Unavailable, as any command outstanding at Stop() does.
   void ScheduleWrite() {
     writing_ = true;  // later commands wait for this write
     asio::post(io_, [self = shared_from_this(), generation = generation_] {
@@ -389,7 +391,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     consecutive_timeouts_ = 0;
     writing_ = false;
     ++generation_;
-    out_.clear();
+    std::string().swap(out_);  // a lost connection keeps no buffer
+    spare_.reset();
     boost::system::error_code ignored;
     Socket().close(ignored);
     // Operations still in flight on the TLS stream hold it until their handlers have run.
@@ -680,7 +683,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   // The last completed write's buffer, for the next one; one larger than kMaxSpareBytes (a bulk
   // load's) is let go.
   std::shared_ptr<std::string> spare_;
-  static constexpr size_t kMaxSpareBytes = size_t{256} << 10;
+  static constexpr size_t kMaxSpareBytes = size_t{64} << 10;
   uint64_t generation_ = 0;
   bool started_ = false;
   bool stopped_ = false;
