@@ -128,7 +128,7 @@ struct Pending {
 // `subject` and `windows` are the request's (Pending's copies on the asynchronous path); `terms`
 // the plan's (LiveTerms or CopiedTerms, see ApplyCounters).
 template <typename Terms>
-void Finish(absl::StatusOr<StoreResult> result, Decision skeleton, const Pending& p,
+void Finish(absl::StatusOr<StoreResult> result, Decision& skeleton, const Pending& p,
             const Terms& terms, std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
@@ -263,13 +263,16 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
         absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(req.plan), "\"")));
     return;
   }
-  Pending pending{.cost = req.cost,
-                  .policy = options_.on_store_error,
-                  .now = clock_->Now(),
-                  .cache = cache_.get(),
-                  // Read before the store is asked: a shrink that completes after this
-                  // invalidates what the answer would teach the cache.
-                  .store_shrinks = cache_ != nullptr ? store_->shrinks() : 0};
+  // Filled field by field: an aggregate initializer would zero the vectors' inline storage
+  // (hundreds of bytes) on every decision.
+  Pending pending;
+  pending.cost = req.cost;
+  pending.policy = options_.on_store_error;
+  pending.now = clock_->Now();
+  pending.cache = cache_.get();
+  // Read before the store is asked: a shrink that completes after this invalidates what the
+  // answer would teach the cache.
+  pending.store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
   Windows windows = WindowsFor(*plan, pending.now);
   Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
   if (cache_ != nullptr) {
@@ -294,7 +297,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
                          .windows = windows};
   // An in-process store answers at once: no continuation to allocate.
   if (std::optional<absl::StatusOr<StoreResult>> result = store_->DecideNow(store_req)) {
-    Finish(*std::move(result), std::move(skeleton), pending, LiveTerms{*plan}, req.subject, windows,
+    Finish(*std::move(result), skeleton, pending, LiveTerms{*plan}, req.subject, windows,
            std::move(done));
     return;
   }
@@ -307,8 +310,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   }
   store_->Decide(store_req, [skeleton = std::move(skeleton), pending = std::move(pending),
                              done = std::move(done)](absl::StatusOr<StoreResult> result) mutable {
-    Finish(std::move(result), std::move(skeleton), pending, CopiedTerms{pending.plan},
-           pending.subject, pending.windows, std::move(done));
+    Finish(std::move(result), skeleton, pending, CopiedTerms{pending.plan}, pending.subject,
+           pending.windows, std::move(done));
   });
 }
 
