@@ -275,11 +275,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
     const std::string tag = Tag(Placement(part));
     const int slot = SlotOf(part.subject);
     for (size_t i = 0; i < part.plan->limits.size(); ++i) {
-      // LimitWindow's parts, written in place.
-      const Limit& limit = part.plan->limits[i];
-      argv.push_back(absl::StrCat(tag, ":h:", limit.name, ":",
-                                  WindowKey(limit.window, part.plan->tz), ":", part.windows[i].id,
-                                  ":", slot));
+      argv.push_back(absl::StrCat(tag, ":h:", LimitWindow(part, i), ":", slot));
     }
   }
   argv.push_back(OutboxKey(BucketOf(placement)));
