@@ -227,20 +227,54 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     pending_.push_back(
         Pending{std::move(done), Clock::now() + options_.command_timeout, std::move(late)});
     ArmDeadline();
-    if (!writing_) ScheduleWrite();
+    ++unflushed_;
+    if (writing_) return;  // OnWritten flushes what waits
+    if (unflushed_ >= options_.flush_every) {
+      Flush();
+    } else if (!flush_posted_) {
+      PostFlush();
+    }
   }
 
-  // The write starts once the handlers already queued on `io_` have run, so that the commands
-  // they send (the other requests read in the same wake-up) leave with it: one write, and one read
-  // event for Redis, per batch rather than one for a batch's first command and one for the rest.
-  // A command followed by Stop() in the same handler therefore never reaches the socket: it
-  // completes with Unavailable, as any command outstanding at Stop() does.
-  void ScheduleWrite() {
-    writing_ = true;  // later commands wait for this write
+  // When commands leave. Every `flush_every` commands at once, so that Redis works on the first
+  // requests of a wake-up while this thread still reads the others: waiting for the whole
+  // wake-up (64 HTTP connections' worth) left Redis idle meanwhile and then sluice idle while
+  // Redis ran the batch, and cost a third of the throughput (BENCHMARKS.md, "When commands
+  // leave"). The rest leaves once the handlers already queued on `io_` have run. A command
+  // followed by Stop() in the same handler may therefore not reach the socket: it completes with
+  // Unavailable, as any command outstanding at Stop() does.
+  void PostFlush() {
+    flush_posted_ = true;
     asio::post(io_, [self = shared_from_this(), generation = generation_] {
-      if (generation != self->generation_ || self->stopped_) return;  // dropped meanwhile
-      self->StartWrite();
+      if (generation != self->generation_) return;  // dropped meanwhile (Drop cleared the flag)
+      self->flush_posted_ = false;
+      if (!self->stopped_) self->Flush();
     });
+  }
+
+  // Puts out_ on the wire. In plaintext, straight into the socket's send buffer (non-blocking):
+  // no operation and no handler per batch; what the buffer does not take, and everything with
+  // TLS, leaves with an asynchronous write, which later commands wait for.
+  void Flush() {
+    if (writing_ || out_.empty()) return;
+    unflushed_ = 0;
+    if (tls_ == nullptr) {
+      boost::system::error_code ec;
+      const size_t n = socket_.write_some(asio::buffer(out_), ec);
+      if (!ec && n == out_.size()) {
+        ++writes_;
+        out_.clear();
+        return;
+      }
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+        // The read loop notices the closed socket and drops the connection.
+        boost::system::error_code ignored;
+        socket_.close(ignored);
+        return;
+      }
+      out_.erase(0, n);
+    }
+    StartWrite();
   }
 
   // The breaker counts consecutive timeouts; any command answered in time resets the count.
@@ -334,7 +368,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       Socket().close(ignored);
       return;
     }
-    if (!out_.empty()) StartWrite();
+    Flush();
   }
 
   // Every command has the same timeout, so deadlines grow along the FIFO and the timed-out ones
@@ -390,6 +424,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     circuit_open_ = false;
     consecutive_timeouts_ = 0;
     writing_ = false;
+    flush_posted_ = false;
+    unflushed_ = 0;
     ++generation_;
     std::string().swap(out_);  // a lost connection keeps no buffer
     spare_.reset();
@@ -510,6 +546,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     co_await asio::async_connect(socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return absl::UnavailableError(absl::StrCat("redis: connect: ", ec.message()));
     socket.set_option(tcp::no_delay(true), ec);
+    // Flush() writes straight into the send buffer and must never wait for it to drain.
+    socket.non_blocking(true, ec);
+    if (ec) co_return absl::UnavailableError(absl::StrCat("redis: non-blocking: ", ec.message()));
 
     absl::Status status;
     if (tls == nullptr) {
@@ -688,7 +727,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   bool started_ = false;
   bool stopped_ = false;
   bool connected_ = false;
-  bool writing_ = false;
+  bool writing_ = false;       // an asynchronous write is in flight: commands wait for it
+  bool flush_posted_ = false;  // a Flush() is posted to io_
+  size_t unflushed_ = 0;       // commands queued in out_ since the last flush
   bool deadline_armed_ = false;
   bool circuit_open_ = false;
   int consecutive_timeouts_ = 0;

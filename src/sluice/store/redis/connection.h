@@ -1,6 +1,7 @@
 // One multiplexed connection to a Redis server, owned by one io_context thread. Commands are
-// pipelined automatically: commands sent while a write is in flight leave together with the next
-// write. Replies are matched to callbacks in FIFO order (Redis answers in order on one connection).
+// pipelined automatically: the commands of one wake-up leave in writes of `flush_every`, and
+// commands sent while a write is in flight leave together with the next write. Replies are matched
+// to callbacks in FIFO order (Redis answers in order on one connection).
 #ifndef SLUICE_STORE_REDIS_CONNECTION_H_
 #define SLUICE_STORE_REDIS_CONNECTION_H_
 
@@ -49,6 +50,9 @@ struct ConnectionOptions {
   std::chrono::milliseconds reconnect_min{50};
   std::chrono::milliseconds reconnect_max{2000};
   size_t max_pending = 10000;  // commands sent but not answered (timed-out ones included)
+  // Commands are written as soon as this many are queued; fewer leave once the handlers already
+  // queued on the io_context have run (the rest of the current wake-up). At least 1.
+  size_t flush_every = 4;
   // Circuit breaker: after `breaker_failures` consecutive timeouts the connection stops waiting on
   // Redis: commands fail at once (Unavailable, kCircuitOpenMessage) while a PING probes every
   // `breaker_probe_interval`; the first probe answered within `command_timeout` closes it again.

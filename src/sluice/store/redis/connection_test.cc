@@ -223,23 +223,45 @@ TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
 // What a server thread does when one wake-up reads several requests: each handler sends its own
 // command. They leave in one write (the write waits for the handlers already queued), not the
 // first alone and the rest after it.
-TEST_F(ConnectionTest, CommandsSentByHandlersQueuedTogetherLeaveInOneWrite) {
-  Connection conn(io_, Options());
-  conn.Start();
-  ASSERT_TRUE(WaitConnected(conn));
+// Sends `handlers` INCRs, each from a handler of its own posted before any runs (the requests
+// read in one wake-up), and returns how many writes they took.
+uint64_t WritesForHandlers(boost::asio::io_context& io, Connection& conn, int handlers) {
   const uint64_t writes_before = conn.writes();
-
-  constexpr int kHandlers = 8;
   int answered = 0;
-  for (int i = 0; i < kHandlers; ++i) {
-    boost::asio::post(io_, [&] {
+  for (int i = 0; i < handlers; ++i) {
+    boost::asio::post(io, [&] {
       conn.Send({"INCR", "handlers"}, [&](absl::StatusOr<Reply> r) {
         if (r.ok() && r->is_integer()) ++answered;
       });
     });
   }
-  ASSERT_TRUE(RunUntil([&] { return answered == kHandlers; }));
-  EXPECT_EQ(conn.writes() - writes_before, uint64_t{1});
+  EXPECT_TRUE(PumpUntil(
+      io, [&] { return answered == handlers; }, 5s));
+  return conn.writes() - writes_before;
+}
+
+TEST_F(ConnectionTest, CommandsOfOneWakeUpLeaveInWritesOfFlushEvery) {
+  ConnectionOptions options = Options();
+  options.flush_every = 4;
+  Connection conn(io_, options);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+
+  // Fewer than flush_every wait for the rest of the wake-up and leave together.
+  EXPECT_EQ(WritesForHandlers(io_, conn, 3), uint64_t{1});
+  // Every flush_every commands leave at once (Redis starts on them while the rest are read).
+  EXPECT_EQ(WritesForHandlers(io_, conn, 8), uint64_t{2});
+  EXPECT_EQ(WritesForHandlers(io_, conn, 10), uint64_t{3});
+  EXPECT_EQ(conn.commands_sent(), uint64_t{21});
+}
+
+TEST_F(ConnectionTest, ALargeFlushEveryKeepsAWakeUpInOneWrite) {
+  ConnectionOptions options = Options();
+  options.flush_every = 1000;
+  Connection conn(io_, options);
+  conn.Start();
+  ASSERT_TRUE(WaitConnected(conn));
+  EXPECT_EQ(WritesForHandlers(io_, conn, 50), uint64_t{1});
 }
 
 TEST_F(ConnectionTest, ErrorReplyIsAnOkResultOfTypeError) {
