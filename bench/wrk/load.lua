@@ -12,6 +12,8 @@
 --   SLUICE_BENCH_RATE      offered requests/s per wrk thread; 0 or unset: as fast as possible
 --   SLUICE_BENCH_TOKEN     admin token for the write modes (Authorization: Bearer)
 --   SLUICE_BENCH_RUN       a tag making put_subject's ids differ from run to run (default 0)
+--   SLUICE_BENCH_OFFSET    where the round-robin over keys/subjects starts (default 0), so that a
+--                          run can go on where the previous one stopped
 --
 -- Pacing: each thread keeps one schedule (slot k is due at t0 + k / rate). After a response wrk
 -- asks delay() before the connection's next request; the connection takes the next slot and waits
@@ -34,7 +36,7 @@ local n = tonumber(os.getenv("SLUICE_BENCH_KEYS") or "10000")
 local mode = os.getenv("SLUICE_BENCH_MODE") or "authorize"
 local plan = os.getenv("SLUICE_BENCH_PLAN") or "bench"
 local rate = tonumber(os.getenv("SLUICE_BENCH_RATE") or "0")
-local counter = 0
+local counter = tonumber(os.getenv("SLUICE_BENCH_OFFSET") or "0")
 late = 0
 max_lag_ms = 0
 
