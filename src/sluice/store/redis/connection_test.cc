@@ -41,6 +41,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class ConnectionTest : public ::testing::Test {
@@ -222,46 +223,49 @@ TEST_F(ConnectionTest, CommandsIssuedTogetherArePipelinedAndAnsweredInOrder) {
 
 // What a server thread does when one wake-up reads several requests: each handler sends its own
 // command. They leave in one write (the write waits for the handlers already queued), not the
-// first alone and the rest after it.
-// Sends `handlers` INCRs, each from a handler of its own posted before any runs (the requests
-// read in one wake-up), and returns how many writes they took.
-uint64_t WritesForHandlers(boost::asio::io_context& io, Connection& conn, int handlers) {
-  const uint64_t writes_before = conn.writes();
-  int answered = 0;
-  for (int i = 0; i < handlers; ++i) {
-    boost::asio::post(io, [&] {
-      conn.Send({"INCR", "handlers"}, [&](absl::StatusOr<Reply> r) {
-        if (r.ok() && r->is_integer()) ++answered;
-      });
-    });
+// first alone and the rest after it — or, with more than flush_every of them, in a write per
+// flush_every commands and one for the rest.
+// On a connection with `flush_every`, sends each batch's INCRs from handlers of their own, all of
+// a batch posted before any runs (the requests read in one wake-up); returns the writes per batch.
+std::vector<uint64_t> WritesPerWakeUp(asio::io_context& io, ConnectionOptions options,
+                                      int flush_every, const std::vector<int>& batches) {
+  options.flush_every = flush_every;
+  Connection conn(io, options);
+  conn.Start();
+  if (!PumpUntil(
+          io, [&] { return conn.connected(); }, 5s)) {
+    ADD_FAILURE() << "no connection";
+    return {};
   }
-  EXPECT_TRUE(PumpUntil(
-      io, [&] { return answered == handlers; }, 5s));
-  return conn.writes() - writes_before;
+  std::vector<uint64_t> writes;
+  int sent = 0;
+  for (const int handlers : batches) {
+    const uint64_t writes_before = conn.writes();
+    int answered = 0;
+    for (int i = 0; i < handlers; ++i) {
+      boost::asio::post(io, [&] {
+        conn.Send({"INCR", "handlers"}, [&](absl::StatusOr<Reply> r) {
+          if (r.ok() && r->is_integer()) ++answered;
+        });
+      });
+    }
+    EXPECT_TRUE(PumpUntil(
+        io, [&] { return answered == handlers; }, 5s));
+    writes.push_back(conn.writes() - writes_before);
+    sent += handlers;
+  }
+  EXPECT_EQ(conn.commands_sent(), static_cast<uint64_t>(sent));
+  return writes;
 }
 
 TEST_F(ConnectionTest, CommandsOfOneWakeUpLeaveInWritesOfFlushEvery) {
-  ConnectionOptions options = Options();
-  options.flush_every = 4;
-  Connection conn(io_, options);
-  conn.Start();
-  ASSERT_TRUE(WaitConnected(conn));
-
-  // Fewer than flush_every wait for the rest of the wake-up and leave together.
-  EXPECT_EQ(WritesForHandlers(io_, conn, 3), uint64_t{1});
-  // Every flush_every commands leave at once (Redis starts on them while the rest are read).
-  EXPECT_EQ(WritesForHandlers(io_, conn, 8), uint64_t{2});
-  EXPECT_EQ(WritesForHandlers(io_, conn, 10), uint64_t{3});
-  EXPECT_EQ(conn.commands_sent(), uint64_t{21});
+  // Fewer than flush_every wait for the rest of the wake-up and leave together; every flush_every
+  // commands leave at once (Redis starts on them while the rest are read).
+  EXPECT_THAT(WritesPerWakeUp(io_, Options(), 4, {3, 8, 10}), ElementsAre(1u, 2u, 3u));
 }
 
 TEST_F(ConnectionTest, ALargeFlushEveryKeepsAWakeUpInOneWrite) {
-  ConnectionOptions options = Options();
-  options.flush_every = 1000;
-  Connection conn(io_, options);
-  conn.Start();
-  ASSERT_TRUE(WaitConnected(conn));
-  EXPECT_EQ(WritesForHandlers(io_, conn, 50), uint64_t{1});
+  EXPECT_THAT(WritesPerWakeUp(io_, Options(), 1000, {50}), ElementsAre(1u));
 }
 
 TEST_F(ConnectionTest, ErrorReplyIsAnOkResultOfTypeError) {
