@@ -312,7 +312,12 @@ void Dispatcher::CoordinatorLoop() {
         acked_keys.push_back(key);
       } else {
         metrics_->source_errors.Inc();
-        Log(LogLevel::kWarn, "alert outbox ack failed").Str("handle", handle.id).Error(st);
+        if (uint64_t held_back = 0; ack_failures_.Allow(&held_back)) {
+          Log(LogLevel::kWarn, "alert outbox ack failed")
+              .Str("handle", handle.id)
+              .Error(st)
+              .Int("failures_not_logged", static_cast<int64_t>(held_back));
+        }
         failed_acks.push_back(key);
       }
     }
@@ -322,7 +327,12 @@ void Dispatcher::CoordinatorLoop() {
     auto take = [&](absl::StatusOr<std::vector<OutboxItem>> items, std::string_view what) {
       if (!items.ok()) {
         metrics_->source_errors.Inc();
-        Log(LogLevel::kWarn, "alert outbox read failed").Str("op", what).Error(items.status());
+        if (uint64_t held_back = 0; read_failures_.Allow(&held_back)) {
+          Log(LogLevel::kWarn, "alert outbox read failed")
+              .Str("op", what)
+              .Error(items.status())
+              .Int("failures_not_logged", static_cast<int64_t>(held_back));
+        }
         return false;
       }
       for (OutboxItem& item : *items) {
@@ -352,7 +362,11 @@ void Dispatcher::CoordinatorLoop() {
         next_renew = now + renew_every;
       } else {
         metrics_->source_errors.Inc();
-        Log(LogLevel::kWarn, "alert outbox renew failed").Error(lost.status());
+        if (uint64_t held_back = 0; renew_failures_.Allow(&held_back)) {
+          Log(LogLevel::kWarn, "alert outbox renew failed")
+              .Error(lost.status())
+              .Int("failures_not_logged", static_cast<int64_t>(held_back));
+        }
         next_renew = now + options_.poll_interval;
       }
     }

@@ -49,6 +49,7 @@
 #include "sluice/alerts/dead_letters.h"
 #include "sluice/alerts/sink.h"
 #include "sluice/common/clock.h"
+#include "sluice/common/log.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/outbox_source.h"
 #include "sluice/metrics/metrics.h"
@@ -179,6 +180,9 @@ class Dispatcher {
   std::vector<int> running_per_sink_;       // guarded by mu_
   std::vector<bool> disabled_;              // guarded by mu_
   uint64_t acked_ = 0;                      // guarded by mu_
+  // The outbox's failures, each logged at most once a minute (a store or a cluster node that stays
+  // down fails every poll); coordinator thread only.
+  LogEvery read_failures_, ack_failures_, renew_failures_;
 
   std::thread coordinator_;
   std::vector<std::thread> workers_;

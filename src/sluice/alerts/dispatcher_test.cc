@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "sluice/alerts/retry.h"
 #include "sluice/common/clock.h"
+#include "sluice/common/stderr_capture.h"
 #include "sluice/limiter/sample_alert_event.h"
 #include "sluice/metrics/metrics.h"
 
@@ -148,8 +149,24 @@ class FakeSource final : public OutboxSource {
     return renewals_;
   }
 
-  absl::StatusOr<std::vector<OutboxItem>> Fetch(size_t max) override {
+  // While set, every Fetch fails (a store, or one cluster node, that is down).
+  void set_fetch_fails(bool fails) {
     std::lock_guard lock(mu_);
+    fetch_fails_ = fails;
+  }
+  int failed_fetches() const {
+    std::lock_guard lock(mu_);
+    return failed_fetches_;
+  }
+
+  absl::StatusOr<std::vector<OutboxItem>> Fetch(size_t max) override {
+    std::unique_lock lock(mu_);
+    if (fetch_fails_) {
+      ++failed_fetches_;
+      lock.unlock();
+      changes_->Notify();
+      return absl::UnavailableError("redis: not connected");
+    }
     std::vector<OutboxItem> out;
     while (!fresh_.empty() && out.size() < max) {
       out.push_back(std::move(fresh_.front()));
@@ -193,6 +210,8 @@ class FakeSource final : public OutboxSource {
   std::vector<std::string> acked_;
   int renewals_ = 0;
   int next_ = 1;
+  bool fetch_fails_ = false;
+  int failed_fetches_ = 0;
 };
 
 Outcome Delivered() { return {.kind = Kind::kDelivered}; }
@@ -305,6 +324,22 @@ TEST_F(DispatcherTest, EachSinkCallIsObservedInItsSinksHistogram) {
                                    {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
   EXPECT_EQ(seconds.WithLabels({"a"}).snapshot().count, 2u);
   EXPECT_EQ(seconds.WithLabels({"b"}).snapshot().count, 1u);
+}
+
+TEST_F(DispatcherTest, AnOutboxThatKeepsFailingIsLoggedOnceAMinuteAndCountedEveryTime) {
+  StderrCapture log;
+  source_.set_fetch_fails(true);
+  Start();
+  // Every poll fails; each is counted, but only the first is logged within the minute.
+  for (int i = 1; i <= 20; ++i) {
+    Advance(absl::Milliseconds(10));
+    ASSERT_TRUE(WaitUntil([&] { return source_.failed_fetches() >= i; })) << i;
+  }
+  dispatcher_.reset();  // its thread has counted every failure it saw
+  const uint64_t errors = registry_.AddCounter("sluice_alert_source_errors_total", "").value();
+  EXPECT_EQ(errors, static_cast<uint64_t>(source_.failed_fetches()));
+  EXPECT_GE(errors, 20u);
+  EXPECT_EQ(log.Count("alert outbox read failed"), 1u) << log.Text();
 }
 
 TEST_F(DispatcherTest, PassesTheSubjectsContactToTheSink) {

@@ -149,4 +149,15 @@ Log& Log::Bool(std::string_view key, bool value) {
   return *this;
 }
 
+bool LogEvery::AllowAt(Clock::time_point now, uint64_t* held_back) {
+  if (last_.has_value() && now - *last_ < every_) {
+    ++held_back_;
+    return false;
+  }
+  last_ = now;
+  *held_back = held_back_;
+  held_back_ = 0;
+  return true;
+}
+
 }  // namespace sluice

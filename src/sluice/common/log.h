@@ -7,7 +7,9 @@
 #ifndef SLUICE_COMMON_LOG_H_
 #define SLUICE_COMMON_LOG_H_
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +45,34 @@ class Log {
  private:
   bool enabled_;
   std::string line_;
+};
+
+// For a warning that repeats while a condition lasts (a store that stays down): lets one line
+// through at once, then at most one per `every`, whatever its text says (a reason that alternates
+// is the same condition), and tells the next line how many were held back. Not thread-safe.
+//
+//   uint64_t held_back = 0;
+//   if (limit_.Allow(&held_back)) Log(LogLevel::kWarn, "...").Int("held_back", held_back);
+class LogEvery {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit LogEvery(Clock::duration every = std::chrono::minutes(1)) : every_(every) {}
+
+  // True if a line may be written now; `*held_back` is then how many were not since the last one.
+  bool Allow(uint64_t* held_back) { return AllowAt(Clock::now(), held_back); }
+  bool AllowAt(Clock::time_point now, uint64_t* held_back);
+  // The condition is over: the next line goes through at once.
+  void Reset() {
+    last_.reset();
+    held_back_ = 0;
+  }
+  // Whether a line went through since the last Reset().
+  [[nodiscard]] bool active() const { return last_.has_value(); }
+
+ private:
+  Clock::duration every_;
+  std::optional<Clock::time_point> last_;
+  uint64_t held_back_ = 0;
 };
 
 // Appends `s` to `out` as the inside of a JSON string (quotes not included).

@@ -44,5 +44,24 @@ TEST(LogTest, ParsesLevelNames) {
   EXPECT_FALSE(ParseLogLevel("verbose", &level));
 }
 
+TEST(LogEveryTest, OneLineAtOnceThenOnePerIntervalCountingTheRest) {
+  LogEvery limit(std::chrono::seconds(60));
+  const LogEvery::Clock::time_point t0{};
+  uint64_t held_back = 99;
+  EXPECT_TRUE(limit.AllowAt(t0 + std::chrono::seconds(1), &held_back));
+  EXPECT_EQ(held_back, 0u);
+  EXPECT_TRUE(limit.active());
+  for (int i = 2; i < 60; ++i)
+    EXPECT_FALSE(limit.AllowAt(t0 + std::chrono::seconds(i), &held_back));
+  EXPECT_TRUE(limit.AllowAt(t0 + std::chrono::seconds(61), &held_back));
+  EXPECT_EQ(held_back, 58u);
+  EXPECT_FALSE(limit.AllowAt(t0 + std::chrono::seconds(62), &held_back));
+  // Over: the next one goes through at once, and nothing held back before counts.
+  limit.Reset();
+  EXPECT_FALSE(limit.active());
+  EXPECT_TRUE(limit.AllowAt(t0 + std::chrono::seconds(63), &held_back));
+  EXPECT_EQ(held_back, 0u);
+}
+
 }  // namespace
 }  // namespace sluice

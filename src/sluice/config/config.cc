@@ -549,8 +549,50 @@ absl::Status CheckRedisUrl(absl::string_view source, absl::string_view url) {
   return absl::OkStatus();
 }
 
-// store.redis.cluster_nodes: 1 to kMaxClusterSeeds distinct "host:port" (IPv6 in brackets), and
-// no url beside them.
+// A seed node "host:port" in a canonical form ("Host:07000" and "host:7000" are the same node),
+// or "" if it is none: the port 1..65535 in plain digits; the host an IPv4 address, an IPv6
+// address in brackets, or a DNS name (labels of letters, digits, '-' and '_', none starting or
+// ending with '-', 253 bytes at most).
+std::string CanonicalSeed(absl::string_view node) {
+  const size_t colon = node.rfind(':');
+  if (colon == absl::string_view::npos) return "";
+  absl::string_view host = node.substr(0, colon);
+  const absl::string_view port_text = node.substr(colon + 1);
+  int port = 0;
+  if (port_text.empty() || port_text.size() > 5 || port_text[0] == '0' ||
+      !AllOf(port_text, [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return "";
+  }
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    // An IPv6 address only in brackets: "fd00::1" (a port forgotten) is no host "fd00:" port 1.
+    const std::string inside(host.substr(1, host.size() - 2));
+    in6_addr a6{};
+    std::array<char, INET6_ADDRSTRLEN> text{};
+    if (inet_pton(AF_INET6, inside.c_str(), &a6) != 1 ||
+        inet_ntop(AF_INET6, &a6, text.data(), text.size()) == nullptr) {
+      return "";
+    }
+    return absl::StrCat("[", text.data(), "]:", port);
+  }
+  if (host.empty() || host.size() > 253) return "";
+  if (AllOf(host, [](char c) { return (c >= '0' && c <= '9') || c == '.'; })) {
+    const std::string v4(host);
+    in_addr a4{};
+    return inet_pton(AF_INET, v4.c_str(), &a4) == 1 ? absl::StrCat(v4, ":", port) : "";
+  }
+  for (absl::string_view label : absl::StrSplit(host, '.')) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-' ||
+        !AllOf(label, [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+        })) {
+      return "";
+    }
+  }
+  return absl::StrCat(absl::AsciiStrToLower(host), ":", port);
+}
+
+// store.redis.cluster_nodes: 1 to kMaxClusterSeeds distinct seed nodes, and no url beside them.
 absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
   if (redis.cluster_nodes.empty()) return absl::OkStatus();
   if (redis.url_set) {
@@ -563,32 +605,28 @@ absl::Status CheckClusterNodes(const RedisStoreConfig& redis) {
   if (redis.cluster_nodes.size() > kMaxClusterSeeds) {
     return Error("store.redis.cluster_nodes", "at most 64 seed nodes");
   }
+  std::vector<std::string> seen;
   for (size_t i = 0; i < redis.cluster_nodes.size(); ++i) {
     const std::string& node = redis.cluster_nodes[i];
     const std::string path = absl::StrCat("store.redis.cluster_nodes[", i, "]");
-    const size_t colon = node.rfind(':');
-    int port = 0;
-    absl::string_view host =
-        colon == std::string::npos ? absl::string_view() : absl::string_view(node).substr(0, colon);
-    // An IPv6 address only in brackets: "fd00::1" (a port forgotten) is no host "fd00:" port 1.
-    const bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
-    if (bracketed) host = host.substr(1, host.size() - 2);
-    const bool host_ok = !host.empty() && host.size() <= 253 &&
-                         (bracketed ? host.find(':') != absl::string_view::npos
-                                    : host.find(':') == absl::string_view::npos) &&
-                         std::all_of(host.begin(), host.end(), [](char c) {
-                           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-                                  c == '-' || c == ':' || c == '_';
-                         });
-    if (colon == std::string::npos || !host_ok ||
-        !absl::SimpleAtoi(absl::string_view(node).substr(colon + 1), &port) || port < 1 ||
-        port > 65535) {
+    if (absl::StrContains(node, "@")) {
+      // Not quoted: the text before '@' may be a password.
+      return Error(path,
+                   "a seed node is host:port only, without user:password@ (the user is "
+                   "store.redis.username, the password comes from SLUICE_REDIS_PASSWORD_FILE)");
+    }
+    std::string canonical = CanonicalSeed(node);
+    if (canonical.empty()) {
       return Error(path, absl::StrCat("bad seed node ", Quote(node),
                                       " (want host:port, e.g. 10.0.0.1:6379 or [fd00::1]:6379)"));
     }
-    for (size_t j = 0; j < i; ++j) {
-      if (redis.cluster_nodes[j] == node) return Error(path, absl::StrCat(Quote(node), " twice"));
+    for (size_t j = 0; j < seen.size(); ++j) {
+      if (seen[j] == canonical) {
+        return Error(path,
+                     absl::StrCat(Quote(node), " is the same node as cluster_nodes[", j, "]"));
+      }
     }
+    seen.push_back(std::move(canonical));
   }
   return absl::OkStatus();
 }
@@ -608,7 +646,9 @@ absl::Status CheckTlsNeedsRediss(const RedisStoreConfig& redis) {
 }
 
 absl::Status ParseRedisTls(const Field& field, RedisTlsConfig& tls) {
-  if (!field.absent()) tls.present = true;
+  // Present even when empty: `tls:` whose fields are all commented out (a null) is `tls: {}`,
+  // never plaintext.
+  if (field.node->IsDefined()) tls.present = true;
   Fields f;
   SLUICE_RETURN_IF_ERROR(ReadFields(field, {"ca_file", "cert_file", "key_file", "server_name"}, f));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("ca_file"), tls.ca_file));
@@ -638,9 +678,14 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
   store.redis.url_set = store.redis.url_set || !redis.Get("url").absent();
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
-  SLUICE_RETURN_IF_ERROR(ForEachItem(redis.Get("cluster_nodes"), [&](const Field& item, size_t) {
+  const Field cluster_nodes = redis.Get("cluster_nodes");
+  SLUICE_RETURN_IF_ERROR(ForEachItem(cluster_nodes, [&](const Field& item, size_t) {
     return ReadString(item, store.redis.cluster_nodes.emplace_back());
   }));
+  if (!cluster_nodes.absent() && store.redis.cluster_nodes.empty()) {
+    // An empty list would quietly mean the one Redis of the default URL.
+    return Error(cluster_nodes.path, "expected at least one seed node (or no cluster_nodes)");
+  }
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("key_prefix"), store.redis.key_prefix));
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("username"), store.redis.username));
   return ParseRedisTls(redis.Get("tls"), store.redis.tls);

@@ -917,6 +917,15 @@ TEST_F(ConfigTest, AnEmptyTlsBlockCountsAsTlsOn) {
   EXPECT_TRUE(config->store.redis.tls.any());
   EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", tls: {}}\n")),
               HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
+  // So is `tls:` without a value (its fields commented out, say): TLS on, not plaintext.
+  for (const char* empty : {"    tls:\n", "    tls: ~\n", "    tls:\n    #  ca_file: x.pem\n"}) {
+    config = Parse(WithPlan(absl::StrCat(
+        "store:\n  type: redis\n  redis:\n    cluster_nodes: [\"10.0.0.1:6379\"]\n", empty)));
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(config->store.redis.tls.any()) << empty;
+  }
+  EXPECT_THAT(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://127.0.0.1:6379\", tls: ~}\n")),
+              HasSubstr("store.redis.tls: set, but store.redis.url is not a rediss:// URL"));
 }
 
 TEST_F(ConfigTest, TlsSettingsWithAPlaintextUrlAreRefused) {
@@ -987,7 +996,43 @@ TEST_F(ConfigTest, BadClusterNodesAreRefused) {
             "test.yaml: store.redis.cluster_nodes[1]: bad seed node \"b:70000\" (want host:port, "
             "e.g. 10.0.0.1:6379 or [fd00::1]:6379)");
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"a:1\", \"a:1\"]}\n")),
-            "test.yaml: store.redis.cluster_nodes[1]: \"a:1\" twice");
+            "test.yaml: store.redis.cluster_nodes[1]: \"a:1\" is the same node as "
+            "cluster_nodes[0]");
+  // Repeats are found in a canonical form: a name's case, an IPv6 address's spelling.
+  for (const char* twice :
+       {"\"Redis-1:7000\", \"redis-1:7000\"", "\"[::1]:7000\", \"[0:0::1]:7000\"",
+        "\"10.0.0.1:7000\", \"10.0.0.2:7000\", \"10.0.0.1:7000\""}) {
+    EXPECT_THAT(
+        ErrorOf(WithPlan(absl::StrCat("store:\n  redis: {cluster_nodes: [", twice, "]}\n"))),
+        HasSubstr("is the same node as cluster_nodes[0]"))
+        << twice;
+  }
+  // Ports in plain digits only; hosts an IPv4 address, a bracketed IPv6 one or a DNS name.
+  for (const char* node :
+       {"127.0.0.1: 7001", "127.0.0.1:+7001", "127.0.0.1:07000", "h:0", "h:", "-host:6379",
+        "host-:6379", "a..b:6379", "1.2.3.4.5:6379", "300.1.1.1:6379", "h/x:6379", ".h:6379"}) {
+    EXPECT_THAT(
+        ErrorOf(WithPlan(absl::StrCat("store:\n  redis: {cluster_nodes: [\"", node, "\"]}\n"))),
+        HasSubstr("bad seed node"))
+        << node;
+  }
+  for (const char* node : {"redis_1:6379", "r-1.example.com:65535", "10.0.0.1:1", "[fd00::1]:7000",
+                           "[::ffff:10.0.0.1]:7000"}) {
+    EXPECT_EQ(
+        ErrorOf(WithPlan(absl::StrCat("store:\n  redis: {cluster_nodes: [\"", node, "\"]}\n"))),
+        "OK")
+        << node;
+  }
+  // A seed with credentials in it is refused without showing them.
+  const std::string with_password =
+      ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: [\"user:s3cret@h:6379\"]}\n"));
+  EXPECT_THAT(with_password, HasSubstr("store.redis.cluster_nodes[0]: a seed node is host:port "
+                                       "only, without user:password@"));
+  EXPECT_THAT(with_password, Not(HasSubstr("s3cret")));
+  // An empty list is no cluster, and no quiet fall back to the default URL.
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: []}\n")),
+            "test.yaml: store.redis.cluster_nodes: expected at least one seed node (or no "
+            "cluster_nodes)");
   // An IPv6 address without brackets (here its port forgotten) is no host "fd00:" on port 1;
   // brackets around a name are no address either.
   for (const char* node : {"fd00::1", "::1", "a:b:6379", "[redis]:6379"}) {

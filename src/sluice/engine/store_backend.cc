@@ -357,13 +357,7 @@ class RedisBackend final : public StoreBackend {
 
   std::string_view kind() const override { return "redis"; }
   std::string address() const override {
-    if (!seeds_.empty()) {
-      std::string out = "cluster";
-      for (const redis::NodeAddress& seed : seeds_) {
-        absl::StrAppend(&out, out.size() == 7 ? " " : ",", seed.host, ":", seed.port);
-      }
-      return out;
-    }
+    if (!seeds_.empty()) return redis::ClusterName(seeds_);
     return absl::StrCat(connection_.host, ":", connection_.port);
   }
   Store* store() override { return &store_; }

@@ -135,6 +135,14 @@ std::optional<std::string_view> CommandKey(std::span<const std::string> argv) {
   return std::string_view(argv[1]);
 }
 
+std::string ClusterName(std::span<const NodeAddress> seeds) {
+  std::string out = "cluster";
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? " " : ",", seeds[i].host, ":", seeds[i].port);
+  }
+  return out;
+}
+
 std::optional<NodeAddress> ParseNodeAddress(std::string_view text) {
   return ParseAddress(text, /*host_required=*/true);
 }
@@ -492,6 +500,8 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
+  // Until a map is known, every 10 ms while no node is connected yet (no command is sent then);
+  // after a failed or refused refresh, refresh_min_interval (Refresh).
   void ScheduleNext() {
     if (!map_known_) return Arm(std::chrono::milliseconds(10));
     Arm(refresh_wanted_ ? std::chrono::duration_cast<Clock::duration>(options_.refresh_min_interval)
@@ -532,7 +542,12 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
                                     ranges.status().message()));
           }
           if (!ranges.ok() || !self->Apply(*ranges)) {
-            self->refresh_wanted_ = true;  // ask another node soon
+            // Ask another node, but not before refresh_min_interval: a seed that is no cluster
+            // node, or a map that is refused, answers the same at once, and asking again at once
+            // would keep that node (and this thread) busy with nothing else.
+            self->refresh_wanted_ = true;
+            return self->Arm(
+                std::chrono::duration_cast<Clock::duration>(self->options_.refresh_min_interval));
           }
           self->ScheduleNext();
         });
@@ -594,14 +609,18 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
     return true;
   }
 
-  // A warning, at most once a minute while `what` stays the same (never a password: the details
-  // are addresses, counts and Redis's error replies to CLUSTER SLOTS).
+  // A warning, at once and then at most once a minute for each `what` (one of the four above,
+  // so the list stays short), with how many were not logged; never a password: the details are
+  // addresses, counts and Redis's error replies to CLUSTER SLOTS.
   void Warn(std::string_view what, std::string_view detail) {
-    const Clock::time_point now = Clock::now();
-    if (what == last_warning_ && now - last_warning_at_ < std::chrono::minutes(1)) return;
-    last_warning_ = std::string(what);
-    last_warning_at_ = now;
-    Log(LogLevel::kWarn, what).Str("detail", detail);
+    auto it = std::find_if(warnings_.begin(), warnings_.end(),
+                           [&](const auto& w) { return w.first == what; });
+    if (it == warnings_.end()) it = warnings_.insert(warnings_.end(), {std::string(what), {}});
+    uint64_t held_back = 0;
+    if (!it->second.Allow(&held_back)) return;
+    Log(LogLevel::kWarn, what)
+        .Str("detail", detail)
+        .Int("warnings_not_logged", static_cast<int64_t>(held_back));
   }
 
   static std::string FirstLine(std::string_view text) {
@@ -623,8 +642,7 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   bool refresh_wanted_ = false;
   Clock::time_point last_refresh_{};
   size_t next_asked_ = 0;
-  std::string last_warning_;
-  Clock::time_point last_warning_at_{};
+  std::vector<std::pair<std::string, LogEvery>> warnings_;  // by Warn's `what`
   // Written on the loop's thread, read from any (metrics).
   struct {
     std::atomic<uint64_t> moved{0}, asked{0}, tryagain{0}, refreshes{0}, no_master{0};

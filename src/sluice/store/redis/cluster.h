@@ -64,6 +64,8 @@ struct NodeAddress {
   friend bool operator==(const NodeAddress&, const NodeAddress&) = default;
 };
 [[nodiscard]] std::optional<NodeAddress> ParseNodeAddress(std::string_view text);
+// "cluster <host>:<port>,<host>:<port>..." for log lines: the seeds a cluster is reached by.
+[[nodiscard]] std::string ClusterName(std::span<const NodeAddress> seeds);
 
 // A redirection error reply: "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381". An empty
 // host is the replying node's; "?" (unknown) is no usable redirection (nullopt).

@@ -1,9 +1,6 @@
 #include "sluice/store/redis/cluster.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "sluice/common/stderr_capture.h"
 
 namespace sluice::redis {
 namespace {
@@ -457,46 +455,37 @@ TEST_F(ClusterClientTest, ARedirectionToAnUnknownEndpointIsNotFollowed) {
   EXPECT_EQ(client_->stats().moved, 0u);
 }
 
-// Sends what sluice logs (stderr) to a file while alive.
-class StderrToFile {
- public:
-  StderrToFile() {
-    fd_ = mkstemp(path_);
-    saved_ = dup(STDERR_FILENO);
-    dup2(fd_, STDERR_FILENO);
+TEST_F(ClusterClientTest, AFailingFirstRefreshIsAskedAgainOnlyAfterTheMinimumInterval) {
+  // A seed that is no cluster node answers CLUSTER SLOTS with an error at once; so does one whose
+  // map is refused. Neither may be asked again at once, over and over.
+  for (const bool refused_map : {false, true}) {
+    int asked = 0;
+    fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
+      if (argv[0] != "CLUSTER") return Str(absl::StrCat("ok from ", node.port));
+      ++asked;
+      if (!refused_map) return Err("ERR This instance has cluster support disabled");
+      return Arr({Arr({Int(0), Int(8191), NodeReply("127.0.0.1", 7000)}),
+                  Arr({Int(8192), Int(16383), NodeReply("127.0.0.1", 7001)})});
+    };
+    ClusterOptions options = fake_.Options();
+    options.max_nodes = refused_map ? 1 : 1000;
+    options.refresh_interval = std::chrono::milliseconds(1000);
+    options.refresh_min_interval = std::chrono::milliseconds(50);
+    client_ = std::make_unique<ClusterClient>(io_, std::move(options));
+    client_->Start();
+    io_.restart();
+    io_.run_for(std::chrono::milliseconds(500));
+    EXPECT_FALSE(client_->connected());
+    // One ask every 50 ms at most: about 10 in 500 ms (it was one every 10 ms).
+    EXPECT_GE(asked, 2) << refused_map;
+    EXPECT_LE(asked, 12) << refused_map;
+    client_->Stop();
+    client_.reset();
   }
-  ~StderrToFile() {
-    dup2(saved_, STDERR_FILENO);
-    close(saved_);
-    close(fd_);
-    unlink(path_);
-  }
-  std::string Text() const {
-    std::string out;
-    std::array<char, 4096> buf;
-    for (off_t off = 0;;) {
-      const ssize_t n = pread(fd_, buf.data(), buf.size(), off);
-      if (n <= 0) break;
-      out.append(buf.data(), static_cast<size_t>(n));
-      off += n;
-    }
-    return out;
-  }
-
- private:
-  char path_[32] = "/tmp/sluice-clusterlog-XXXXXX";
-  int fd_ = -1;
-  int saved_ = -1;
-};
-
-size_t Count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 TEST_F(ClusterClientTest, ARefusedMapAndAFailedRefreshAreLoggedRateLimited) {
-  StderrToFile log;
+  StderrCapture log;
   Make(std::chrono::milliseconds(10), /*max_nodes=*/3);
   int asked = 0;
   fake_.answer = [&](const NodeAddress& node, const Argv& argv) {
@@ -512,9 +501,8 @@ TEST_F(ClusterClientTest, ARefusedMapAndAFailedRefreshAreLoggedRateLimited) {
     return Err("ERR This instance has cluster support disabled");
   };
   RunUntil([&] { return asked >= 6; });
-  const std::string text = log.Text();
-  EXPECT_EQ(Count(text, "slot map refused"), 1u) << text;
-  EXPECT_EQ(Count(text, "cluster support disabled"), 1u) << text;
+  EXPECT_EQ(log.Count("slot map refused"), 1u) << log.Text();
+  EXPECT_EQ(log.Count("cluster support disabled"), 1u) << log.Text();
 }
 
 }  // namespace

@@ -416,8 +416,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
 
   // Forgets the current connection: closes it, fails every outstanding command, and makes the
   // handlers of its operations still in flight stale.
-  std::string last_connect_error_;
-  std::chrono::steady_clock::time_point last_connect_log_;
+  LogEvery connect_failures_;
 
   void Drop() {
     connected_ = false;
@@ -487,27 +486,27 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Logs why connecting failed (a refused AUTH reads "WRONGPASS ...", never the password): when the
-  // reason changes, and at most once a minute while it stays the same; and the recovery.
+  // Logs why connecting failed (a refused AUTH reads "WRONGPASS ...", never the password): the
+  // first failure at once, then at most once a minute however the reason reads (a TLS refusal
+  // alternates between an alert and a reset), with the count of failures not logged; and the
+  // recovery.
   void ReportConnect(const absl::Status& status) {
-    const auto now = std::chrono::steady_clock::now();
     if (status.ok()) {
-      if (!last_connect_error_.empty()) {
+      if (connect_failures_.active()) {
         Log(LogLevel::kInfo, "redis connected")
             .Str("host", options_.host)
             .Int("port", options_.port);
       }
-      last_connect_error_.clear();
+      connect_failures_.Reset();
       return;
     }
-    const std::string reason(status.message());
-    if (reason == last_connect_error_ && now - last_connect_log_ < std::chrono::minutes(1)) return;
-    last_connect_error_ = reason;
-    last_connect_log_ = now;
+    uint64_t held_back = 0;
+    if (!connect_failures_.Allow(&held_back)) return;
     Log(LogLevel::kWarn, "redis connection failed")
         .Str("host", options_.host)
         .Int("port", options_.port)
-        .Str("error", reason);
+        .Error(status)
+        .Int("failures_not_logged", static_cast<int64_t>(held_back));
   }
 
   // The stream of the current connection, when TLS is on; its socket is the lowest layer.
@@ -675,7 +674,8 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         ec != asio::error::broken_pipe && ec != asio::ssl::error::stream_truncated) {
       return "";
     }
-    if (!options_.tls.enabled) return " (is it a TLS port? then use rediss://)";
+    if (!options_.tls.enabled)
+      return " (is it a TLS port? then use rediss://, or store.redis.tls with cluster_nodes)";
     return " (closed after the TLS handshake: does the server require a client certificate "
            "(cert_file, key_file), or refuse this one?)";
   }

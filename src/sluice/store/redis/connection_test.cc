@@ -23,6 +23,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sluice/common/stderr_capture.h"
 #include "sluice/store/redis/test_redis_server.h"
 
 extern char** environ;
@@ -151,22 +152,8 @@ TEST(ConnectionLogTest, ARefusedAuthNeverLogsThePassword) {
   RedisServer server;
   ASSERT_TRUE(server.Start(port, {"--rename-command", "AUTH", ""}));
   const std::string password = "hunter2-not-for-logs";
-  char path[] = "/tmp/sluice-connlog-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  const int saved_stderr = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
-  const auto read_log = [&] {
-    std::string out;
-    std::array<char, 4096> buf;
-    for (off_t off = 0;;) {
-      const ssize_t n = pread(fd, buf.data(), buf.size(), off);
-      if (n <= 0) break;
-      out.append(buf.data(), static_cast<size_t>(n));
-      off += n;
-    }
-    return out;
-  };
+  std::optional<StderrCapture> capture(std::in_place);
+  const auto read_log = [&] { return capture->Text(); };
   boost::asio::io_context io;
   {
     Connection conn(io, ConnectionOptions{.port = port,
@@ -182,11 +169,8 @@ TEST(ConnectionLogTest, ARefusedAuthNeverLogsThePassword) {
     }
     conn.Stop();
   }
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
   const std::string log = read_log();
-  close(fd);
-  unlink(path);
+  capture.reset();
   EXPECT_THAT(log, ::testing::HasSubstr("AUTH refused (ERR)"));
   EXPECT_EQ(log.find(password), std::string::npos) << log;
 }

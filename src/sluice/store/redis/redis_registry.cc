@@ -1209,9 +1209,12 @@ absl::Status RedisRegistry::Start(registry::Index* index) {
   asio::post(follower_->io(), [f = follower_, index, loaded] { f->Begin(index, loaded); });
   if (done.wait_for(options_.start_timeout) == std::future_status::ready) return absl::OkStatus();
   // The follower keeps trying; the caller decides whether to serve meanwhile.
-  return absl::UnavailableError(
-      absl::StrCat("redis registry: not loaded from ", options_.connection.host, ":",
-                   options_.connection.port, " within ", options_.start_timeout.count(), " ms"));
+  const std::string from =
+      options_.cluster_seeds.empty()
+          ? absl::StrCat(options_.connection.host, ":", options_.connection.port)
+          : ClusterName(options_.cluster_seeds);
+  return absl::UnavailableError(absl::StrCat("redis registry: not loaded from ", from, " within ",
+                                             options_.start_timeout.count(), " ms"));
 }
 
 void RedisRegistry::Apply(registry::Change change, registry::ChangeCallback done) {
