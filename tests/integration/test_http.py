@@ -246,6 +246,24 @@ class AdminTest(HttpTestCase):
         self.assertEqual(self.admin("GET", "/healthz", token=None)[0], 200)
         self.assertEqual(self.admin("GET", "/readyz", token=None)[0], 200)
 
+    def test_head_answers_every_get_route_of_the_admin_plane_without_a_body(self):
+        self.svc.check({"subject": "h", "plan": "free"})
+        for path, token in (("/healthz", None), ("/readyz", None), ("/metrics", "test-admin-token"),
+                            ("/v1/usage/h?plan=free", "test-admin-token"),
+                            ("/v1/alerts/dead", "test-admin-token")):
+            get_status, get_headers, get_body = self.admin("GET", path, token=token)
+            status, headers, body = self.admin("HEAD", path, token=token)
+            self.assertEqual((status, body), (get_status, b""), path)
+            self.assertEqual(headers["content-type"], get_headers["content-type"], path)
+            if path != "/metrics":  # the metrics change between the two requests
+                self.assertEqual(int(headers["content-length"]), len(get_body), path)
+        # HEAD needs the token as GET does; and 405s name it.
+        self.assertEqual(self.admin("HEAD", "/metrics", token=None)[0], 401)
+        status, headers, _ = self.admin("POST", "/healthz", token=None)
+        self.assertEqual((status, headers["allow"]), (405, "GET, HEAD"))
+        status, headers, _ = self.admin("PUT", "/v1/usage/h?plan=free")
+        self.assertEqual((status, headers["allow"]), (405, "GET, HEAD, DELETE"))
+
     def test_metrics_need_the_token(self):
         self.assertEqual(self.admin("GET", "/metrics", token=None)[0], 401)
         self.assertEqual(self.admin("GET", "/metrics", token="wrong")[0], 401)

@@ -124,6 +124,19 @@ class SubjectsAndKeys(RegistryTestCase):
         self.assert_problem(self.admin("DELETE", f"/v1/keys/{key['id']}", "/v1/keys/{key_id}"),
                             404, None)
 
+    def test_head_reads_like_get_without_a_body(self):
+        self.put_subject("acme", {"plan": "free"})
+        self.new_key("acme")
+        auth = {"Authorization": f"Bearer {self.svc.admin_token}"}
+        for path in ("/v1/subjects", "/v1/subjects/acme", "/v1/subjects/acme/keys"):
+            get = self.svc.request("GET", path, headers=auth, admin=True)
+            head = self.svc.request("HEAD", path, headers=auth, admin=True)
+            self.assertEqual((head[0], head[2]), (get[0], b""), path)
+            self.assertEqual(int(head[1]["content-length"]), len(get[2]), path)
+        status, headers, _ = self.svc.request("PATCH", "/v1/subjects/acme", headers=auth,
+                                              admin=True)
+        self.assertEqual((status, headers["allow"]), (405, "GET, HEAD, PUT, DELETE"))
+
     def test_replacing_a_subject_answers_200_and_keeps_its_keys(self):
         self.put_subject("acme", {"plan": "free"})
         key = self.new_key("acme")[2]["key"]

@@ -214,7 +214,8 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   const unsigned version = req.version();
   const std::string_view path = SplitTarget(Sv(req.target())).first;
   const bhttp::verb method = req.method();
-  const bool read = method == bhttp::verb::get;
+  // HEAD is GET without the body (server.cc drops it): the same reads answer it.
+  const bool read = method == bhttp::verb::get || method == bhttp::verb::head;
   // Read-only tokens (Prometheus, dashboards) never change anything.
   auto forbidden = [&] {
     Audit(absl::StrCat(ToAbsl(Sv(bhttp::to_string(method))), " ", ToAbsl(path)), token, peer, "",
@@ -226,7 +227,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   };
 
   if (path == kSubjects) {
-    if (!read) co_return MethodNotAllowedHere("GET", version);
+    if (!read) co_return MethodNotAllowedHere("GET, HEAD", version);
     co_return ListSubjects(fe, req, token.write);
   }
   if (path.starts_with(kKeysSlash)) {
@@ -253,7 +254,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   }
   if (keys) {
     if (read) co_return ListKeys(fe, req, id);
-    if (method != bhttp::verb::post) co_return MethodNotAllowedHere("GET, POST", version);
+    if (method != bhttp::verb::post) co_return MethodNotAllowedHere("GET, HEAD, POST", version);
     if (!token.write) co_return forbidden();
     Response res = co_await CreateKey(fe, req, id, token, peer);
     co_return res;
@@ -272,7 +273,7 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
     Response res = co_await DeleteSubject(fe, req, id, token, peer);
     co_return res;
   }
-  co_return MethodNotAllowedHere("GET, PUT, DELETE", version);
+  co_return MethodNotAllowedHere("GET, HEAD, PUT, DELETE", version);
 }
 
 asio::awaitable<Response> RegistryApi::PutSubject(const Frontend& fe, const Request& req,

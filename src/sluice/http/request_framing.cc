@@ -1,5 +1,7 @@
 #include "sluice/http/request_framing.h"
 
+#include <algorithm>
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/verb.hpp>
@@ -32,15 +34,82 @@ bool IStartsWith(std::string_view s, std::string_view prefix) {
   return s.size() >= prefix.size() && IEquals(s.substr(0, prefix.size()), prefix);
 }
 
-// RFC 3986 host (reg-name, IPv4 or IP-literal) with an optional port: unreserved, pct-encoded and
-// sub-delims characters, ':' and brackets. Empty is allowed (RFC 9112 §3.2).
-bool IsPlausibleHost(std::string_view host) {
-  for (const char c : host) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
-    if (!ok) return false;
+bool IsHex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// RFC 3986's unreserved and sub-delims characters.
+bool IsUnreservedOrSubDelim(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("-._~!$&'()*+,;=").find(c) != std::string_view::npos;
+}
+
+// Whether every character of `s` is unreserved, a sub-delim, one of `extra`, or a '%' with two
+// hex digits after it.
+bool AllUriChars(std::string_view s, std::string_view extra) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '%') {
+      if (i + 2 >= s.size() || !IsHex(s[i + 1]) || !IsHex(s[i + 2])) return false;
+      i += 2;
+    } else if (!IsUnreservedOrSubDelim(c) && extra.find(c) == std::string_view::npos) {
+      return false;
+    }
   }
   return true;
+}
+
+// RFC 9112 §3.2's Host value: uri-host [ ":" port ] (RFC 3986): an IP-literal in brackets (an
+// IPv6 address, or "v<hex>.<chars>"), or a reg-name / IPv4 address (unreserved, sub-delims,
+// %HH); the port digits. Empty is allowed.
+bool IsValidHost(std::string_view host) {
+  std::string_view port;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    const std::string_view literal = host.substr(1, close - 1);
+    const std::string_view after = host.substr(close + 1);
+    if (!after.empty() && after.front() != ':') return false;
+    port = after.empty() ? after : after.substr(1);
+    if (literal.empty()) return false;
+    if (literal.front() == 'v' || literal.front() == 'V') {
+      const size_t dot = literal.find('.');
+      if (dot == std::string_view::npos || dot < 2 || dot + 1 == literal.size()) return false;
+      for (const char c : literal.substr(1, dot - 1)) {
+        if (!IsHex(c)) return false;
+      }
+      for (const char c : literal.substr(dot + 1)) {
+        if (!IsUnreservedOrSubDelim(c) && c != ':') return false;
+      }
+    } else {
+      for (const char c : literal) {
+        if (!IsHex(c) && c != ':' && c != '.') return false;
+      }
+      if (literal.find(':') == std::string_view::npos) return false;
+    }
+  } else {
+    const size_t colon = host.find(':');
+    if (colon != std::string_view::npos) {
+      port = host.substr(colon + 1);
+      host = host.substr(0, colon);
+    }
+    if (!AllUriChars(host, "")) return false;
+  }
+  for (const char c : port) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// RFC 9112 §3.2's request-target characters: a path and query (pchar, '/', '?') of unreserved,
+// sub-delims, ':', '@' and %HH; brackets only in an absolute target's authority (an IPv6 host).
+bool IsValidTargetText(std::string_view target, bool absolute_form) {
+  if (!absolute_form) return AllUriChars(target, ":@/?");
+  const size_t start = target.find("//") + 2;
+  const size_t path = std::min(target.find_first_of("/?", start), target.size());
+  return AllUriChars(target.substr(0, start), ":/") &&
+         AllUriChars(target.substr(start, path - start), ":@[]") &&
+         AllUriChars(target.substr(path), ":@/?");
 }
 
 FramingError Bad(std::string detail) { return FramingError{.status = 400, .detail = detail}; }
@@ -129,7 +198,7 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
   }
   if (hosts > 1) return Bad("more than one Host header");
   if (hosts == 0 && version == 11) return Bad("an HTTP/1.1 request must carry a Host header");
-  if (!IsPlausibleHost(host)) return Bad("bad Host header");
+  if (!IsValidHost(host)) return Bad("bad Host header");
 
   const std::string_view target = Sv(header.target());
   const bool origin_form = !target.empty() && target.front() == '/';
@@ -151,6 +220,9 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
   }
   // A fragment is the client's own business and never sent (RFC 9110 §4.2.5).
   if (target.find('#') != std::string_view::npos) return Bad("request target with a fragment");
+  if (target != "*" && !IsValidTargetText(target, absolute_form)) {
+    return Bad("bad request target (a character outside RFC 3986, or % without two hex digits)");
+  }
 
   if (expects > 1) return FramingError{.status = 417, .detail = "more than one Expect header"};
   if (expects == 1 && !ExpectsContinue(header)) {

@@ -82,6 +82,16 @@ TEST(RequestFramingTest, HostRules) {
   EXPECT_TRUE(Check("GET / HTTP/1.1\r\nHost: a b\r\n").has_value());
   EXPECT_TRUE(Check("GET / HTTP/1.1\r\nHost: a/b\r\n").has_value());
   EXPECT_FALSE(Check("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n").has_value());
+  // RFC 9112 §3.2: a Host that is no uri-host [":" port] is 400.
+  for (const char* good : {"a.b", "a.b:8080", "a:", "10.0.0.1:80", "[fd00::1]",
+                           "[::ffff:1.2.3.4]:1", "[v1.x:y]", "xn--d1a.example", "a%20b", "a_b~c"}) {
+    EXPECT_FALSE(Check(std::string("GET / HTTP/1.1\r\nHost: ") + good + "\r\n").has_value())
+        << good;
+  }
+  for (const char* bad : {"x:abc", "x:80:80", "[::1", "[zz]", "[]", "[::1]x", "%zz", "%4", "a<b",
+                          "a\"b", "a{b", "a|b", "a\\b", "a^b", "[v.x]", "h\xff"}) {
+    EXPECT_TRUE(Check(std::string("GET / HTTP/1.1\r\nHost: ") + bad + "\r\n").has_value()) << bad;
+  }
 }
 
 TEST(RequestFramingTest, RequestTargetForms) {
@@ -90,6 +100,20 @@ TEST(RequestFramingTest, RequestTargetForms) {
   EXPECT_TRUE(Check("CONNECT h:443 HTTP/1.1\r\nHost: h\r\n").has_value());
   EXPECT_TRUE(Check("GET v1/check HTTP/1.1\r\nHost: h\r\n").has_value());
   EXPECT_TRUE(Check("GET /v1/check#frag HTTP/1.1\r\nHost: h\r\n").has_value());
+}
+
+TEST(RequestFramingTest, RequestTargetCharactersAreRfc3986s) {
+  for (const char* good : {"/v1/authorize/a%2Fb?x=1&y=a:b@c/d?e", "/v1/usage/u-1._~!$&'()*+,;=",
+                           "http://[::1]:8080/v1/check?q=1", "http://h:1"}) {
+    EXPECT_FALSE(Check(std::string("GET ") + good + " HTTP/1.1\r\nHost: h\r\n").has_value())
+        << good;
+  }
+  for (const char* bad : {"/v1/authorize/\xff", "/a\"b", "/<x>", "/a{b}", "/a\\b", "/a^b", "/a`b",
+                          "/a|b", "/a%zz", "/a%", "/a%4", "/a[b]", "http://h/[x]"}) {
+    std::optional<FramingError> e = Check(std::string("GET ") + bad + " HTTP/1.1\r\nHost: h\r\n");
+    ASSERT_TRUE(e.has_value()) << bad;
+    EXPECT_EQ(e->status, 400) << bad;
+  }
 }
 
 TEST(RequestFramingTest, ExpectOtherThanContinueIs417) {

@@ -521,17 +521,18 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   auto [path, query] = SplitTarget(Sv(req.target()));
   (void)query;
   const unsigned version = req.version();
-  const bool get = req.method() == bhttp::verb::get;
+  // HEAD is GET without the body (dropped in server.cc): every GET route answers it.
+  const bool get = req.method() == bhttp::verb::get || req.method() == bhttp::verb::head;
 
   if (path == "/healthz") {
-    if (!get) co_return MethodNotAllowed("GET", version);
+    if (!get) co_return MethodNotAllowed("GET, HEAD", version);
     if (options_.live && !options_.live()) {
       co_return JsonResponse(503, R"({"status":"stalled"})", version, true);
     }
     co_return JsonResponse(200, R"({"status":"ok"})", version, true);
   }
   if (path == "/readyz") {
-    if (!get) co_return MethodNotAllowed("GET", version);
+    if (!get) co_return MethodNotAllowed("GET, HEAD", version);
     Response res = co_await Ready(*fe, req);
     co_return res;
   }
@@ -558,14 +559,14 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
   }
   peer.authenticated = true;
   if (metrics_path) {
-    if (!get) co_return MethodNotAllowed("GET", version);
+    if (!get) co_return MethodNotAllowed("GET, HEAD", version);
     Response res(bhttp::status::ok, version);
     res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     res.body() = registry_->Render();
     co_return res;
   }
   if (dead_path) {
-    if (!get) co_return MethodNotAllowed("GET", version);
+    if (!get) co_return MethodNotAllowed("GET, HEAD", version);
     co_return JsonResponse(200, options_.dead_letters(), version, true);
   }
   if (registry_path) {
@@ -573,7 +574,7 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
     co_return res;
   }
   if (!get && req.method() != bhttp::verb::delete_)
-    co_return MethodNotAllowed("GET, DELETE", version);
+    co_return MethodNotAllowed("GET, HEAD, DELETE", version);
   if (!get && !token->write) {
     co_return Forbidden(absl::StrCat("the token \"", token->name,
                                      "\" is read-only; resetting usage needs access: write"),
