@@ -45,8 +45,41 @@ bool ParseLogLevel(std::string_view text, LogLevel* level) {
   return false;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `s` (its first byte >= 0x80), or 0
+// when it is none (a stray continuation byte, a truncated or overlong sequence, a surrogate, a
+// code point above U+10FFFF).
+size_t Utf8SequenceLength(std::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b0 = byte(0);
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    n = 2;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    n = 3;
+    if (b0 == 0xe0) lo = 0xa0;  // overlong
+    if (b0 == 0xed) hi = 0x9f;  // surrogates
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    n = 4;
+    if (b0 == 0xf0) lo = 0x90;  // overlong
+    if (b0 == 0xf4) hi = 0x8f;  // above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t i = 2; i < n; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 void AppendJsonEscaped(std::string& out, std::string_view s) {
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"':
         out += "\\\"";
@@ -66,8 +99,14 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
       default:
         if (c < 0x20 || c == 0x7f) {
           absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
+        } else if (c < 0x80) {
           out.push_back(static_cast<char>(c));
+        } else if (const size_t n = Utf8SequenceLength(s.substr(i)); n > 0) {
+          out.append(s.substr(i, n));
+          i += n - 1;
+        } else {
+          // Not UTF-8 (a raw byte a client sent): JSON text must be, so it reads as U+FFFD.
+          out += "\\ufffd";
         }
     }
   }

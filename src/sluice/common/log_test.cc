@@ -11,6 +11,17 @@ TEST(LogTest, EscapesEverythingJsonRequires) {
   EXPECT_EQ(out, "a\\\"b\\\\c\\nd\\u0001\\u007f");
 }
 
+TEST(LogTest, KeepsUtf8AndReplacesWhatIsNone) {
+  std::string out;
+  // é, €, U+1F600; then a stray continuation byte, a truncated sequence, an overlong '/', a
+  // surrogate and a byte never in UTF-8.
+  AppendJsonEscaped(
+      out, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\x80|\xe2\x82|\xc0\xaf|\xed\xa0\x80|\xff");
+  EXPECT_EQ(out,
+            "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd|"
+            "\\ufffd\\ufffd\\ufffd|\\ufffd");
+}
+
 TEST(LogTest, WritesOneJsonObjectPerLine) {
   ::testing::internal::CaptureStderr();
   { Log(LogLevel::kWarn, "disk \"full\"").Str("path", "/tmp/x").Int("n", -3).Bool("ok", false); }

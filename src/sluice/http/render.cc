@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
 
@@ -198,6 +200,17 @@ Response QuotaExceeded(const Decision& d, unsigned status, unsigned version, boo
 
 Response JsonResponse(unsigned status, std::string body, unsigned version, bool keep_alive) {
   return MakeResponse(status, "application/json", std::move(body), version, keep_alive);
+}
+
+std::string HttpDate(int64_t unix_seconds) {
+  static constexpr const char* kDays[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const absl::CivilSecond t =
+      absl::ToCivilSecond(absl::FromUnixSeconds(unix_seconds), absl::UTCTimeZone());
+  const int weekday = static_cast<int>(absl::GetWeekday(absl::CivilDay(t)));  // Monday is 0
+  return absl::StrFormat("%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[weekday], t.day(),
+                         kMonths[t.month() - 1], t.year(), t.hour(), t.minute(), t.second());
 }
 
 }  // namespace sluice::http

@@ -3,6 +3,7 @@
 #ifndef SLUICE_HTTP_RENDER_H_
 #define SLUICE_HTTP_RENDER_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,10 @@ void ForEachRateLimitHeader(const Decision& d,
 // Sets Retry-After to d.retry_after seconds (at least 1) for a denied decision; does nothing for an
 // allowed one.
 void SetRetryAfter(const Decision& d, Response& res);
+
+// The Date header's value for `unix_seconds`: RFC 9110 §5.6.7's IMF-fixdate,
+// "Sun, 06 Nov 1994 08:49:37 GMT".
+std::string HttpDate(int64_t unix_seconds);
 
 // An application/problem+json response {"type","title","status","detail"} ("about:blank" is a valid
 // type). `version` is the request's HTTP version (11 for 1.1); `keep_alive` as for the request.

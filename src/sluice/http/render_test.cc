@@ -294,5 +294,12 @@ TEST_F(RenderTest, ShadowLimitsThatWouldDenyAreNamedInAHeader) {
   EXPECT_EQ(Header(res, "Sluice-Shadow-Denied"), "per_minute, daily");
 }
 
+TEST(HttpDateTest, IsTheImfFixdate) {
+  EXPECT_EQ(HttpDate(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");  // RFC 9110's example
+  EXPECT_EQ(HttpDate(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+  EXPECT_EQ(HttpDate(1709164800), "Thu, 29 Feb 2024 00:00:00 GMT");
+  EXPECT_EQ(HttpDate(1798761599), "Thu, 31 Dec 2026 23:59:59 GMT");
+}
+
 }  // namespace
 }  // namespace sluice::http

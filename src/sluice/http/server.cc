@@ -65,14 +65,29 @@ class ScopedCount {
 
 // The response as bytes on the wire. Writing one contiguous buffer is markedly cheaper than
 // Beast's serializer (a chain of buffer views) for the small responses sluice sends.
+// The Date of a response sent now (RFC 9110 §6.6.1: an origin server with a clock sends it),
+// formatted once a second per thread.
+std::string_view DateNow() {
+  thread_local int64_t second = -1;
+  thread_local std::string text;
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  if (now != second) {
+    second = now;
+    text = HttpDate(now);
+  }
+  return text;
+}
+
 std::string Serialize(const Response& res) {
   std::string out;
-  out.reserve(160 + res.body().size());
+  out.reserve(200 + res.body().size());
   out += res.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
   out += std::to_string(res.result_int());
   out += ' ';
   const auto reason = res.reason();
   out.append(reason.data(), reason.size());
+  out += "\r\nDate: ";
+  out += DateNow();
   out += "\r\n";
   for (const auto& field : res) {
     const auto name = field.name_string();
@@ -154,6 +169,23 @@ size_t SkipLeadingEmptyLines(beast::flat_buffer& buffer) {
   }
   buffer.consume(n);
   return n;
+}
+
+// Whether `buffer` holds a whole header block (up to its empty line), or bytes Beast refuses
+// anyway (a bare LF, or a CR not followed by LF): either way Beast may parse now. Beast parses
+// the field lines that are complete as they arrive and drops them from the buffer, so a header
+// block fed to it in pieces could outgrow the buffer's bound; fed whole, it cannot.
+bool HeaderBlockReady(const beast::flat_buffer& buffer) {
+  const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+  for (size_t i = data.find_first_of("\r\n"); i != std::string_view::npos;
+       i = data.find_first_of("\r\n", i + 1)) {
+    if (data[i] == '\n') return true;  // a bare LF (a CR LF is stepped over below)
+    if (i + 1 == data.size()) return false;
+    if (data[i + 1] != '\n') return true;  // a bare CR
+    if (data.substr(i, 4) == "\r\n\r\n") return true;
+    ++i;
+  }
+  return false;
 }
 
 }  // namespace
@@ -582,10 +614,15 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
   auto with_ec = asio::redirect_error(asio::use_awaitable, ec);
   // Answers a request that never reaches the handler; the connection is closed after it.
   auto reject = [&](unsigned status, std::string_view detail) -> asio::awaitable<void> {
-    Log(LogLevel::kWarn, "request rejected")
-        .Int("status", status)
-        .Str("client", peer.address.to_string())
-        .Str("error", detail);
+    // Anyone who reaches the port can send bad requests: at most one line a second per loop.
+    thread_local LogEvery rejections(std::chrono::seconds(1));
+    if (uint64_t held_back = 0; rejections.Allow(&held_back)) {
+      Log(LogLevel::kWarn, "request rejected")
+          .Int("status", status)
+          .Str("client", peer.address.to_string())
+          .Str("error", detail)
+          .Int("rejections_not_logged", static_cast<int64_t>(held_back));
+    }
     Response res = handler_->Reject(status, detail, 11);
     res.keep_alive(false);
     res.prepare_payload();
@@ -620,9 +657,34 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     empty_line_bytes = 0;
     first = false;
 
+    // The whole header block first, within the buffer's bound (exact: the request line and every
+    // field line, however the bytes arrive).
+    while (!HeaderBlockReady(buffer) && buffer.size() < buffer.max_size()) {
+      const std::size_t n = co_await conn->socket.async_read_some(
+          buffer.prepare(std::min<size_t>(4096, buffer.max_size() - buffer.size())), with_ec);
+      if (ec) break;
+      buffer.commit(n);
+    }
+    if (!ec && !HeaderBlockReady(buffer)) {
+      co_await reject(431, "header block over the limit");
+      break;
+    }
+    // A read that failed (the peer closed mid-request, the deadline) fails again in Beast's read
+    // below, which answers it as any incomplete request.
+    ec = {};
+
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.header_limit));
     parser.body_limit(options_.body_limit);
+    // Chunk extensions, all chunks of a body together, share the header block's bound (one chunk
+    // line alone is bounded by the buffer).
+    size_t extension_bytes = 0;
+    auto on_chunk_header = [&](std::uint64_t, boost::beast::string_view extensions,
+                               boost::system::error_code& chunk_ec) {
+      extension_bytes += extensions.size();
+      if (extension_bytes > options_.header_limit) chunk_ec = bhttp::error::body_limit;
+    };
+    parser.on_chunk_header(on_chunk_header);
     co_await bhttp::async_read_header(conn->socket, buffer, parser, with_ec);
     if (IsClosedByPeerOrUs(ec)) break;
     if (ec) {
