@@ -97,10 +97,28 @@ class SmugglingTest(ServiceCase):
         self.assertEqual(self.used(), 0)
 
     def test_transfer_encoding_not_ending_in_chunked_is_400_and_closed(self):
-        for te in [b"identity", b"gzip", b"xchunked", b"chunked, identity", b"gzip, chunked",
+        for te in [b"identity", b"gzip", b"xchunked", b"chunked, identity", b"chunked, gzip",
                    b"chunked;ext=1", b" ", b"Chunked\x0b"]:
             with self.subTest(te=te):
                 self.assert_refused_and_closed(b"Transfer-Encoding: " + te + b"\r\n")
+
+    def test_a_coding_before_chunked_is_501_and_closed(self):
+        # The body's end is known (chunked is last), the coding before it is not implemented.
+        reply = self.send_framed(b"Transfer-Encoding: gzip, chunked\r\n", SMUGGLED)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 501 Not Implemented"], reply)
+        self.assertIn(b"Connection: close", reply)
+        self.assertEqual(self.used(), 0)
+
+    def test_options_asterisk_answers_for_the_server_and_connect_is_501(self):
+        s = self.connect()
+        s.sendall(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED[:-2] +
+                  b"Connection: close\r\n\r\n")
+        reply = read_until_closed(s)
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"], reply)
+        self.assertIn(b"Allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n", reply)
+        self.assertEqual(self.used(), 1)
+        reply = self.exchange(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 501 Not Implemented"], reply)
 
     def test_transfer_encoding_over_two_lines_is_one_list(self):
         self.assert_refused_and_closed(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n")

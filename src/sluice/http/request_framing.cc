@@ -133,9 +133,43 @@ std::optional<std::string> OriginFormTarget(std::string_view target) {
   return origin;
 }
 
+namespace {
+
+// Calls f(member) for each non-empty member of every `name` field line of `header`, a list over
+// one or more lines (RFC 9110 §5.3), its whitespace trimmed.
+template <typename F>
+void ForEachListMember(const bhttp::request_header<>& header, bhttp::field name, F f) {
+  for (const auto& field : header) {
+    if (field.name() != name) continue;
+    std::string_view rest = Sv(field.value());
+    while (true) {
+      const size_t comma = rest.find(',');
+      const std::string_view member = TrimOws(rest.substr(0, comma));
+      if (!member.empty()) f(member);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+}
+
+// Expect's members: 100-continue (any case), and whether any other member is there.
+struct Expectations {
+  bool continue_ = false;
+  bool other = false;
+};
+
+Expectations ExpectationsOf(const bhttp::request_header<>& header) {
+  Expectations e;
+  ForEachListMember(header, bhttp::field::expect, [&](std::string_view member) {
+    (IEquals(member, "100-continue") ? e.continue_ : e.other) = true;
+  });
+  return e;
+}
+
+}  // namespace
+
 bool ExpectsContinue(const bhttp::request_header<>& header) {
-  auto it = header.find(bhttp::field::expect);
-  return it != header.end() && IEquals(TrimOws(Sv(it->value())), "100-continue");
+  return ExpectationsOf(header).continue_;
 }
 
 std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) {
@@ -147,38 +181,18 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
   int content_lengths = 0;
   int transfer_encodings = 0;
   int hosts = 0;
-  int expects = 0;
-  int chunked = 0;
-  bool other_coding = false;
   std::string_view host;
   for (const auto& field : header) {
     switch (field.name()) {
       case bhttp::field::content_length:
         ++content_lengths;
         break;
-      case bhttp::field::transfer_encoding: {
+      case bhttp::field::transfer_encoding:
         ++transfer_encodings;
-        // A list over one or more field lines (RFC 9110 §5.3); empty elements do not count.
-        std::string_view rest = Sv(field.value());
-        while (true) {
-          const size_t comma = rest.find(',');
-          const std::string_view coding = TrimOws(rest.substr(0, comma));
-          if (IEquals(coding, "chunked")) {
-            ++chunked;
-          } else if (!coding.empty()) {
-            other_coding = true;
-          }
-          if (comma == std::string_view::npos) break;
-          rest.remove_prefix(comma + 1);
-        }
         break;
-      }
       case bhttp::field::host:
         ++hosts;
         host = Sv(field.value());
-        break;
-      case bhttp::field::expect:
-        ++expects;
         break;
       default:
         break;
@@ -190,16 +204,35 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
       return Bad("a request may not carry both Transfer-Encoding and Content-Length");
     }
     if (version == 10) return Bad("Transfer-Encoding is not allowed in an HTTP/1.0 request");
-    if (chunked != 1 || other_coding) {
-      return Bad(
-          "Transfer-Encoding must be exactly \"chunked\" (no other transfer coding is "
-          "supported)");
+    // A list over one or more field lines (RFC 9110 §5.3); empty members do not count.
+    int chunked = 0;
+    bool other_coding = false;
+    bool chunked_last = false;
+    ForEachListMember(header, bhttp::field::transfer_encoding, [&](std::string_view coding) {
+      chunked_last = IEquals(coding, "chunked");
+      if (chunked_last) {
+        ++chunked;
+      } else {
+        other_coding = true;
+      }
+    });
+    // Without chunked once and last the body's end is unknown (RFC 9112 §6.3): 400. With it, a
+    // coding before it is one sluice does not implement (§6.1): 501.
+    if (chunked != 1 || !chunked_last) {
+      return Bad("Transfer-Encoding must end in \"chunked\", once");
+    }
+    if (other_coding) {
+      return FramingError{.status = 501, .detail = "no transfer coding but chunked is implemented"};
     }
   }
   if (hosts > 1) return Bad("more than one Host header");
   if (hosts == 0 && version == 11) return Bad("an HTTP/1.1 request must carry a Host header");
   if (!IsValidHost(host)) return Bad("bad Host header");
 
+  // CONNECT (a tunnel) is a method sluice knows and does not implement (RFC 9110 §9.3.6).
+  if (header.method() == bhttp::verb::connect) {
+    return FramingError{.status = 501, .detail = "CONNECT is not implemented"};
+  }
   const std::string_view target = Sv(header.target());
   const bool origin_form = !target.empty() && target.front() == '/';
   const bool absolute_form = IStartsWith(target, "http://") || IStartsWith(target, "https://");
@@ -224,8 +257,9 @@ std::optional<FramingError> CheckFraming(const bhttp::request_header<>& header) 
     return Bad("bad request target (a character outside RFC 3986, or % without two hex digits)");
   }
 
-  if (expects > 1) return FramingError{.status = 417, .detail = "more than one Expect header"};
-  if (expects == 1 && !ExpectsContinue(header)) {
+  // Expect is a list too: "100-continue" on two lines is still that one expectation, an empty
+  // value none (RFC 9110 §10.1.1).
+  if (ExpectationsOf(header).other) {
     return FramingError{.status = 417, .detail = "only Expect: 100-continue is supported"};
   }
   return std::nullopt;

@@ -733,6 +733,10 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       ScopedCount busy(in_flight_);
       if (req.method() == bhttp::verb::unknown) {
         res = handler_->Reject(501, "unknown method", req.version());
+      } else if (req.method() == bhttp::verb::options && req.target() == "*") {
+        // About the server as a whole (RFC 9110 §9.3.7): the methods some route takes.
+        res = Response(bhttp::status::ok, req.version());
+        res.set(bhttp::field::allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
       } else {
         res = co_await handler_->Handle(req, peer);
       }
