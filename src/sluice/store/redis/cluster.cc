@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <iterator>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -615,7 +616,10 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
   void Warn(std::string_view what, std::string_view detail) {
     auto it = std::find_if(warnings_.begin(), warnings_.end(),
                            [&](const auto& w) { return w.first == what; });
-    if (it == warnings_.end()) it = warnings_.insert(warnings_.end(), {std::string(what), {}});
+    if (it == warnings_.end()) {
+      warnings_.emplace_back(std::string(what), LogEvery());
+      it = std::prev(warnings_.end());
+    }
     uint64_t held_back = 0;
     if (!it->second.Allow(&held_back)) return;
     Log(LogLevel::kWarn, what)
