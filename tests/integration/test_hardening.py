@@ -336,6 +336,26 @@ class ExpectAndTargetTest(ServiceCase):
         reply = self.exchange(b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n")
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 505 HTTP Version Not Supported"])
 
+    def test_an_http10_client_gets_our_version_and_a_connection_header_that_says_what_happens(self):
+        # Without keep-alive: answered as HTTP/1.1 (our version), and since persistence is 1.1's
+        # default the answer says close, then closes.
+        reply = self.exchange(b"GET /v1/authorize HTTP/1.0\r\nX-API-Key: key-free\r\n\r\n")
+        self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
+        self.assertRegex(reply, rb"\r\nConnection: close\r\n")
+        # With keep-alive: said back, and the connection takes a second request.
+        s = self.connect()
+        s.settimeout(5)
+        s.sendall(b"GET /v1/authorize HTTP/1.0\r\nX-API-Key: key-free\r\nConnection: keep-alive\r\n\r\n")
+        first = b""
+        while b"\r\n\r\n" not in first:
+            first += s.recv(4096)
+        self.assertTrue(first.startswith(b"HTTP/1.1 200 OK\r\n"), first)
+        self.assertRegex(first, rb"\r\nConnection: keep-alive\r\n")
+        s.sendall(b"GET /v1/authorize HTTP/1.0\r\nX-API-Key: key-free\r\n\r\n")
+        rest = read_until_closed(s)
+        self.assertEqual(status_lines(first + rest), [b"HTTP/1.1 200 OK"] * 2, first + rest)
+        self.assertEqual(self.used(), 3)
+
 
 def trickle_until_closed(sock, pieces, gap=0.5):
     """Sends `pieces` one every `gap` seconds; returns how long it took the server to close the

@@ -81,7 +81,9 @@ std::string_view DateNow() {
 std::string Serialize(const Response& res) {
   std::string out;
   out.reserve(200 + res.body().size());
-  out += res.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+  // Our own version whatever the client's (RFC 9110 §2.5: a 1.0 client reads a 1.1 answer; what
+  // it may not get is a 1.1 feature, and no answer here is chunked).
+  out += "HTTP/1.1 ";
   out += std::to_string(res.result_int());
   out += ' ';
   const auto reason = res.reason();
@@ -744,7 +746,10 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     LogRequest(req, res, peer, std::chrono::steady_clock::now() - started);
     const bool keep_alive = client_keeps_alive && !stopping_.load();
     res.version(req.version());
-    res.keep_alive(keep_alive);
+    res.keep_alive(keep_alive);  // for 1.0: "Connection: keep-alive" when kept, none otherwise
+    // The answer says HTTP/1.1 (Serialize), where persistence is the default: a 1.0 connection
+    // that ends must say so.
+    if (req.version() == 10 && !keep_alive) res.set(bhttp::field::connection, "close");
     res.prepare_payload();
     // A HEAD answer has the headers a GET would get, Content-Length included, and no body
     // (RFC 9110 §9.3.2): the client reads none, so any would be taken for the next answer.
