@@ -253,6 +253,17 @@ class SmugglingTest(ServiceCase):
         # 50 rejections within a few seconds, on the service's loops: a handful of lines.
         self.assertGreaterEqual(len(lines), 1)
         self.assertLess(len(lines), 20, len(lines))
+        # Every one is counted, though: the metrics show a flood the log only samples.
+        self.assertEqual(metric(self.svc, 'sluice_http_requests_total{route="-",code="400"}'), 50)
+
+    def test_answers_given_before_any_route_are_counted_as_route_dash(self):
+        for plane in (False, True):
+            self.exchange(b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", admin=plane)
+            self.exchange(b"BREW / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", admin=plane)
+            self.exchange(b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", admin=plane)
+        for code in (200, 501, 505):
+            self.assertEqual(
+                metric(self.svc, f'sluice_http_requests_total{{route="-",code="{code}"}}'), 2, code)
 
     def test_connection_close_on_any_line_closes(self):
         reply = self.exchange(b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: foo\r\nConnection: close\r\n\r\n"

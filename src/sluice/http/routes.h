@@ -148,6 +148,7 @@ class DataPlane final : public RequestHandler {
   boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
   void ConnectionOpened() override { metrics_->ConnectionOpened(); }
   void ConnectionClosed() override { metrics_->ConnectionClosed(); }
+  void AnsweredUnrouted(unsigned status) override { metrics_->CountRequest("-", status); }
 
  private:
   // `access` (null unless the access log is on) receives what the access log says of the
@@ -190,6 +191,7 @@ class AdminPlane final : public RequestHandler {
              const metrics::Registry* registry, AdminOptions options = {})
       : frontend_(frontend), metrics_(metrics), registry_(registry), options_(std::move(options)) {}
   boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
+  void AnsweredUnrouted(unsigned status) override { metrics_->CountRequest("-", status); }
 
  private:
   boost::asio::awaitable<Response> Route(Request& req, Peer& peer);

@@ -626,6 +626,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
           .Int("rejections_not_logged", static_cast<int64_t>(held_back));
     }
     Response res = handler_->Reject(status, detail, 11);
+    handler_->AnsweredUnrouted(status);
     res.keep_alive(false);
     res.prepare_payload();
     const std::string wire = Serialize(res);
@@ -735,10 +736,12 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       ScopedCount busy(in_flight_);
       if (req.method() == bhttp::verb::unknown) {
         res = handler_->Reject(501, "unknown method", req.version());
+        handler_->AnsweredUnrouted(501);
       } else if (req.method() == bhttp::verb::options && req.target() == "*") {
         // About the server as a whole (RFC 9110 §9.3.7): the methods some route takes.
         res = Response(bhttp::status::ok, req.version());
         res.set(bhttp::field::allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+        handler_->AnsweredUnrouted(200);
       } else {
         res = co_await handler_->Handle(req, peer);
       }

@@ -54,6 +54,9 @@ class RequestHandler {
   // block or body, a refused Expect. `status` is 400, 413, 417, 431 or 505; the default builds a
   // problem+json answer.
   virtual Response Reject(unsigned status, std::string_view detail, unsigned version);
+  // Called once for each answer the server gave without Handle: a Reject, an unknown method
+  // (501), OPTIONS * (200). For metrics: such requests have no route.
+  virtual void AnsweredUnrouted(unsigned /*status*/) {}
   // Counts connections opened and closed (for an open-connections gauge).
   virtual void ConnectionOpened() {}
   virtual void ConnectionClosed() {}
