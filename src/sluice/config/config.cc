@@ -188,8 +188,9 @@ bool IsValidEmail(absl::string_view text) {
   const size_t at = text.find('@');
   return text.size() <= kMaxEmailLength && at != absl::string_view::npos && at > 0 &&
          at + 1 < text.size() && text.find('@', at + 1) == absl::string_view::npos &&
-         std::all_of(text.begin(), text.end(),
-                     [](char c) { return static_cast<unsigned char>(c) > ' ' && c != 0x7f; });
+         AllOf(text, IsVisibleAscii) &&
+         // What the email sink does not send to: a display name, a list, a quoted part.
+         text.find_first_of("<>,;\"\\()[]") == absl::string_view::npos;
 }
 
 // A URL with one of `schemes` ("http://") and something after it, in visible ASCII.
@@ -932,7 +933,8 @@ absl::Status CheckListenAddress(absl::string_view path, absl::string_view addres
 absl::Status CheckEmail(absl::string_view path, absl::string_view email) {
   if (IsValidEmail(email)) return absl::OkStatus();
   return Error(path, absl::StrCat("bad email address ", Quote(email),
-                                  " (want exactly one @ with text on both sides)"));
+                                  " (want name@domain: exactly one @ with text on both sides, "
+                                  "visible ASCII, none of <>,;\"\\()[])"));
 }
 
 absl::Status CheckHttpUrl(absl::string_view path, absl::string_view url) {

@@ -695,8 +695,15 @@ TEST_F(ConfigTest, KeyWithoutSubjectIsRejected) {
 
 TEST_F(ConfigTest, BadKeyEmailIsRejected) {
   EXPECT_EQ(ErrorOf(WithPlan("keys:\n  - {key: k1, subject: u1, plan: free, email: a@b@c}\n")),
-            "test.yaml: keys[0].email: bad email address \"a@b@c\" (want exactly one @ with text "
-            "on both sides)");
+            "test.yaml: keys[0].email: bad email address \"a@b@c\" (want name@domain: exactly one "
+            "@ with text on both sides, visible ASCII, none of <>,;\"\\()[])");
+  // Addresses the email sink would skip without a word are refused here instead.
+  for (const char* email : {"\"<a@b.c>\"", "\"a,b@c.d\"", "\"a(x)@b.c\"", "\"\u00e9@b.c\""}) {
+    EXPECT_THAT(ErrorOf(WithPlan(absl::StrCat(
+                    "keys:\n  - {key: k1, subject: u1, plan: free, email: ", email, "}\n"))),
+                HasSubstr("keys[0].email: bad email address"))
+        << email;
+  }
 }
 
 TEST_F(ConfigTest, KeyWebhookMustBeHttp) {

@@ -78,6 +78,9 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
     }
     return true;
   };
+  // JSON text never holds a raw NUL, and nlohmann's parser takes one for the end of its input:
+  // what followed would be ignored rather than refused.
+  if (body.find('\0') != std::string_view::npos) return FieldError("body", "not valid JSON");
   const Json json = Json::parse(body.begin(), body.end(), note_names, /*allow_exceptions=*/false);
   if (json.is_discarded()) return FieldError("body", "not valid JSON");
   if (!json.is_object()) return FieldError("body", "must be a JSON object");

@@ -72,6 +72,8 @@ TEST(ParseCheckBodyTest, RefusesTextThatIsNotJson) {
        {"", "{", "subject=u", R"({"api_key":"k",})", "{} {}", "{\"api_key\":\"\xff\"}"}) {
     EXPECT_EQ(ErrorOf(body), "body: not valid JSON") << body;
   }
+  // nlohmann stops at a NUL: what follows it must not be ignored.
+  EXPECT_EQ(ErrorOf(std::string("{\"subject\":\"u\"}\0junk", 20)), "body: not valid JSON");
 }
 
 TEST(ParseCheckBodyTest, RefusesJsonThatIsNotAnObject) {

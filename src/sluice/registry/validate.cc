@@ -1,6 +1,7 @@
 #include "sluice/registry/validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -85,6 +86,17 @@ int JsonDepth(const json& value) {
   return 0;
 }
 
+// True if `value` holds a non-integer number (a double) beyond 2^53 in magnitude: nlohmann reads
+// an integer beyond 64 bits as one, so its text may have held digits the value has lost.
+bool HasInexactInteger(const json& value) {
+  if (value.is_object() || value.is_array()) {
+    return std::any_of(value.begin(), value.end(),
+                       [](const json& v) { return HasInexactInteger(v); });
+  }
+  if (!value.is_number_float()) return false;
+  return std::abs(value.get<double>()) > 9007199254740992.0;
+}
+
 absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
   if (empty_is_object && absl::StripAsciiWhitespace(ToAbsl(body)).empty()) return json::object();
   if (NestingDepth(body) > kMaxBodyDepth) {
@@ -110,6 +122,10 @@ absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
     }
     return true;
   };
+  // JSON text never holds a raw NUL, and nlohmann's parser takes one for the end of its input:
+  // what followed would be ignored rather than refused.
+  if (body.find('\0') != std::string_view::npos)
+    return Error("body", "malformed JSON (a NUL byte)");
   json value;
   try {
     value = json::parse(body.begin(), body.end(), note);
@@ -152,11 +168,14 @@ bool VisibleAscii(std::string_view text) {
 
 // The rules config.cc applies to a key's email, webhook and webhook_secret (not exported by
 // config, so repeated here; keep them alike).
+// What the email sink does not send to: a display name, a list, a quoted or commented part.
+constexpr std::string_view kAddressSpecials = "<>,;\"\\()[]";
+
 bool IsEmail(std::string_view text) {
   const size_t at = text.find('@');
   return text.size() <= kMaxEmailBytes && at != std::string_view::npos && at > 0 &&
          at + 1 < text.size() && text.find('@', at + 1) == std::string_view::npos &&
-         VisibleAscii(text);
+         VisibleAscii(text) && text.find_first_of(kAddressSpecials) == std::string_view::npos;
 }
 
 bool IsHttpUrl(std::string_view text) {
@@ -287,7 +306,7 @@ absl::StatusOr<Subject> ParseSubjectBody(std::string_view id, std::string_view b
   if (!email.ok()) return email.status();
   if (!email->empty() && !IsEmail(*email)) {
     return Error("email", absl::StrCat("must be an email address (name@domain, at most ",
-                                       kMaxEmailBytes, " bytes, no spaces)"));
+                                       kMaxEmailBytes, " bytes, no spaces, none of <>,;\"\\()[])"));
   }
   subject.email = *std::move(email);
 
@@ -318,6 +337,11 @@ absl::StatusOr<Subject> ParseSubjectBody(std::string_view id, std::string_view b
     if (!metadata->is_object()) return Error("metadata", want);
     if (JsonDepth(*metadata) > kMaxMetadataDepth) {
       return Error("metadata", absl::StrCat("nested deeper than ", kMaxMetadataDepth, " levels"));
+    }
+    if (HasInexactInteger(*metadata)) {
+      return Error("metadata",
+                   "holds a number beyond 2^53 that would not be kept exactly (send it "
+                   "as a string)");
     }
     std::string compact = metadata->dump(-1, ' ', false, json::error_handler_t::replace);
     if (compact.size() > kMaxMetadataBytes) return Error("metadata", want);

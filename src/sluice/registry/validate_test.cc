@@ -98,6 +98,23 @@ TEST_F(SubjectBodyTest, ErrorsStartWithTheFieldPath) {
   EXPECT_THAT(Error(R"({"plan":"free"})", "bad id"), StartsWith("id: "));
   EXPECT_THAT(Error(R"({"plan":"free","email":"nope"})"), StartsWith("email: "));
   EXPECT_THAT(Error(R"({"plan":"free","email":"a b@c"})"), StartsWith("email: "));
+  // Addresses the email sink would skip without a word.
+  for (const char* email :
+       {"<a@b.c>", "a,b@c.d", "a;b@c.d", "\\\"a\\\"@b.c", "a(x)@b.c", "a@[1.2.3.4]"}) {
+    EXPECT_THAT(Error(absl::StrCat(R"({"plan":"free","email":")", email, R"("})")),
+                StartsWith("email: "))
+        << email;
+  }
+  // A number that would not be stored as sent; numbers that would are kept.
+  EXPECT_THAT(Error(R"({"plan":"free","metadata":{"a":[123456789012345678901234567890]}})"),
+              StartsWith("metadata: holds a number beyond 2^53"));
+  EXPECT_EQ(
+      Error(
+          R"({"plan":"free","metadata":{"a":18446744073709551615,"b":-9007199254740992,"c":1.5e15}})"),
+      "(accepted)");
+  // Bytes after a NUL are not ignored: the body is no JSON text.
+  EXPECT_EQ(Error(std::string_view("{\"plan\":\"free\"}\0garbage{{", 25)),
+            "body: malformed JSON (a NUL byte)");
   EXPECT_THAT(Error(R"({"plan":"free","webhook":"ftp://x"})"),
               StartsWith("webhook: must be an http or https URL"));
   EXPECT_THAT(Error(R"({"plan":"free","webhook":"https://x","webhook_secret":"abc"})"),
