@@ -241,6 +241,33 @@ class AdminTokenFileTest(unittest.TestCase):
         self.assertIn("must be printable ASCII without spaces", result.stderr)
         self.assertNotIn("s3cret", result.stderr)
 
+    def test_sluice_admin_token_with_a_space_or_a_control_byte_exits_78_without_printing_it(self):
+        for token in ("s3cret with space", "s3cret\x01ctl"):
+            env = base_env()
+            env["SLUICE_ADMIN_TOKEN"] = token
+            result = subprocess.run([harness.SLUICE_BIN, "serve", "-c", self.config()], env=env,
+                                    capture_output=True, text=True, timeout=30)
+            self.assertEqual(result.returncode, 78, result.stderr)
+            self.assertIn("SLUICE_ADMIN_TOKEN: must be printable ASCII without spaces", result.stderr)
+            self.assertNotIn("s3cret", result.stderr)
+
+    def test_a_read_token_that_is_also_the_read_write_token_exits_78(self):
+        import hashlib
+        digest = hashlib.sha256(b"shared-token").hexdigest()
+        config = harness.write_config(
+            self.dir.name,
+            "server:\n"
+            f'  listen: "127.0.0.1:{self.port}"\n'
+            f'  admin_listen: "127.0.0.1:{self.admin_port}"\n'
+            f"  admin_tokens: [{{ name: dash, token_sha256: {digest}, access: read }}]\n" + PLANS)
+        env = base_env()
+        env["SLUICE_ADMIN_TOKEN"] = "shared-token"
+        result = subprocess.run([harness.SLUICE_BIN, "serve", "-c", config], env=env,
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 78, result.stderr)
+        self.assertIn("server.admin_tokens[0]: the same token as SLUICE_ADMIN_TOKEN", result.stderr)
+        self.assertNotIn("shared-token", result.stderr)
+
     def test_empty_file_exits_78(self):
         result = self.refused_start(self.token_file("\n"))
         self.assertEqual(result.returncode, 78, result.stderr)

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -15,6 +16,7 @@
 #include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/http/client_address.h"
 #include "sluice/http/key_registry.h"
+#include "sluice/http/routes.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/plan.h"
 #include "sluice/store/memory/snapshot_file.h"
@@ -136,6 +138,21 @@ absl::Status CheckServable(const config::Config& cfg) {
     return Refuse(cfg, "server", ToStd(proxies.status().message()));
   }
   if (absl::Status s = CheckListeners(cfg); !s.ok()) return s;
+  // An admin_tokens entry that is also the read-write token would be read-write, whatever its
+  // access says (the entries are told apart among themselves when the file is read).
+  if (!cfg.server.admin_token.empty()) {
+    const std::string digest = http::MakeAdminToken("admin", cfg.server.admin_token, true).digest;
+    for (size_t i = 0; i < cfg.server.admin_tokens.size(); ++i) {
+      const config::AdminTokenConfig& t = cfg.server.admin_tokens[i];
+      const std::string other = t.token.empty()
+                                    ? absl::HexStringToBytes(t.token_sha256)
+                                    : http::MakeAdminToken(t.name, t.token, t.write).digest;
+      if (other == digest) {
+        return Refuse(cfg, absl::StrCat("server.admin_tokens[", i, "]"),
+                      "the same token as server.admin_token (give each token once)");
+      }
+    }
+  }
   // "s.yaml: envoy.ratelimit_config: rl/a.yaml: descriptors[0].key: missing required key".
   if (absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> rules =
           rls::RlRuleSet::Load(cfg.envoy.ratelimit_config);

@@ -111,6 +111,24 @@ TEST(CheckServableTest, PlaintextKeyAndItsHashAreOneKey) {
               HasSubstr("s.yaml: keys[1]"));
 }
 
+TEST(CheckServableTest, AReadTokenThatIsAlsoTheReadWriteTokenIsRefused) {
+  // SHA-256 of "demo-hashed-key".
+  constexpr char kDigest[] = "01bc727c90fb6f9cf915487e84abeb3ba1339efc6ba94f928583977a76bab05e";
+  EXPECT_EQ(CheckOf(absl::StrCat("server:\n  admin_token: demo-hashed-key\n  admin_tokens:\n"
+                                 "    - { name: ok, token: another-token-0123, access: read }\n"
+                                 "    - { name: dash, token_sha256: ",
+                                 kDigest, ", access: read }\n")),
+            "s.yaml: server.admin_tokens[1]: the same token as server.admin_token (give each token "
+            "once)");
+  EXPECT_EQ(CheckOf("server:\n  admin_token: shared-admin-token\n  admin_tokens:\n"
+                    "    - { name: dash, token: shared-admin-token, access: read }\n"),
+            "s.yaml: server.admin_tokens[0]: the same token as server.admin_token (give each token "
+            "once)");
+  EXPECT_EQ(CheckOf("server:\n  admin_token: demo-hashed-key\n  admin_tokens:\n"
+                    "    - { name: dash, token: another-token-0123, access: read }\n"),
+            "OK");
+}
+
 TEST(CheckServableTest, PlanesOnTheSamePortOfAWildcardOverlap) {
   EXPECT_EQ(CheckOf("server: { listen: \"0.0.0.0:8080\", admin_listen: \"127.0.0.1:8080\" }\n"),
             "s.yaml: server.admin_listen: overlaps server.listen (port 8080 on the same or a "

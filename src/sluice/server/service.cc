@@ -130,14 +130,25 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   // The file's token, else SLUICE_ADMIN_TOKEN, else the file SLUICE_ADMIN_TOKEN_FILE names (read
   // again at each reload, so a rotated credential takes effect with SIGHUP).
   std::string admin_token = cfg.server.admin_token;
+  std::string_view admin_token_from = "server.admin_token";
   if (admin_token.empty()) {
-    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) admin_token = env;
+    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) {
+      admin_token = env;
+      admin_token_from = "SLUICE_ADMIN_TOKEN";
+      // The file's rule for the value it stands for; the value itself is never repeated.
+      if (std::any_of(admin_token.begin(), admin_token.end(),
+                      [](char c) { return c <= ' ' || c > '~'; })) {
+        return absl::InvalidArgumentError(
+            "SLUICE_ADMIN_TOKEN: must be printable ASCII without spaces");
+      }
+    }
   }
   if (admin_token.empty()) {
     if (const char* file = std::getenv("SLUICE_ADMIN_TOKEN_FILE"); file != nullptr && *file) {
       absl::StatusOr<std::string> token = ReadAdminTokenFile(file);
       if (!token.ok()) return token.status();
       admin_token = *std::move(token);
+      admin_token_from = "SLUICE_ADMIN_TOKEN_FILE";
     }
   }
   // The single token of earlier versions is the read-write token "admin".
@@ -151,6 +162,17 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
       // Validated as 64 lowercase hex digits.
       fe->admin_tokens.push_back(http::AdminToken{
           .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
+    }
+  }
+  // The admin_tokens are told apart among themselves when the file is read; one that is also the
+  // read-write token would be read-write, whatever its access says.
+  if (!admin_token.empty()) {
+    for (size_t i = 1; i < fe->admin_tokens.size(); ++i) {
+      if (fe->admin_tokens[i].digest == fe->admin_tokens[0].digest) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(cfg.path, ": server.admin_tokens[", i - 1, "]: the same token as ",
+                         ToAbsl(admin_token_from), " (give each token once)"));
+      }
     }
   }
   fe->limiter =
