@@ -122,7 +122,7 @@ class SubjectsAndKeys(RegistryTestCase):
         self.assertEqual(self.authorize(key["key"])[0], 401)
         # Revoking it again: it is gone.
         self.assert_problem(self.admin("DELETE", f"/v1/keys/{key['id']}", "/v1/keys/{key_id}"),
-                            404, None)
+                            404, "key_id")
 
     def test_head_reads_like_get_without_a_body(self):
         self.put_subject("acme", {"plan": "free"})
@@ -150,7 +150,7 @@ class SubjectsAndKeys(RegistryTestCase):
         key = self.new_key("acme")[2]["key"]
         self.assertEqual(self.admin("DELETE", "/v1/subjects/acme", "/v1/subjects/{id}")[0], 204)
         self.assertEqual(self.authorize(key)[0], 401)
-        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, None)
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, "id")
 
     def test_a_disabled_subject_is_forbidden(self):
         self.put_subject("acme", {"plan": "free", "disabled": True})
@@ -286,10 +286,10 @@ class BadInput(RegistryTestCase):
             self.put_subject("acme", {"plan": "free", "overrides": {"nope": {"quota": 5}}}), 422,
             "overrides.nope")
         # Nothing was created by any of them.
-        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, None)
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, "id")
 
     def test_a_key_for_a_missing_subject_creates_nothing(self):
-        self.assert_problem(self.new_key("ghost"), 404, None)
+        self.assert_problem(self.new_key("ghost"), 404, "id")
         self.put_subject("ghost", {"plan": "free"})
         _, _, keys = self.admin("GET", "/v1/subjects/ghost/keys", "/v1/subjects/{id}/keys")
         self.assertEqual(keys["keys"], [])
@@ -334,6 +334,32 @@ class DurabilityAndAudit(RegistryTestCase):
         self.svc.server.proc.wait()
         self.svc = self.start()
         self.assertEqual(self.authorize(key)[0], 200)
+
+    def test_a_registry_file_it_cannot_write_refuses_the_start(self):
+        # SQLite would open it read-only without a word, and every change would fail while the
+        # server looked ready. The file is made unwritable for the user sluice runs as: as root,
+        # sluice runs as nobody (the directory stays writable for its lock file).
+        import subprocess
+        self.put_subject("acme", {"plan": "free"})
+        self.svc.server.kill()
+        os.chmod(self.dir.name, 0o777)
+        for name in os.listdir(self.dir.name):
+            path = os.path.join(self.dir.name, name)
+            if name == "registry.db.lock":
+                os.chmod(path, 0o666)
+            else:  # the database (with its -wal and -shm, if any) and the config
+                os.chmod(path, 0o444)
+        command = [harness.SLUICE_BIN, "serve", "-c", self.svc.config_path]
+        if os.geteuid() == 0:
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("is not writable by this process", result.stderr)
+        self.assertNotIn("sluice started", result.stderr)
+
+    def test_a_new_registry_file_is_private(self):
+        self.put_subject("acme", {"plan": "free"})
+        self.assertEqual(os.stat(self.db).st_mode & 0o777, 0o600)
 
     def test_every_change_writes_one_audit_line_without_secrets(self):
         self.put_subject("acme", {"plan": "free", "webhook": "https://h.test/x",

@@ -132,6 +132,18 @@ class RedisDownAtStart(unittest.TestCase):
         self.assertEqual(headers.get("retry-after"), "1")
         status, _, body = svc.request("GET", "/readyz", admin=True)
         self.assertEqual((status, json.loads(body)["registry"]), (200, "loading"))
+        # Nor is a subject unknown: the registry's own routes, usage by subject and a check by
+        # subject wait for it too (an empty list or a 404 would be a wrong answer).
+        auth = {"Authorization": "Bearer " + svc.admin_token}
+        for method, path in (("GET", "/v1/subjects"), ("GET", "/v1/subjects/acme"),
+                             ("GET", "/v1/subjects/acme/keys"), ("PUT", "/v1/subjects/acme"),
+                             ("GET", "/v1/usage/acme")):
+            status, headers, _ = svc.request(method, path, '{"plan":"free"}' if method == "PUT"
+                                             else None, auth, admin=True)
+            self.assertEqual((status, headers.get("retry-after")), (503, "1"), (method, path))
+        status, headers, _ = svc.request("POST", "/v1/check", '{"subject":"acme"}',
+                                         {"Content-Type": "application/json"})
+        self.assertEqual((status, headers.get("retry-after")), (503, "1"))
         redis.start()
         deadline = time.monotonic() + 10
         while svc.request("GET", "/v1/authorize", headers={"X-API-Key": "k"})[0] != 401:

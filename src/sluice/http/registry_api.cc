@@ -85,8 +85,12 @@ Response InvalidInput(const absl::Status& s, unsigned version) {
   return FieldProblem(422, "Unprocessable Content", message, field, version);
 }
 
+// `detail` is "<field>: <what>", as every caller words it: the field is named as in every other
+// error.
 Response NotFoundProblem(std::string_view detail, unsigned version) {
-  return FieldProblem(404, "Not Found", detail, "", version);
+  const size_t colon = detail.find(':');
+  return FieldProblem(404, "Not Found", detail,
+                      colon == std::string_view::npos ? "" : detail.substr(0, colon), version);
 }
 
 Response Conflict(std::string_view detail, std::string_view field, unsigned version) {
@@ -226,6 +230,14 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
                         "", version);
   };
 
+  if (!index_->loaded()) {
+    // A shared registry still loading (Redis unreachable at start): "no such subject" or an empty
+    // list would be a wrong answer, and a write could not tell a create from a replace.
+    Response res = FieldProblem(503, "Service Unavailable",
+                                "the registry is still loading; retry shortly", "", version);
+    res.set(bhttp::field::retry_after, "1");
+    co_return res;
+  }
   if (path == kSubjects) {
     if (!read) co_return MethodNotAllowedHere("GET, HEAD", version);
     co_return ListSubjects(fe, req, token.write);

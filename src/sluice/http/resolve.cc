@@ -91,6 +91,13 @@ bool ResolveSubject(const Frontend& fe, const registry::Index* index, std::strin
       target->plan = entry->plan;
       return true;
     }
+    if (index != nullptr && !index->loaded()) {
+      // A shared registry still loading (Redis unreachable at start): the subject may be in it.
+      // (With a plan named, the decision goes on as the store allows: on_store_error decides.)
+      refusal->retry_soon = true;
+      return Refuse(refusal, 503, "Service Unavailable",
+                    "the registry is still loading; retry shortly");
+    }
     return Refuse(
         refusal, 400, "Bad Request",
         absl::StrCat("plan: required (subject \"", subject, "\" is not in the registry)"));

@@ -643,6 +643,12 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
           EffectivePlan(limiter.plans(), *record, limiter.clock().Now(), &effective_storage);
     } else if (const KeyEntry* entry = fe.keys.FindSubject(subject)) {
       plan = entry->plan;
+    } else if (options_.index != nullptr && !options_.index->loaded()) {
+      // A shared registry still loading (Redis unreachable at start): the subject may be in it.
+      Response res = Problem(503, "about:blank", "Service Unavailable",
+                             "the registry is still loading; retry shortly", version, true);
+      res.set(bhttp::field::retry_after, "1");
+      co_return res;
     } else {
       co_return BadRequest("plan: required query parameter (the subject is not in the registry)",
                            version);

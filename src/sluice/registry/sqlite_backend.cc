@@ -605,6 +605,13 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
     absl::StatusOr<int> fd = AcquireLock(path);
     if (!fd.ok()) return fd.status();
     state->lock_fd = *fd;
+    // A new file is private from its first byte, whatever the umask: it holds webhook secrets,
+    // customers' addresses and key digests (SQLite gives -wal and -shm the main file's mode).
+    // An empty file is a new database to SQLite.
+    if (const int created = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        created >= 0) {
+      ::close(created);
+    }
   }
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
                     SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE;
@@ -612,6 +619,13 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
     return absl::UnavailableError(absl::StrCat(
         "registry ", path,
         ": cannot open: ", state->db != nullptr ? sqlite3_errmsg(state->db) : "out of memory"));
+  }
+  // SQLite opens a file it may not write read-only without a word; every change would then fail
+  // while the server looked ready.
+  if (sqlite3_db_readonly(state->db, "main") == 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("registry ", path,
+                     ": the file is not writable by this process (check its owner and mode)"));
   }
   sqlite3_extended_result_codes(state->db, 1);
   // The first read of the file: a file that is not a database fails here.

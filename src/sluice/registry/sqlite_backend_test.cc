@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -286,6 +287,17 @@ TEST_F(SqliteBackendTest, ASecondProcessIsRefused) {
   EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("pid ", ::getpid())));
   backend_.reset();
   EXPECT_TRUE(OpenAt(path_).ok());  // the lock goes with the backend
+}
+
+TEST_F(SqliteBackendTest, ANewFileIsPrivateWhateverTheUmask) {
+  const std::string path = dir_ + "/new.db";
+  const mode_t old_umask = ::umask(022);
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+  ::umask(old_umask);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 TEST_F(SqliteBackendTest, AFileThatIsNotADatabaseIsRefused) {
