@@ -65,6 +65,10 @@ int CheckConfig(const std::string& path) {
     std::cerr << s.message() << "\n";
     return config::kExitConfigError;
   }
+  if (absl::Status s = server::CheckRegistryFile(*cfg); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return config::kExitConfigError;
+  }
   size_t limits = 0;
   for (const config::PlanConfig& p : cfg->plans) limits += p.limits.size();
   auto count = [](size_t n, const char* noun) {

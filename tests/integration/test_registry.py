@@ -357,6 +357,32 @@ class DurabilityAndAudit(RegistryTestCase):
         self.assertIn("is not writable by this process", result.stderr)
         self.assertNotIn("sluice started", result.stderr)
 
+    def test_check_config_refuses_dropping_a_plan_registry_subjects_are_on_as_serve_does(self):
+        import subprocess
+        self.put_subject("acme", {"plan": "pro"})
+        without_pro = PLANS.replace("  pro:\n    limits:\n      - { name: per_minute, quota: 1000, "
+                                    "window: 1m }\n      - { name: daily, quota: 1000, window: "
+                                    "day, alert_at: [80, 100] }\n", "")
+        self.assertNotIn("pro:", without_pro)
+        path = harness.write_config(
+            self.dir.name, self.svc.server_yaml + f"store:\n  memory:\n    registry_path: "
+            f"{self.db}\n" + without_pro, name="without-pro.yaml")
+        # While the server runs on the file (and holds its lock), and after it stopped.
+        for _ in range(2):
+            check = subprocess.run([harness.SLUICE_BIN, "check-config", "-c", path],
+                                   capture_output=True, text=True, timeout=30)
+            self.assertEqual(check.returncode, 78, check.stdout + check.stderr)
+            self.assertIn('acme (plan "pro")', check.stderr)
+            self.svc.server.kill()
+        serve = subprocess.run([harness.SLUICE_BIN, "serve", "-c", path], capture_output=True,
+                               text=True, timeout=30)
+        self.assertEqual(serve.returncode, 78, serve.stderr)
+        self.assertIn('acme (plan \\"pro\\")', serve.stderr)  # in a JSON log line
+        # The file as it was passes.
+        check = subprocess.run([harness.SLUICE_BIN, "check-config", "-c", self.svc.config_path],
+                               capture_output=True, text=True, timeout=30)
+        self.assertEqual(check.returncode, 0, check.stderr)
+
     def test_a_new_registry_file_is_private(self):
         self.put_subject("acme", {"plan": "free"})
         self.assertEqual(os.stat(self.db).st_mode & 0o777, 0o600)

@@ -664,6 +664,40 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
   return std::make_unique<SqliteBackend>(std::move(state));
 }
 
+absl::Status SqliteBackend::ReadInto(const std::string& path, Index* index) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("registry ", path, ": no such file"));
+  }
+  State state;
+  state.options.path = path;
+  state.index = index;
+  const int flags =
+      SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE;
+  if (sqlite3_open_v2(path.c_str(), &state.db, flags, nullptr) != SQLITE_OK) {
+    return absl::UnavailableError(absl::StrCat(
+        "registry ", path,
+        ": cannot open: ", state.db != nullptr ? sqlite3_errmsg(state.db) : "out of memory"));
+  }
+  Stmt user_version;
+  int rc = user_version.Prepare(state.db, "PRAGMA user_version");
+  if (rc == SQLITE_OK) rc = user_version.Step();
+  if (rc != SQLITE_ROW) {
+    if ((rc & 0xff) == SQLITE_NOTADB) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("registry ", path, " is not an SQLite database"));
+    }
+    return state.DbError("cannot read the schema version");
+  }
+  const int64_t version = user_version.Int(0);
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("registry ", path, " has schema version ", version));
+  }
+  if (version == 0) return absl::OkStatus();  // created, never written: empty
+  return state.Load();
+}
+
 absl::Status SqliteBackend::Start(Index* index) {
   State& st = *state_;
   {

@@ -47,6 +47,12 @@ class SqliteBackend final : public Backend {
   // for I/O failures. Every message names the path.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteBackend>> Open(Options options);
 
+  // Reads the file as it stands into `index`, without the lock and without writing anything (a
+  // running server may hold the file): what `sluice check-config` checks the plans against.
+  // NotFound if there is no file; FailedPrecondition if it is no SQLite database or its schema
+  // is newer than kSchemaVersion.
+  [[nodiscard]] static absl::Status ReadInto(const std::string& path, Index* index);
+
   ~SqliteBackend() override;  // Stop()
 
   absl::Status Start(Index* index) override;

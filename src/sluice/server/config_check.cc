@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "sluice/common/strings.h"
 #include "sluice/grpc/ratelimit_rules.h"
@@ -19,6 +20,8 @@
 #include "sluice/http/routes.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/plan.h"
+#include "sluice/registry/index.h"
+#include "sluice/registry/sqlite_backend.h"
 #include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/tls_context.h"
@@ -178,6 +181,53 @@ absl::Status CheckServable(const config::Config& cfg) {
       return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+// Refuses a configuration that lacks a plan some registry subject is on (the subject would be
+// refused at every request), naming the first subjects.
+absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index) {
+  // A subject is either the file's or the registry's: one defined by both would be on two plans.
+  for (size_t i = 0; i < cfg.keys.size(); ++i) {
+    if (index.FindSubject(cfg.keys[i].subject) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          cfg.path, ": keys[", i, "].subject: \"", cfg.keys[i].subject,
+          "\" is a registry subject (delete it there, or give the key to the registry)"));
+    }
+  }
+  size_t known = 0;
+  for (const config::PlanConfig& plan : cfg.plans)
+    known += index.CountOnPlan(plan.name, 0, nullptr);
+  if (known == index.subject_count()) return absl::OkStatus();
+  // Some subject is on a plan this configuration does not define: find the first ten.
+  std::vector<std::string> names;
+  std::string missing_plans;
+  std::string after;
+  while (names.size() < 10) {
+    registry::Index::Page page = index.List("", after, 1000);
+    for (const auto& s : page.subjects) {
+      if (cfg.FindPlan(s->plan) == nullptr && names.size() < 10) {
+        names.push_back(absl::StrCat(s->id, " (plan \"", s->plan, "\")"));
+      }
+    }
+    if (page.next_cursor.empty() || page.subjects.empty()) break;
+    after = page.subjects.back()->id;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(cfg.path, ": plans: ", index.subject_count() - known,
+                   " registry subject(s) are on plans this configuration does not define: ",
+                   absl::StrJoin(names, ", "), " (move them to another plan first)"));
+}
+
+absl::Status CheckRegistryFile(const config::Config& cfg) {
+  if (cfg.store.type != config::StoreType::kMemory || cfg.store.memory.registry_path.empty()) {
+    return absl::OkStatus();
+  }
+  registry::Index index;
+  // A file that cannot be read here is `serve`'s to report (exit 1): this checks the plans.
+  if (!registry::SqliteBackend::ReadInto(cfg.store.memory.registry_path, &index).ok()) {
+    return absl::OkStatus();
+  }
+  return CheckPlansInUse(cfg, index);
 }
 
 }  // namespace sluice::server

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "sluice/config/config.h"
+#include "sluice/registry/index.h"
 
 namespace sluice::server {
 
@@ -20,6 +21,18 @@ namespace sluice::server {
 // What only the running server can find out (a port already in use, another process holding the
 // snapshot, a damaged snapshot, Redis unreachable) is not checked here.
 [[nodiscard]] absl::Status CheckServable(const config::Config& cfg);
+
+// Refuses a configuration that lacks a plan some registry subject is on (the subject would be
+// refused at every request), naming the first ten, and one whose keys: name a registry subject:
+// FailedPrecondition "<cfg.path>: ...". `serve` checks it against the registry it loaded, at
+// start (exit 78) and at every reload.
+[[nodiscard]] absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index);
+
+// For `check-config`: CheckPlansInUse against the embedded store's registry file as it stands
+// (read without the lock, so also while a server runs on it). OK when there is no file or it
+// cannot be read (serve reports that). A Redis registry is not read: check-config connects to
+// nothing.
+[[nodiscard]] absl::Status CheckRegistryFile(const config::Config& cfg);
 
 }  // namespace sluice::server
 
