@@ -242,9 +242,15 @@ class OddRequestsTest(H2Case):
         self.assertEqual(s.headers[":status"], "415")
         s = self.client().call(message(), content_type=None)
         self.assertEqual(s.headers[":status"], "415")
-        # application/grpc+proto is gRPC.
-        s = self.client().call(message(), content_type="application/grpc+proto")
-        self.assertEqual(s.grpc(), (0, ""))
+        # Another encoding than protobuf is not read as protobuf.
+        for other in ("application/grpc+json", "application/grpc+protox", "application/grpcx"):
+            s = self.client().call(message(), content_type=other)
+            self.assertEqual(s.headers[":status"], "415", other)
+        # application/grpc+proto is gRPC, in any case and with parameters.
+        for same in ("application/grpc+proto", "Application/GRPC+Proto; charset=x",
+                     "application/grpc;x=y"):
+            s = self.client().call(message(), content_type=same)
+            self.assertEqual(s.grpc(), (0, ""), same)
 
     def test_another_path_is_unimplemented_trailers_only(self):
         s = self.client().call(message(), path="/envoy.service.ratelimit.v2.RateLimitService/X")

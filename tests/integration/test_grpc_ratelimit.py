@@ -390,6 +390,8 @@ class RatelimitConfigRedisTest(unittest.TestCase):
                     # 20 ms store timeout, plus a margin for an ASan build on a loaded machine.
                     self.assertLess(time.monotonic() - start, 0.020 + 0.300)
                     self.assertEqual(res.overall_code, want)
+                    # Each descriptor's code says the same as the overall one.
+                    self.assertEqual([st.code for st in res.statuses], [want])
                     self.assertEqual(headers(res)["Sluice-Degraded"], "1")
                 if want == OVER_LIMIT:
                     self.assertEqual(json.loads(res.raw_body)["status"], 503)

@@ -151,14 +151,23 @@ nghttp2_mem* Allocator() {
 }
 #endif
 
-bool IsGrpcContentType(std::string_view v) {
-  constexpr std::string_view kType = "application/grpc";
-  if (v.size() < kType.size()) return false;
-  for (size_t i = 0; i < kType.size(); ++i) {
+// True if `v` starts with `prefix`, letters in any case (`prefix` in lower case).
+bool StartsWithNoCase(std::string_view v, std::string_view prefix) {
+  if (v.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
     const char c = v[i] >= 'A' && v[i] <= 'Z' ? static_cast<char>(v[i] - 'A' + 'a') : v[i];
-    if (c != kType[i]) return false;
+    if (c != prefix[i]) return false;
   }
-  return v.size() == kType.size() || v[kType.size()] == '+' || v[kType.size()] == ';';
+  return true;
+}
+
+// application/grpc or application/grpc+proto, with or without parameters: the messages are
+// protobuf. Another suffix (+json) names an encoding sluice does not read.
+bool IsGrpcContentType(std::string_view v) {
+  for (const std::string_view type : {"application/grpc+proto", "application/grpc"}) {
+    if (StartsWithNoCase(v, type)) return v.size() == type.size() || v[type.size()] == ';';
+  }
+  return false;
 }
 
 }  // namespace

@@ -193,6 +193,9 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
     const Decision& d = decisions[part];
     if (d.limits.empty()) continue;
     SetStatus(d.limits.front(), status);
+    // Denied because the store failed (on_store_error: deny): no limit was violated, but the
+    // descriptors counted are what was refused; an OK beside OVER_LIMIT would contradict it.
+    if (!allowed && d.degraded) status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
     // Envoy's RateLimit.name is the rule's `name` (none for an override), not sluice's limit.
     const RlRule* rule = q.parts[part].rule;
     status->mutable_current_limit()->set_name(rule != nullptr ? rule->name : "");
