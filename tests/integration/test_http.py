@@ -343,6 +343,10 @@ class LoggingTest(unittest.TestCase):
             svc.request("GET", "/v1/authorize", headers={"Authorization": "Bearer very-secret-unknown"})
             svc.request("GET", "/metrics", headers={"Authorization": "Bearer test-admin-token"}, admin=True)
             svc.request("POST", "/v1/check", json.dumps({"api_key": "key-free"}))
+            # A generated key sent in a path by mistake (revoking by key instead of by id).
+            svc.request("DELETE", "/v1/keys/sk_abcdefghijklmnopqrstuvwxyz234567", admin=True,
+                        headers={"Authorization": "Bearer test-admin-token"})
+            svc.server.wait_for_line('"path":"/v1/keys/sk_abcde..."')
             svc.server.wait_for_line('"path":"/v1/check"')
             self.assertEqual(svc.server.stop(signal.SIGTERM), 0)
         logs = "".join(svc.server.lines)
@@ -350,7 +354,8 @@ class LoggingTest(unittest.TestCase):
             json.loads(line)  # every line is one JSON object
         self.assertIn('"path":"/v1/authorize","status":200', logs)
         self.assertIn('"path":"/v1/authorize","status":401', logs)
-        for secret in ("key-free", "very-secret-unknown", "test-admin-token"):
+        for secret in ("key-free", "very-secret-unknown", "test-admin-token",
+                       "sk_abcdefghijklmnopqrstuvwxyz234567"):
             self.assertNotIn(secret, logs)
 
 

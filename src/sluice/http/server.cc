@@ -39,6 +39,7 @@
 #include "sluice/common/strings.h"
 #include "sluice/http/render.h"
 #include "sluice/http/request_framing.h"
+#include "sluice/registry/keys.h"
 
 namespace sluice::http {
 namespace asio = boost::asio;
@@ -106,7 +107,7 @@ std::string Serialize(const Response& res) {
 
 // One line per request: debug when it went as expected, warn when it is an error worth a look.
 // The target's query string is left out (it is the caller's data); API keys travel in headers,
-// which are never logged.
+// which are never logged, and one sent in the path by mistake is cut to its display prefix.
 void LogRequest(const Request& req, const Response& res, const Peer& peer,
                 std::chrono::steady_clock::duration took) {
   const unsigned status = res.result_int();
@@ -118,7 +119,7 @@ void LogRequest(const Request& req, const Response& res, const Peer& peer,
   const std::string_view path(target.data(), std::min(target.size(), target.find('?')));
   Log(level, "request")
       .Str("method", std::string_view(method.data(), method.size()))
-      .Str("path", path)
+      .Str("path", registry::RedactKeys(path))  // a key sent where it does not belong
       .Int("status", status)
       .Str("client", peer.address.to_string())
       .Int("us", std::chrono::duration_cast<std::chrono::microseconds>(took).count());

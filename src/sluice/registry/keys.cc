@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -92,6 +93,27 @@ absl::StatusOr<uint64_t> NewKeyId() {
     std::memcpy(&id, bytes, sizeof(id));
   }
   return id;
+}
+
+std::string RedactKeys(std::string_view text) {
+  constexpr size_t kBody = kKeyRandomBytes * 8 / 5;  // 32 base32 characters
+  const auto base32 = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '2' && c <= '7'); };
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(kKeyPrefix); at != std::string_view::npos;
+       at = text.find(kKeyPrefix, at + 1)) {
+    const size_t body = at + kKeyPrefix.size();
+    if (at < from || text.size() - body < kBody ||
+        !std::all_of(text.begin() + body, text.begin() + body + kBody, base32)) {
+      continue;
+    }
+    out.append(text.substr(from, at + kKeyDisplayPrefixBytes - from));
+    out.append("...");
+    from = body + kBody;
+  }
+  if (from == 0) return std::string(text);
+  out.append(text.substr(from));
+  return out;
 }
 
 }  // namespace sluice::registry

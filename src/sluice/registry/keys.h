@@ -36,6 +36,11 @@ struct GeneratedKey {
 // 64 lowercase hex digits.
 [[nodiscard]] std::string DigestHex(const Digest& digest);
 
+// `text` with every generated key in it ("sk_" and 32 base32 characters, wherever it stands)
+// cut to its display prefix and "...": for log lines that quote what a client sent (a path), in
+// case a key was sent where it does not belong.
+[[nodiscard]] std::string RedactKeys(std::string_view text);
+
 // A new random key id, never 0. Fails (Internal) only if the OS random source fails.
 [[nodiscard]] absl::StatusOr<uint64_t> NewKeyId();
 

@@ -61,5 +61,17 @@ TEST(NewKeyIdTest, IsNeverZeroAndDiffers) {
   }
 }
 
+TEST(RedactKeysTest, CutsEveryKeyToItsDisplayPrefix) {
+  const std::string key = "sk_abcdefghijklmnopqrstuvwxyz234567";
+  EXPECT_EQ(RedactKeys("/v1/keys/" + key), "/v1/keys/sk_abcde...");
+  EXPECT_EQ(RedactKeys("/a/" + key + "/b/" + key + "x"), "/a/sk_abcde.../b/sk_abcde...x");
+  // Not a key: too short, or a character base32 does not have.
+  EXPECT_EQ(RedactKeys("/v1/keys/sk_abc"), "/v1/keys/sk_abc");
+  EXPECT_EQ(RedactKeys("/sk_abcdefghijklmnopqrstuvwxyz23456A"),
+            "/sk_abcdefghijklmnopqrstuvwxyz23456A");
+  EXPECT_EQ(RedactKeys("/sk_sk_abcdefghijklmnopqrstuvwxyz234567"), "/sk_sk_abcde...");
+  EXPECT_EQ(RedactKeys(""), "");
+}
+
 }  // namespace
 }  // namespace sluice::registry
