@@ -200,7 +200,6 @@ absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& i
   if (known == index.subject_count()) return absl::OkStatus();
   // Some subject is on a plan this configuration does not define: find the first ten.
   std::vector<std::string> names;
-  std::string missing_plans;
   std::string after;
   while (names.size() < 10) {
     registry::Index::Page page = index.List("", after, 1000);
