@@ -338,7 +338,10 @@ plans:
 
 class LoggingTest(unittest.TestCase):
     def test_requests_are_logged_at_debug_without_keys_or_tokens(self):
-        with harness.tempdir() as d, harness.Service(PLANS, d, args=("--log-level", "debug")) as svc:
+        reader = ("  admin_tokens:\n"
+                  '    - { name: dashboards, token: "reader-token-0123456789", access: read }\n')
+        with harness.tempdir() as d, harness.Service(PLANS, d, args=("--log-level", "debug"),
+                                                     extra_server=reader) as svc:
             svc.request("GET", "/v1/authorize", headers={"X-API-Key": "key-free"})
             svc.request("GET", "/v1/authorize", headers={"Authorization": "Bearer very-secret-unknown"})
             svc.request("GET", "/metrics", headers={"Authorization": "Bearer test-admin-token"}, admin=True)
@@ -347,6 +350,19 @@ class LoggingTest(unittest.TestCase):
             svc.request("DELETE", "/v1/keys/sk_abcdefghijklmnopqrstuvwxyz234567", admin=True,
                         headers={"Authorization": "Bearer test-admin-token"})
             svc.server.wait_for_line('"path":"/v1/keys/sk_abcde..."')
+            # The same mistakes with a read-only token: the refusal's audit line cuts the key, and
+            # so does the line of a usage reset by key.
+            reader_auth = {"Authorization": "Bearer reader-token-0123456789"}
+            status = svc.request("DELETE", "/v1/keys/sk_abcdefghijklmnopqrstuvwxyz234567",
+                                 admin=True, headers=reader_auth)[0]
+            self.assertEqual(status, 403)
+            svc.server.wait_for_line('"action":"DELETE /v1/keys/sk_abcde..."')
+            status = svc.request("DELETE",
+                                 "/v1/usage/sk_abcdefghijklmnopqrstuvwxyz234567?plan=free",
+                                 admin=True,
+                                 headers={"Authorization": "Bearer test-admin-token"})[0]
+            self.assertEqual(status, 200)
+            svc.server.wait_for_line('"target":"/v1/usage/sk_abcde...?plan=free"')
             svc.server.wait_for_line('"path":"/v1/check"')
             self.assertEqual(svc.server.stop(signal.SIGTERM), 0)
         logs = "".join(svc.server.lines)

@@ -222,8 +222,9 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   const bool read = method == bhttp::verb::get || method == bhttp::verb::head;
   // Read-only tokens (Prometheus, dashboards) never change anything.
   auto forbidden = [&] {
-    Audit(absl::StrCat(ToAbsl(Sv(bhttp::to_string(method))), " ", ToAbsl(path)), token, peer, "",
-          "", "forbidden");
+    // The path may hold a key sent where an id belongs: cut to its display prefix.
+    Audit(absl::StrCat(ToAbsl(Sv(bhttp::to_string(method))), " ", registry::RedactKeys(path)),
+          token, peer, "", "", "forbidden");
     return FieldProblem(403, "Forbidden",
                         absl::StrCat("the token \"", token.name,
                                      "\" is read-only; this needs a token with access: write"),

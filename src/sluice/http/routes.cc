@@ -21,6 +21,7 @@
 #include "sluice/http/resolve.h"
 #include "sluice/http/sha256.h"
 #include "sluice/registry/index.h"
+#include "sluice/registry/keys.h"
 
 namespace sluice::http {
 namespace asio = boost::asio;
@@ -585,7 +586,7 @@ asio::awaitable<Response> AdminPlane::Route(Request& req, Peer& peer) {
     Log(LogLevel::kInfo, "usage reset")
         .Str("token", token->name)
         .Str("client", peer.address.to_string())
-        .Str("target", Sv(req.target()));
+        .Str("target", registry::RedactKeys(Sv(req.target())));
   }
   co_return res;
 }
