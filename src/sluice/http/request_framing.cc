@@ -101,15 +101,22 @@ bool IsValidHost(std::string_view host) {
   return true;
 }
 
-// RFC 9112 §3.2's request-target characters: a path and query (pchar, '/', '?') of unreserved,
-// sub-delims, ':', '@' and %HH; brackets only in an absolute target's authority (an IPv6 host).
+// The characters of a request target's path and query: RFC 9112 §3.2's (pchar, '/', '?': the
+// unreserved, sub-delims, ':', '@' and %HH), and the six that browsers leave unencoded in a query
+// or path (WHATWG URL: `?filter[name]=x`, `?a={b}|c^d`; RFC 3986 §2 calls them unsafe, not
+// dangerous), which a gateway forwards as it got them. Never '"', '<', '>', '\\', a space, a
+// control or a byte above 127.
+constexpr std::string_view kPathQueryExtra = ":@/?[]{}|^`";
+
+// RFC 9112 §3.2's request-target characters, with kPathQueryExtra's leniency in the path and
+// query; in an absolute target's authority, brackets only (an IPv6 host).
 bool IsValidTargetText(std::string_view target, bool absolute_form) {
-  if (!absolute_form) return AllUriChars(target, ":@/?");
+  if (!absolute_form) return AllUriChars(target, kPathQueryExtra);
   const size_t start = target.find("//") + 2;
   const size_t path = std::min(target.find_first_of("/?", start), target.size());
   return AllUriChars(target.substr(0, start), ":/") &&
          AllUriChars(target.substr(start, path - start), ":@[]") &&
-         AllUriChars(target.substr(path), ":@/?");
+         AllUriChars(target.substr(path), kPathQueryExtra);
 }
 
 FramingError Bad(std::string detail) { return FramingError{.status = 400, .detail = detail}; }
