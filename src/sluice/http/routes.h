@@ -192,6 +192,8 @@ class AdminPlane final : public RequestHandler {
       : frontend_(frontend), metrics_(metrics), registry_(registry), options_(std::move(options)) {}
   boost::asio::awaitable<Response> Handle(Request& req, Peer& peer) override;
   void AnsweredUnrouted(unsigned status) override { metrics_->CountRequest("-", status); }
+  // The registry's writes (POST, PUT, DELETE) and usage resets (DELETE) besides the reads.
+  [[nodiscard]] std::string_view Methods() const override { return "GET, HEAD, POST, PUT, DELETE"; }
 
  private:
   boost::asio::awaitable<Response> Route(Request& req, Peer& peer);

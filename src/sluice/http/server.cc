@@ -178,16 +178,22 @@ size_t SkipLeadingEmptyLines(beast::flat_buffer& buffer) {
 // anyway (a bare LF, or a CR not followed by LF): either way Beast may parse now. Beast parses
 // the field lines that are complete as they arrive and drops them from the buffer, so a header
 // block fed to it in pieces could outgrow the buffer's bound; fed whole, it cannot.
-bool HeaderBlockReady(const beast::flat_buffer& buffer) {
+// `from` is where to go on scanning (0 for a new block): the bytes before it were scanned by an
+// earlier call on the same block, so a block that trickles in is scanned in linear time.
+bool HeaderBlockReady(const beast::flat_buffer& buffer, size_t& from) {
   const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-  for (size_t i = data.find_first_of("\r\n"); i != std::string_view::npos;
+  for (size_t i = data.find_first_of("\r\n", from); i != std::string_view::npos;
        i = data.find_first_of("\r\n", i + 1)) {
     if (data[i] == '\n') return true;  // a bare LF (a CR LF is stepped over below)
-    if (i + 1 == data.size()) return false;
+    if (i + 1 == data.size()) break;
     if (data[i + 1] != '\n') return true;  // a bare CR
     if (data.substr(i, 4) == "\r\n\r\n") return true;
     ++i;
   }
+  // The end of the block (CR LF CR LF) may start in the last three bytes; never resume on the LF
+  // of a CR LF, which would read as a bare LF.
+  from = data.size() < 3 ? 0 : data.size() - 3;
+  if (from > 0 && data[from] == '\n' && data[from - 1] == '\r') --from;
   return false;
 }
 
@@ -663,13 +669,14 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
 
     // The whole header block first, within the buffer's bound (exact: the request line and every
     // field line, however the bytes arrive).
-    while (!HeaderBlockReady(buffer) && buffer.size() < buffer.max_size()) {
+    size_t scanned = 0;
+    while (!HeaderBlockReady(buffer, scanned) && buffer.size() < buffer.max_size()) {
       const std::size_t n = co_await conn->socket.async_read_some(
           buffer.prepare(std::min<size_t>(4096, buffer.max_size() - buffer.size())), with_ec);
       if (ec) break;
       buffer.commit(n);
     }
-    if (!ec && !HeaderBlockReady(buffer)) {
+    if (!ec && !HeaderBlockReady(buffer, scanned)) {
       co_await reject(431, "header block over the limit");
       break;
     }
@@ -741,7 +748,8 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       } else if (req.method() == bhttp::verb::options && req.target() == "*") {
         // About the server as a whole (RFC 9110 §9.3.7): the methods some route takes.
         res = Response(bhttp::status::ok, req.version());
-        res.set(bhttp::field::allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+        const std::string_view allow = handler_->Methods();
+        res.set(bhttp::field::allow, boost::beast::string_view(allow.data(), allow.size()));
         handler_->AnsweredUnrouted(200);
       } else {
         res = co_await handler_->Handle(req, peer);

@@ -57,6 +57,10 @@ class RequestHandler {
   // Called once for each answer the server gave without Handle: a Reject, an unknown method
   // (501), OPTIONS * (200). For metrics: such requests have no route.
   virtual void AnsweredUnrouted(unsigned /*status*/) {}
+  // The methods some route of this handler takes: the Allow of an OPTIONS * answer.
+  [[nodiscard]] virtual std::string_view Methods() const {
+    return "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+  }
   // Counts connections opened and closed (for an open-connections gauge).
   virtual void ConnectionOpened() {}
   virtual void ConnectionClosed() {}
