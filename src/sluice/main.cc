@@ -65,10 +65,12 @@ int CheckConfig(const std::string& path) {
     std::cerr << s.message() << "\n";
     return config::kExitConfigError;
   }
-  if (absl::Status s = server::CheckRegistryFile(*cfg); !s.ok()) {
+  std::string note;
+  if (absl::Status s = server::CheckRegistryFile(*cfg, &note); !s.ok()) {
     std::cerr << s.message() << "\n";
     return config::kExitConfigError;
   }
+  if (!note.empty()) std::cerr << note << "\n";
   size_t limits = 0;
   for (const config::PlanConfig& p : cfg->plans) limits += p.limits.size();
   auto count = [](size_t n, const char* noun) {

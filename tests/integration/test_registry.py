@@ -382,6 +382,19 @@ class DurabilityAndAudit(RegistryTestCase):
         check = subprocess.run([harness.SLUICE_BIN, "check-config", "-c", self.svc.config_path],
                                capture_output=True, text=True, timeout=30)
         self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertEqual(check.stderr, "")
+        # A registry file it cannot read is serve's to refuse; check-config says it did not check.
+        garbage = os.path.join(self.dir.name, "garbage.db")
+        with open(garbage, "wb") as f:
+            f.write(b"not a database" * 100)
+        path = harness.write_config(
+            self.dir.name, self.svc.server_yaml + f"store:\n  memory:\n    registry_path: "
+            f"{garbage}\n" + PLANS, name="garbage.yaml")
+        check = subprocess.run([harness.SLUICE_BIN, "check-config", "-c", path],
+                               capture_output=True, text=True, timeout=30)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn(f"note: registry {garbage} is not an SQLite database: the plans its "
+                      "subjects are on were not checked", check.stderr)
 
     def test_a_new_registry_file_is_private(self):
         self.put_subject("acme", {"plan": "free"})

@@ -1,5 +1,13 @@
 #include "sluice/server/config_check.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -124,7 +132,74 @@ absl::Status CheckListeners(const config::Config& cfg) {
   return absl::OkStatus();
 }
 
+// An admin token longer than this in SLUICE_ADMIN_TOKEN_FILE is a wrong file, not a token.
+constexpr size_t kMaxAdminTokenFileBytes = 4096;
+
+// The token in the file SLUICE_ADMIN_TOKEN_FILE names (systemd's LoadCredential= puts it at
+// $CREDENTIALS_DIRECTORY/<name>), one trailing newline stripped, checked like server.admin_token.
+// Errors name the variable and the path, never the contents.
+absl::StatusOr<std::string> ReadAdminTokenFile(const std::string& path) {
+  const auto failed = [&path](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SLUICE_ADMIN_TOKEN_FILE: ", path, ": ", what));
+  };
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return failed(absl::StrCat("cannot open: ", std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return failed("not a regular file");
+  }
+  std::string token(kMaxAdminTokenFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < token.size()) {
+    const ssize_t n = read(fd, token.data() + got, token.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return failed(absl::StrCat("cannot read: ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got > kMaxAdminTokenFileBytes) {
+    return failed(absl::StrCat("larger than ", kMaxAdminTokenFileBytes, " bytes"));
+  }
+  token.resize(got);
+  if (!token.empty() && token.back() == '\n') token.pop_back();
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) return failed("empty");
+  for (const char c : token) {
+    if (c <= ' ' || c > '~') return failed("must be printable ASCII without spaces");
+  }
+  return token;
+}
+
 }  // namespace
+
+absl::StatusOr<AdminTokenSource> ResolveAdminToken(const config::Config& cfg) {
+  if (!cfg.server.admin_token.empty()) {
+    return AdminTokenSource{.token = cfg.server.admin_token, .from = "server.admin_token"};
+  }
+  if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN"); env != nullptr && *env) {
+    const std::string_view token(env);
+    // The file's rule for the value it stands for; the value itself is never repeated.
+    if (std::any_of(token.begin(), token.end(), [](char c) { return c <= ' ' || c > '~'; })) {
+      return absl::InvalidArgumentError(
+          "SLUICE_ADMIN_TOKEN: must be printable ASCII without spaces");
+    }
+    return AdminTokenSource{.token = std::string(token), .from = "SLUICE_ADMIN_TOKEN"};
+  }
+  if (const char* file = std::getenv("SLUICE_ADMIN_TOKEN_FILE"); file != nullptr && *file) {
+    absl::StatusOr<std::string> token = ReadAdminTokenFile(file);
+    if (!token.ok()) return token.status();
+    return AdminTokenSource{.token = *std::move(token), .from = "SLUICE_ADMIN_TOKEN_FILE"};
+  }
+  return AdminTokenSource{};
+}
 
 absl::Status CheckServable(const config::Config& cfg) {
   // PlanSet and KeyRegistry name the entry ("plans.x.timezone: ...", "keys[2]: ...").
@@ -141,18 +216,22 @@ absl::Status CheckServable(const config::Config& cfg) {
     return Refuse(cfg, "server", ToStd(proxies.status().message()));
   }
   if (absl::Status s = CheckListeners(cfg); !s.ok()) return s;
-  // An admin_tokens entry that is also the read-write token would be read-write, whatever its
-  // access says (the entries are told apart among themselves when the file is read).
-  if (!cfg.server.admin_token.empty()) {
-    const std::string digest = http::MakeAdminToken("admin", cfg.server.admin_token, true).digest;
+  // An admin_tokens entry that is also the read-write token (the file's, or the environment's)
+  // would be read-write, whatever its access says (the entries are told apart among themselves
+  // when the file is read).
+  absl::StatusOr<AdminTokenSource> admin = ResolveAdminToken(cfg);
+  if (!admin.ok()) return admin.status();
+  if (!admin->token.empty()) {
+    const std::string digest = http::MakeAdminToken("admin", admin->token, true).digest;
     for (size_t i = 0; i < cfg.server.admin_tokens.size(); ++i) {
       const config::AdminTokenConfig& t = cfg.server.admin_tokens[i];
       const std::string other = t.token.empty()
                                     ? absl::HexStringToBytes(t.token_sha256)
                                     : http::MakeAdminToken(t.name, t.token, t.write).digest;
       if (other == digest) {
-        return Refuse(cfg, absl::StrCat("server.admin_tokens[", i, "]"),
-                      "the same token as server.admin_token (give each token once)");
+        return Refuse(
+            cfg, absl::StrCat("server.admin_tokens[", i, "]"),
+            absl::StrCat("the same token as ", ToAbsl(admin->from), " (give each token once)"));
       }
     }
   }
@@ -217,13 +296,19 @@ absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& i
                    absl::StrJoin(names, ", "), " (move them to another plan first)"));
 }
 
-absl::Status CheckRegistryFile(const config::Config& cfg) {
+absl::Status CheckRegistryFile(const config::Config& cfg, std::string* note) {
   if (cfg.store.type != config::StoreType::kMemory || cfg.store.memory.registry_path.empty()) {
     return absl::OkStatus();
   }
   registry::Index index;
-  // A file that cannot be read here is `serve`'s to report (exit 1): this checks the plans.
-  if (!registry::SqliteBackend::ReadInto(cfg.store.memory.registry_path, &index).ok()) {
+  // A file that cannot be read here is `serve`'s to report (exit 1; e.g. check-config run by a
+  // user who may not read it): this checks the plans, and says when it could not.
+  if (absl::Status read = registry::SqliteBackend::ReadInto(cfg.store.memory.registry_path, &index);
+      !read.ok()) {
+    if (!absl::IsNotFound(read) && note != nullptr) {
+      *note = absl::StrCat("note: ", read.message(),
+                           ": the plans its subjects are on were not checked");
+    }
     return absl::OkStatus();
   }
   return CheckPlansInUse(cfg, index);

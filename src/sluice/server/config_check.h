@@ -4,7 +4,11 @@
 #ifndef SLUICE_SERVER_CONFIG_CHECK_H_
 #define SLUICE_SERVER_CONFIG_CHECK_H_
 
+#include <string>
+#include <string_view>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "sluice/config/config.h"
 #include "sluice/registry/index.h"
 
@@ -22,6 +26,17 @@ namespace sluice::server {
 // snapshot, a damaged snapshot, Redis unreachable) is not checked here.
 [[nodiscard]] absl::Status CheckServable(const config::Config& cfg);
 
+// The read-write admin token and where it came from: server.admin_token, else the environment
+// variable SLUICE_ADMIN_TOKEN, else the file SLUICE_ADMIN_TOKEN_FILE names (systemd's
+// LoadCredential=; one trailing newline stripped, at most 4 KiB); an empty token when there is
+// none. Each follows server.admin_token's rule (printable ASCII without spaces): otherwise an
+// error naming the variable (and the file's path), never the value.
+struct AdminTokenSource {
+  std::string token;
+  std::string_view from;  // "server.admin_token", "SLUICE_ADMIN_TOKEN", ...; empty without one
+};
+[[nodiscard]] absl::StatusOr<AdminTokenSource> ResolveAdminToken(const config::Config& cfg);
+
 // Refuses a configuration that lacks a plan some registry subject is on (the subject would be
 // refused at every request), naming the first ten, and one whose keys: name a registry subject:
 // FailedPrecondition "<cfg.path>: ...". `serve` checks it against the registry it loaded, at
@@ -29,10 +44,11 @@ namespace sluice::server {
 [[nodiscard]] absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index);
 
 // For `check-config`: CheckPlansInUse against the embedded store's registry file as it stands
-// (read without the lock, so also while a server runs on it). OK when there is no file or it
-// cannot be read (serve reports that). A Redis registry is not read: check-config connects to
-// nothing.
-[[nodiscard]] absl::Status CheckRegistryFile(const config::Config& cfg);
+// (read without the lock, so also while a server runs on it). OK when there is no file, and when
+// it cannot be read (serve reports that), with `*note` (if given) then saying why and that the
+// plans were not checked. A Redis registry is not read: check-config connects to nothing.
+[[nodiscard]] absl::Status CheckRegistryFile(const config::Config& cfg,
+                                             std::string* note = nullptr);
 
 }  // namespace sluice::server
 

@@ -129,6 +129,58 @@ TEST(CheckServableTest, AReadTokenThatIsAlsoTheReadWriteTokenIsRefused) {
             "OK");
 }
 
+// Sets an environment variable for one scope (the test process is this test's alone).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST(CheckServableTest, TheEnvironmentsAdminTokenIsCheckedAsServeReadsIt) {
+  const std::string entry =
+      "server:\n  admin_tokens:\n    - { name: dash, token: shared-admin-token, access: read }\n";
+  EXPECT_EQ(CheckOf(entry), "OK");
+  {
+    ScopedEnv env("SLUICE_ADMIN_TOKEN", "shared-admin-token");
+    EXPECT_EQ(CheckOf(entry),
+              "s.yaml: server.admin_tokens[0]: the same token as SLUICE_ADMIN_TOKEN (give each "
+              "token once)");
+    // The file's token comes first: the variable is not read then.
+    EXPECT_EQ(CheckOf("server:\n  admin_token: file-admin-token\n  admin_tokens:\n"
+                      "    - { name: dash, token: shared-admin-token, access: read }\n"),
+              "OK");
+  }
+  {
+    ScopedEnv env("SLUICE_ADMIN_TOKEN", "has a space");
+    EXPECT_EQ(CheckOf(""), "SLUICE_ADMIN_TOKEN: must be printable ASCII without spaces");
+  }
+  const std::string path = ::testing::TempDir() + "/admin-token-" + std::to_string(getpid());
+  std::ofstream(path) << "shared-admin-token\n";
+  {
+    ScopedEnv env("SLUICE_ADMIN_TOKEN_FILE", path);
+    EXPECT_EQ(CheckOf(entry),
+              "s.yaml: server.admin_tokens[0]: the same token as SLUICE_ADMIN_TOKEN_FILE (give "
+              "each token once)");
+    absl::StatusOr<config::Config> cfg = config::ParseConfig(kPlans, "s.yaml");
+    ASSERT_TRUE(cfg.ok());
+    absl::StatusOr<AdminTokenSource> resolved = ResolveAdminToken(*cfg);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(resolved->token, "shared-admin-token");  // one trailing newline stripped
+  }
+  std::filesystem::remove(path);
+  {
+    ScopedEnv env("SLUICE_ADMIN_TOKEN_FILE", path);
+    EXPECT_THAT(CheckOf(""), HasSubstr("SLUICE_ADMIN_TOKEN_FILE: " + path + ": cannot open"));
+  }
+}
+
 TEST(CheckServableTest, PlanesOnTheSamePortOfAWildcardOverlap) {
   EXPECT_EQ(CheckOf("server: { listen: \"0.0.0.0:8080\", admin_listen: \"127.0.0.1:8080\" }\n"),
             "s.yaml: server.admin_listen: overlaps server.listen (port 8080 on the same or a "

@@ -1,16 +1,10 @@
 #include "sluice/server/service.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <shared_mutex>
@@ -66,52 +60,6 @@ struct LimiterContext {
   http::HttpMetrics* metrics = nullptr;       // observability: resolves each Frontend's counters
 };
 
-// An admin token longer than this in SLUICE_ADMIN_TOKEN_FILE is a wrong file, not a token.
-constexpr size_t kMaxAdminTokenFileBytes = 4096;
-
-// The token in the file SLUICE_ADMIN_TOKEN_FILE names (systemd's LoadCredential= puts it at
-// $CREDENTIALS_DIRECTORY/<name>), one trailing newline stripped, checked like server.admin_token.
-// Errors name the variable and the path, never the contents.
-absl::StatusOr<std::string> ReadAdminTokenFile(const std::string& path) {
-  const auto failed = [&path](absl::string_view what) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("SLUICE_ADMIN_TOKEN_FILE: ", path, ": ", what));
-  };
-  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return failed(absl::StrCat("cannot open: ", std::strerror(errno)));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return failed("not a regular file");
-  }
-  std::string token(kMaxAdminTokenFileBytes + 1, '\0');
-  size_t got = 0;
-  while (got < token.size()) {
-    const ssize_t n = read(fd, token.data() + got, token.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return failed(absl::StrCat("cannot read: ", std::strerror(err)));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  close(fd);
-  if (got > kMaxAdminTokenFileBytes) {
-    return failed(absl::StrCat("larger than ", kMaxAdminTokenFileBytes, " bytes"));
-  }
-  token.resize(got);
-  if (!token.empty() && token.back() == '\n') token.pop_back();
-  if (!token.empty() && token.back() == '\r') token.pop_back();
-  if (token.empty()) return failed("empty");
-  for (const char c : token) {
-    if (c <= ' ' || c > '~') return failed("must be printable ASCII without spaces");
-  }
-  return token;
-}
-
 // Everything a reload may change, built from a validated config.
 absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config::Config& cfg,
                                                                     const LimiterContext& lc) {
@@ -127,30 +75,11 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   fe->server = cfg.server;
   fe->envoy = cfg.envoy;
   fe->on_store_error = cfg.on_store_error;
-  // The file's token, else SLUICE_ADMIN_TOKEN, else the file SLUICE_ADMIN_TOKEN_FILE names (read
-  // again at each reload, so a rotated credential takes effect with SIGHUP).
-  std::string admin_token = cfg.server.admin_token;
-  std::string_view admin_token_from = "server.admin_token";
-  if (admin_token.empty()) {
-    if (const char* env = std::getenv("SLUICE_ADMIN_TOKEN")) {
-      admin_token = env;
-      admin_token_from = "SLUICE_ADMIN_TOKEN";
-      // The file's rule for the value it stands for; the value itself is never repeated.
-      if (std::any_of(admin_token.begin(), admin_token.end(),
-                      [](char c) { return c <= ' ' || c > '~'; })) {
-        return absl::InvalidArgumentError(
-            "SLUICE_ADMIN_TOKEN: must be printable ASCII without spaces");
-      }
-    }
-  }
-  if (admin_token.empty()) {
-    if (const char* file = std::getenv("SLUICE_ADMIN_TOKEN_FILE"); file != nullptr && *file) {
-      absl::StatusOr<std::string> token = ReadAdminTokenFile(file);
-      if (!token.ok()) return token.status();
-      admin_token = *std::move(token);
-      admin_token_from = "SLUICE_ADMIN_TOKEN_FILE";
-    }
-  }
+  // Read again at each reload, so a rotated credential takes effect with SIGHUP. CheckServable
+  // has refused a token that is also an admin_tokens entry.
+  absl::StatusOr<AdminTokenSource> resolved = ResolveAdminToken(cfg);
+  if (!resolved.ok()) return resolved.status();
+  const std::string& admin_token = resolved->token;
   // The single token of earlier versions is the read-write token "admin".
   if (!admin_token.empty()) {
     fe->admin_tokens.push_back(http::MakeAdminToken("admin", admin_token, /*write=*/true));
@@ -162,17 +91,6 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
       // Validated as 64 lowercase hex digits.
       fe->admin_tokens.push_back(http::AdminToken{
           .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
-    }
-  }
-  // The admin_tokens are told apart among themselves when the file is read; one that is also the
-  // read-write token would be read-write, whatever its access says.
-  if (!admin_token.empty()) {
-    for (size_t i = 1; i < fe->admin_tokens.size(); ++i) {
-      if (fe->admin_tokens[i].digest == fe->admin_tokens[0].digest) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(cfg.path, ": server.admin_tokens[", i - 1, "]: the same token as ",
-                         ToAbsl(admin_token_from), " (give each token once)"));
-      }
     }
   }
   fe->limiter =
