@@ -683,8 +683,9 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
   SLUICE_RETURN_IF_ERROR(ForEachItem(cluster_nodes, [&](const Field& item, size_t) {
     return ReadString(item, store.redis.cluster_nodes.emplace_back());
   }));
-  if (!cluster_nodes.absent() && store.redis.cluster_nodes.empty()) {
-    // An empty list would quietly mean the one Redis of the default URL.
+  if (cluster_nodes.node->IsDefined() && store.redis.cluster_nodes.empty()) {
+    // An empty list, or the key with nothing after it (every seed commented out), would quietly
+    // mean the one Redis of the default URL.
     return Error(cluster_nodes.path, "expected at least one seed node (or no cluster_nodes)");
   }
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("key_prefix"), store.redis.key_prefix));

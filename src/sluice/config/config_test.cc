@@ -1040,6 +1040,14 @@ TEST_F(ConfigTest, BadClusterNodesAreRefused) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {cluster_nodes: []}\n")),
             "test.yaml: store.redis.cluster_nodes: expected at least one seed node (or no "
             "cluster_nodes)");
+  // Nor is the key without a value (every seed commented out), or with `~`.
+  for (const char* nothing : {"store:\n  redis:\n    cluster_nodes:\n    #  - \"a:1\"\n",
+                              "store:\n  redis: {cluster_nodes: ~}\n"}) {
+    EXPECT_EQ(ErrorOf(WithPlan(nothing)),
+              "test.yaml: store.redis.cluster_nodes: expected at least one seed node (or no "
+              "cluster_nodes)")
+        << nothing;
+  }
   // An IPv6 address without brackets (here its port forgotten) is no host "fd00:" on port 1;
   // brackets around a name are no address either.
   for (const char* node : {"fd00::1", "::1", "a:b:6379", "[redis]:6379"}) {

@@ -139,7 +139,10 @@ std::optional<std::string_view> CommandKey(std::span<const std::string> argv) {
 std::string ClusterName(std::span<const NodeAddress> seeds) {
   std::string out = "cluster";
   for (size_t i = 0; i < seeds.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? " " : ",", seeds[i].host, ":", seeds[i].port);
+    // An IPv6 host in brackets, as the seed was written: fd00::1 port 7000 is [fd00::1]:7000.
+    const bool v6 = seeds[i].host.find(':') != std::string::npos;
+    absl::StrAppend(&out, i == 0 ? " " : ",", v6 ? "[" : "", seeds[i].host, v6 ? "]" : "", ":",
+                    seeds[i].port);
   }
   return out;
 }
