@@ -152,6 +152,34 @@ class SmugglingTest(ServiceCase):
         self.assertEqual(status_lines(reply), [b"HTTP/1.1 200 OK"], reply)
         self.assertEqual(self.used(), 2)
 
+    def test_chunk_lines_ended_by_a_bare_lf_are_400_at_once(self):
+        """A chunk-size line, the line after a chunk's data or a trailer line ended by LF alone
+        is answered 400 at once (not left to the request deadline); an LF inside a chunk's data
+        is data, and a chunked body sent a byte at a time is read whole."""
+        body = b'{"subject": "user-1",\n"plan": "free"}'
+        size = b"%x" % len(body)
+        for framing in [size + b"\n" + body + b"\r\n0\r\n\r\n",
+                        size + b"\r\n" + body + b"\n0\r\n\r\n",
+                        size + b"\r\n" + body + b"\r\n0\n\n",
+                        size + b"\r\n" + body + b"\r\n0\r\nX-T: 1\n\r\n"]:
+            with self.subTest(framing=framing):
+                s = self.connect()
+                s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                          b"\r\n" + framing)
+                started = time.monotonic()
+                reply = read_until_closed(s)
+                self.assertEqual(status_lines(reply), [b"HTTP/1.1 400 Bad Request"], reply)
+                self.assertLess(time.monotonic() - started, 5)  # the request deadline is 10 s
+        self.assertEqual(self.used(), 0)
+        good = (b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n" + size + b";e=1\r\n" + body + b"\r\n0\r\nX-T: 1\r\n\r\n")
+        s = self.connect()
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(good)):
+            s.sendall(good[i:i + 1])
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 200 OK"])
+        self.assertEqual(self.used(), 1)
+
     def test_trailer_fields_are_not_header_fields(self):
         # An API key or a forwarding address smuggled in a chunked body's trailer section is
         # never read as if it were in the header block.

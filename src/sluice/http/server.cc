@@ -197,6 +197,18 @@ bool HeaderBlockReady(const beast::flat_buffer& buffer, size_t& from) {
   return false;
 }
 
+// Whether the unparsed bytes of a chunked body (a chunk line or trailer not whole yet) hold a
+// line ended by a bare LF, searching from `from` on; `from` becomes the end, so that bytes that
+// trickle in are searched once.
+bool HasBareLf(const beast::flat_buffer& buffer, size_t& from) {
+  const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+  for (size_t i = data.find('\n', from); i != std::string_view::npos; i = data.find('\n', i + 1)) {
+    if (i == 0 || data[i - 1] != '\r') return true;
+  }
+  from = data.size();
+  return false;
+}
+
 }  // namespace
 
 Response RequestHandler::Reject(unsigned status, std::string_view detail, unsigned version) {
@@ -718,7 +730,38 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
         co_await asio::async_write(conn->socket, asio::buffer(kContinue), with_ec);
         if (ec) break;
       }
-      co_await bhttp::async_read(conn->socket, buffer, parser, with_ec);
+      // Beast's async_read would do, but for a chunk line ended by a bare LF: Beast ends a line
+      // only at CR LF, so it would wait for one until the request's deadline and close without
+      // an answer. Read by hand, that line is refused at once (400) like one in the header.
+      parser.eager(true);
+      size_t searched = 0;  // of the unparsed bytes, those already searched for a bare LF
+      for (;;) {
+        if (buffer.size() > 0) {
+          const size_t used = parser.put(buffer.data(), ec);
+          buffer.consume(used);
+          if (parser.is_done() || (ec && ec != bhttp::error::need_more)) break;
+          // Every byte taken, or an element (a chunk line, the trailer) not whole yet.
+          ec = {};
+          searched = used >= searched ? 0 : searched - used;
+          if (parser.chunked() && HasBareLf(buffer, searched)) {
+            ec = bhttp::error::bad_chunk;
+            break;
+          }
+        }
+        if (buffer.size() >= buffer.max_size()) {
+          ec = bhttp::error::buffer_overflow;
+          break;
+        }
+        const std::size_t n = co_await conn->socket.async_read_some(
+            buffer.prepare(std::min<size_t>(4096, buffer.max_size() - buffer.size())), with_ec);
+        if (ec == asio::error::eof) {
+          parser.put_eof(ec);  // the client closed in the middle of the body: partial_message
+          if (!ec && !parser.is_done()) ec = bhttp::error::partial_message;
+          break;
+        }
+        if (ec) break;
+        buffer.commit(n);
+      }
       if (IsClosedByPeerOrUs(ec) && ec != bhttp::error::end_of_stream) break;
       if (ec) {
         // end_of_stream here: the client closed in the middle of the body.
