@@ -1079,7 +1079,7 @@ absl::Status CheckRedisUsername(const RedisStoreConfig& redis) {
   if (redis.cluster_nodes.empty()) {
     return Error("store.redis.username",
                  "only with cluster_nodes (a single Redis takes its user in the URL, "
-                 "redis://user@host)");
+                 "redis://user:password@host or redis://user@host)");
   }
   if (redis.username.size() > 128 || !std::all_of(redis.username.begin(), redis.username.end(),
                                                   [](char c) { return c > ' ' && c < 0x7f; })) {

@@ -1066,7 +1066,7 @@ TEST_F(ConfigTest, AClusterTakesAnAclUserOnlyWithClusterNodes) {
   EXPECT_EQ(config->store.redis.username, "sluice-app");
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {url: \"redis://h\", username: app}\n")),
             "test.yaml: store.redis.username: only with cluster_nodes (a single Redis takes its "
-            "user in the URL, redis://user@host)");
+            "user in the URL, redis://user:password@host or redis://user@host)");
   for (const std::string& bad :
        std::vector<std::string>{"a b", std::string(129, 'u'), "caf\xc3\xa9", "tab\\t"}) {
     EXPECT_THAT(ErrorOf(WithPlan(absl::StrCat(

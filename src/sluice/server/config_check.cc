@@ -61,7 +61,15 @@ std::string_view UserInfo(std::string_view url) {
 absl::Status CheckRedisUrl(const config::Config& cfg) {
   const std::string& url = cfg.store.redis.url;
   absl::StatusOr<redis::ConnectionOptions> parsed = redis::ParseRedisUrl(url);
-  if (parsed.ok()) return absl::OkStatus();
+  if (parsed.ok()) {
+    // Without a password no AUTH is sent, and the user would be dropped without a word.
+    if (!parsed->username.empty() && parsed->password.empty() && cfg.store.redis.password.empty()) {
+      return Refuse(cfg, cfg.store.redis.url_source,
+                    "the URL's user needs a password: user:password@, or "
+                    "SLUICE_REDIS_PASSWORD_FILE");
+    }
+    return absl::OkStatus();
+  }
   const std::string_view message = ToStd(parsed.status().message());
   const std::string_view userinfo = UserInfo(url);
   const size_t colon = userinfo.find(':');

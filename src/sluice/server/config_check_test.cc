@@ -47,7 +47,29 @@ TEST(CheckServableTest, BadPercentEscapeInRedisPasswordIsRefusedWithoutQuotingIt
 
 TEST(CheckServableTest, BadRedisPortIsRefused) {
   EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"redis://10.0.0.5:99999/0\" }\n"),
-            "s.yaml: store.redis.url: bad redis port \"99999\"");
+            "s.yaml: store.redis.url: bad redis port (want 1-65535 in digits)");
+}
+
+TEST(CheckServableTest, NoPartOfABadRedisUrlIsQuoted) {
+  // A password where it does not belong: after a forgotten @, or in a query.
+  for (const char* url :
+       {"redis://h:SECRETPW", "redis://h:6379/0?password=SECRETPW", "redis://h?password=SECRETPW",
+        "redis://SECRET PW", "redis://h/SECRETPW", "redis://[SECRETPW]:1"}) {
+    const std::string error =
+        CheckOf(absl::StrCat("store:\n  type: redis\n  redis: { url: \"", url, "\" }\n"));
+    EXPECT_THAT(error, HasSubstr("s.yaml: store.redis.url: ")) << url;
+    EXPECT_THAT(error, Not(HasSubstr("SECRETPW"))) << url;
+  }
+}
+
+TEST(CheckServableTest, AUserInTheRedisUrlNeedsAPassword) {
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"redis://bob@h:6379\" }\n"),
+            "s.yaml: store.redis.url: the URL's user needs a password: user:password@, or "
+            "SLUICE_REDIS_PASSWORD_FILE");
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"redis://bob:@h:6379\" }\n"),
+            "s.yaml: store.redis.url: the URL's user needs a password: user:password@, or "
+            "SLUICE_REDIS_PASSWORD_FILE");
+  EXPECT_EQ(CheckOf("store:\n  type: redis\n  redis: { url: \"redis://bob:pw@h:6379\" }\n"), "OK");
 }
 
 TEST(CheckServableTest, RedisUrlIsNotParsedForTheMemoryStore) {

@@ -41,9 +41,21 @@ namespace {
 constexpr std::chrono::milliseconds kConnectTimeout{1000};
 
 bool ValidHostName(std::string_view host) {
-  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
-  });
+  if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+               c == '_';
+      })) {
+    return false;
+  }
+  // Digits and dots are an IPv4 address (999.999.999.999 is no name to look up).
+  if (std::all_of(host.begin(), host.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.';
+      })) {
+    boost::system::error_code ec;
+    asio::ip::make_address_v4(std::string(host), ec);
+    return !ec;
+  }
+  return true;
 }
 
 int HexValue(char c) {
@@ -104,18 +116,25 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
     if (userinfo.find('@') != std::string_view::npos) {
       return absl::InvalidArgumentError("redis URL credentials: write a literal @ as %40");
     }
-    const size_t colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
-      return absl::InvalidArgumentError("redis URL credentials must be user:password@");
-    }
+    // user:password, :password, or a user alone (its password from SLUICE_REDIS_PASSWORD_FILE).
+    const size_t colon = std::min(userinfo.find(':'), userinfo.size());
     absl::StatusOr<std::string> username = PercentDecode(userinfo.substr(0, colon));
     if (!username.ok()) return username.status();
-    absl::StatusOr<std::string> password = PercentDecode(userinfo.substr(colon + 1));
+    absl::StatusOr<std::string> password =
+        PercentDecode(colon == userinfo.size() ? "" : userinfo.substr(colon + 1));
     if (!password.ok()) return password.status();
     options.username = *std::move(username);
     options.password = *std::move(password);
   }
 
+  // No part after the credentials is quoted in an error either: a password may sit where the
+  // port belongs (redis://host:password, the @ forgotten) or in a query (?password=...).
+  if (authority.find_first_of("?#") != std::string_view::npos ||
+      path.find_first_of("?#") != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "redis URL: no query or fragment (?password= is not read: the password goes in "
+        "user:password@ or SLUICE_REDIS_PASSWORD_FILE)");
+  }
   std::string_view host, port;
   if (authority.starts_with('[')) {
     const size_t close = authority.find(']');
@@ -129,8 +148,7 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
     }
     boost::system::error_code ec;
     asio::ip::make_address_v6(std::string(host), ec);
-    if (ec)
-      return absl::InvalidArgumentError(absl::StrCat("bad IPv6 address \"", ToAbsl(host), "\""));
+    if (ec) return absl::InvalidArgumentError("bad redis host (an IPv6 address in brackets)");
   } else {
     const size_t colon = authority.rfind(':');
     host = authority.substr(0, colon);
@@ -139,21 +157,22 @@ absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url) {
       if (port.empty()) return absl::InvalidArgumentError("empty port");
     }
     if (!ValidHostName(host)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad redis host \"", ToAbsl(host), "\""));
+      return absl::InvalidArgumentError(
+          "bad redis host (want a DNS name, an IPv4 address or an IPv6 address in brackets)");
     }
   }
   options.host = std::string(host);
   if (!port.empty()) {
     uint32_t n = 0;
     if (!absl::SimpleAtoi(ToAbsl(port), &n) || n == 0 || n > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("bad redis port \"", ToAbsl(port), "\""));
+      return absl::InvalidArgumentError("bad redis port (want 1-65535 in digits)");
     }
     options.port = static_cast<uint16_t>(n);
   }
   if (!path.empty()) {
     int db = 0;
     if (!absl::SimpleAtoi(ToAbsl(path), &db) || db < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bad redis db \"", ToAbsl(path), "\""));
+      return absl::InvalidArgumentError("bad redis db (want a number from 0, as in /0)");
     }
     options.db = db;
   }

@@ -65,7 +65,9 @@ struct ConnectionOptions {
 // The message of the Unavailable status a command gets while the circuit breaker is open.
 inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 
-// Parses `redis://[user:password@]host[:port][/db]` (a password alone: `redis://:password@host`).
+// Parses `redis://[user:password@]host[:port][/db]` (a password alone: `redis://:password@host`;
+// a user alone, `redis://user@host`, for a password from elsewhere). No query or fragment. Errors
+// never quote the URL or any part of it (a password may be anywhere in a mistyped one).
 // The host may be an IPv6 literal in brackets. `rediss://` is the same with tls.enabled set (the
 // caller adds tls.context). Fields the URL does not set keep their ConnectionOptions defaults.
 [[nodiscard]] absl::StatusOr<ConnectionOptions> ParseRedisUrl(std::string_view url);

@@ -591,9 +591,19 @@ TEST(ParseRedisUrlTest, RejectsGarbage) {
   for (const char* url :
        {"", "localhost:6379", "http://localhost", "redis://", "redis://host:", "redis://host:port",
         "redis://host:70000", "redis://host/x", "redis://host/-1", "redis://ho st", "redis://[::1",
-        "redis://u@host", "rediss://", "rediss://host:0", "rediss://:pw@"}) {
+        "rediss://", "rediss://host:0", "rediss://:pw@", "redis://host?password=x",
+        "redis://host/0?password=x", "redis://host#x", "redis://999.999.999.999",
+        "redis://1.2.3"}) {
     EXPECT_EQ(ParseRedisUrl(url).status().code(), absl::StatusCode::kInvalidArgument) << url;
   }
+}
+
+TEST(ParseRedisUrlTest, AUserAloneTakesItsPasswordFromElsewhere) {
+  auto options = ParseRedisUrl("redis://app@redis.internal");
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->username, "app");
+  EXPECT_EQ(options->password, "");
+  EXPECT_EQ(options->host, "redis.internal");
 }
 
 }  // namespace
