@@ -86,15 +86,16 @@ int JsonDepth(const json& value) {
   return 0;
 }
 
-// True if `value` holds a non-integer number (a double) beyond 2^53 in magnitude: nlohmann reads
-// an integer beyond 64 bits as one, so its text may have held digits the value has lost.
+// True if `value` holds a non-integer number (a double) of 2^53 or more in magnitude: nlohmann
+// reads an integer beyond 64 bits as one, and 9007199254740993.0 reads as 2^53, so its text may
+// have held digits the value has lost.
 bool HasInexactInteger(const json& value) {
   if (value.is_object() || value.is_array()) {
     return std::any_of(value.begin(), value.end(),
                        [](const json& v) { return HasInexactInteger(v); });
   }
   if (!value.is_number_float()) return false;
-  return std::abs(value.get<double>()) > 9007199254740992.0;
+  return std::abs(value.get<double>()) >= 9007199254740992.0;
 }
 
 absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
@@ -198,10 +199,14 @@ bool IsWebhookSecret(std::string_view text) {
 }
 
 absl::StatusOr<absl::Time> FutureTime(const json& value, std::string_view path, absl::Time now) {
-  constexpr std::string_view kWant = "must be an RFC 3339 time in the future";
+  constexpr std::string_view kWant = "must be an RFC 3339 time in the future, before year 10000";
   if (!value.is_string()) return Error(path, kWant);
   absl::StatusOr<absl::Time> t = ParseRfc3339(value.get_ref<const std::string&>());
-  if (!t.ok() || *t <= now) return Error(path, kWant);
+  // 9999-12-31T23:00:00-01:00 is in year 10000 in UTC, the form it is shown in: a five-digit
+  // year is no RFC 3339 time.
+  static const absl::Time kYear10000 =
+      absl::FromCivil(absl::CivilSecond(10000, 1, 1), absl::UTCTimeZone());
+  if (!t.ok() || *t <= now || *t >= kYear10000) return Error(path, kWant);
   return *t;
 }
 
@@ -340,7 +345,7 @@ absl::StatusOr<Subject> ParseSubjectBody(std::string_view id, std::string_view b
     }
     if (HasInexactInteger(*metadata)) {
       return Error("metadata",
-                   "holds a number beyond 2^53 that would not be kept exactly (send it "
+                   "holds a number of 2^53 or more that would not be kept exactly (send it "
                    "as a string)");
     }
     std::string compact = metadata->dump(-1, ' ', false, json::error_handler_t::replace);

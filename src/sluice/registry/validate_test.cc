@@ -106,8 +106,12 @@ TEST_F(SubjectBodyTest, ErrorsStartWithTheFieldPath) {
         << email;
   }
   // A number that would not be stored as sent; numbers that would are kept.
-  EXPECT_THAT(Error(R"({"plan":"free","metadata":{"a":[123456789012345678901234567890]}})"),
-              StartsWith("metadata: holds a number beyond 2^53"));
+  for (const char* inexact : {"[123456789012345678901234567890]", "9007199254740993.0",
+                              "-9007199254740993.0", "9.007199254740993e15"}) {
+    EXPECT_THAT(Error(absl::StrCat(R"({"plan":"free","metadata":{"a":)", inexact, "}}")),
+                StartsWith("metadata: holds a number of 2^53 or more"))
+        << inexact;
+  }
   EXPECT_EQ(
       Error(
           R"({"plan":"free","metadata":{"a":18446744073709551615,"b":-9007199254740992,"c":1.5e15}})"),
@@ -178,9 +182,12 @@ TEST_F(SubjectBodyTest, OverrideQuotaIsAnIntegerInRange) {
 }
 
 TEST_F(SubjectBodyTest, OverrideUntilIsAFutureRfc3339Time) {
-  const std::string want = "overrides.daily.until: must be an RFC 3339 time in the future";
-  for (const char* until : {"\"2020-01-01T00:00:00Z\"", "\"2023-11-14T22:13:20Z\"", "\"tomorrow\"",
-                            "\"infinite-future\"", "\"2030-01-01\"", "5"}) {
+  const std::string want =
+      "overrides.daily.until: must be an RFC 3339 time in the future, before year 10000";
+  // The last one is 10000-01-01T00:00:00Z in UTC, which RFC 3339 cannot write.
+  for (const char* until :
+       {"\"2020-01-01T00:00:00Z\"", "\"2023-11-14T22:13:20Z\"", "\"tomorrow\"",
+        "\"infinite-future\"", "\"2030-01-01\"", "5", "\"9999-12-31T23:00:00-01:00\""}) {
     EXPECT_EQ(Error(absl::StrCat(R"({"plan":"free","overrides":{"daily":{"quota":1,"until":)",
                                  until, "}}}")),
               want)
@@ -190,6 +197,9 @@ TEST_F(SubjectBodyTest, OverrideUntilIsAFutureRfc3339Time) {
       R"({"plan":"free","overrides":{"daily":{"quota":1,"until":"2030-01-01T01:00:00+01:00"}}})");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->overrides[0].until, absl::FromUnixSeconds(1893456000));
+  EXPECT_TRUE(Parse(R"({"plan":"free","overrides":{"daily":{"quota":1,)"
+                    R"("until":"9999-12-31T23:59:59Z"}}})")
+                  .ok());
 }
 
 TEST(KeyBodyTest, EmptyBodyIsAnEmptyRequest) {
@@ -222,7 +232,7 @@ TEST(KeyBodyTest, ErrorsStartWithTheFieldPath) {
               StartsWith("name: must be at most 128"));
   EXPECT_THAT(error(R"({"name":"a\u0001"})"), StartsWith("name: "));
   EXPECT_EQ(error(R"({"expires_at":"2000-01-01T00:00:00Z"})"),
-            "expires_at: must be an RFC 3339 time in the future");
+            "expires_at: must be an RFC 3339 time in the future, before year 10000");
   EXPECT_EQ(error(R"({"key_sha256":"abc"})"),
             "key_sha256: must be 64 hex digits (the SHA-256 of the key)");
   EXPECT_EQ(error(R"({"key":"x"})"), "key: unknown field");
