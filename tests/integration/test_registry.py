@@ -230,6 +230,12 @@ class SubjectsAndKeys(RegistryTestCase):
         self.assertEqual([s["id"] for s in page["subjects"]], ["s1", "s3"])
         self.assert_problem(self.admin("GET", "/v1/subjects?limit=0", "/v1/subjects"), 400,
                             "limit")
+        # A parameter given twice says two things: refused, not read by one of them.
+        self.assert_problem(self.admin("GET", "/v1/subjects?plan=pro&limit=1&plan=free",
+                                       "/v1/subjects"), 400, "plan")
+        status, _, problem = self.admin(
+            "DELETE", "/v1/usage/s1?plan=pro&limit=daily&limit=per_minute", "/v1/usage/{subject}")
+        self.assertEqual((status, problem["detail"]), (400, "limit: given more than once"))
 
     def test_config_subjects_are_read_only(self):
         status, _, subject = self.admin("GET", "/v1/subjects/static-user", "/v1/subjects/{id}")

@@ -401,6 +401,10 @@ asio::awaitable<Response> RegistryApi::DeleteSubject(const Frontend& fe, const R
 Response RegistryApi::ListSubjects(const Frontend& fe, const Request& req, bool full) {
   const unsigned version = req.version();
   const std::string_view query = SplitTarget(Sv(req.target())).second;
+  if (std::optional<std::string_view> twice = RepeatedParam(query)) {
+    return FieldProblem(400, "Bad Request", absl::StrCat(ToAbsl(*twice), ": given more than once"),
+                        *twice, version);
+  }
   size_t limit = kDefaultPageSize;
   if (std::optional<std::string> text = QueryParam(query, "limit")) {
     uint64_t n = 0;

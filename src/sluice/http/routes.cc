@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -148,6 +149,21 @@ std::optional<std::string> QueryParam(std::string_view query, std::string_view n
     if (eq == std::string_view::npos) return value;
     if (!PercentDecode(pair.substr(eq + 1), &value)) return std::nullopt;
     return value;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> RepeatedParam(std::string_view query) {
+  // Queries are short (the request target is bounded by the header block): pairwise is enough,
+  // but bounded all the same.
+  std::vector<std::string_view> names;
+  while (!query.empty() && names.size() < 64) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const std::string_view name = pair.substr(0, pair.find('='));
+    if (std::find(names.begin(), names.end(), name) != names.end()) return name;
+    names.push_back(name);
   }
   return std::nullopt;
 }
@@ -629,6 +645,9 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
   std::string subject;
   if (!PercentDecode(encoded_subject, &subject)) {
     co_return BadRequest("subject: bad percent-encoding", version);
+  }
+  if (std::optional<std::string_view> twice = RepeatedParam(query)) {
+    co_return BadRequest(absl::StrCat(ToAbsl(*twice), ": given more than once"), version);
   }
   std::optional<std::string> plan = QueryParam(query, "plan");
   const Limiter& limiter = *fe.limiter;

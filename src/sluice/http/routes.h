@@ -226,6 +226,11 @@ class AdminPlane final : public RequestHandler {
 // The decoded value of `name` in a query string; nullopt when it is absent or badly encoded.
 [[nodiscard]] std::optional<std::string> QueryParam(std::string_view query, std::string_view name);
 
+// The name of the first parameter a query string names more than once ("plan" in
+// "plan=a&limit=x&plan=b"), nullopt if none: a request that says two things about one parameter
+// is refused rather than read by its first (or last) word.
+[[nodiscard]] std::optional<std::string_view> RepeatedParam(std::string_view query);
+
 // Decodes %XX escapes; nullopt-like failure is reported as false.
 [[nodiscard]] bool PercentDecode(std::string_view in, std::string* out);
 
