@@ -1,6 +1,7 @@
 """The Redis store through the real binary: exactness across two sluice processes on one Redis,
 one Redis command per decision, and the failure policy when Redis goes away."""
 import concurrent.futures
+import datetime
 import json
 import os
 import signal
@@ -344,6 +345,13 @@ class RedisAuthTest(RedisCase):
         line = json.loads(svc.server.wait_for_line("redis connection failed"))
         self.assertIn("WRONGPASS", line["error"])
         self.assertFalse(any("wrong-secret" in l for l in svc.server.lines))
+        # The start waited for Redis once, 2 s in all (the registry's first load and the clock's
+        # first sample wait together; they took 2 s each, one after the other).
+        started = json.loads(svc.server.wait_for_line('"msg":"sluice started"'))
+        first = json.loads(svc.server.lines[0])
+        waited = (datetime.datetime.fromisoformat(started["ts"].replace("Z", "+00:00")) -
+                  datetime.datetime.fromisoformat(first["ts"].replace("Z", "+00:00")))
+        self.assertLess(waited.total_seconds(), 3.5)
 
 
 class ReadinessTest(RedisCase):

@@ -1,6 +1,7 @@
 """systemd integration: sd_notify readiness, reload, stop and watchdog messages on a NOTIFY_SOCKET
 the test listens on; the admin token from SLUICE_ADMIN_TOKEN_FILE (LoadCredential=); and the unit
 file in packaging/systemd/ passing `systemd-analyze verify`."""
+import json
 import os
 import shutil
 import signal
@@ -216,6 +217,15 @@ class AdminTokenFileTest(unittest.TestCase):
         self.serve(self.config(admin_token="from-config"), os.path.join(self.dir.name, "missing"))
         self.assertEqual(self.metrics_status("from-config"), 200)
 
+    def test_the_debug_summary_names_the_admin_token_from_the_environment(self):
+        env = base_env()
+        env["SLUICE_ADMIN_TOKEN_FILE"] = self.token_file("from-credential\n")
+        server = harness.Server(self.config(), "--log-level", "debug", env=env)
+        self.addCleanup(server.kill)
+        summary = json.loads(server.wait_for_line('"msg":"configuration summary"'))
+        self.assertEqual(summary["admin_tokens"], "admin")
+        self.assertEqual(summary["env"], "SLUICE_ADMIN_TOKEN_FILE")
+
     def test_sluice_admin_token_wins_over_the_file(self):
         self.serve(self.config(), self.token_file("from-file\n"), SLUICE_ADMIN_TOKEN="from-env")
         self.assertEqual(self.metrics_status("from-env"), 200)
@@ -267,6 +277,11 @@ class AdminTokenFileTest(unittest.TestCase):
         self.assertEqual(result.returncode, 78, result.stderr)
         self.assertIn("server.admin_tokens[0]: the same token as SLUICE_ADMIN_TOKEN", result.stderr)
         self.assertNotIn("shared-token", result.stderr)
+        # check-config, run with the service's environment, says the same.
+        check = subprocess.run([harness.SLUICE_BIN, "check-config", "-c", config], env=env,
+                               capture_output=True, text=True, timeout=30)
+        self.assertEqual(check.returncode, 78, check.stderr)
+        self.assertIn("server.admin_tokens[0]: the same token as SLUICE_ADMIN_TOKEN", check.stderr)
 
     def test_empty_file_exits_78(self):
         result = self.refused_start(self.token_file("\n"))

@@ -1,6 +1,8 @@
 #include "sluice/server/config_summary.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -73,8 +75,17 @@ std::vector<std::string> AppliedEnvironment(const config::Config& cfg,
 
 void LogConfigSummary(const config::Config& cfg, std::string_view event) {
   if (!LogEnabled(LogLevel::kDebug)) return;
+  const std::vector<std::string> env =
+      AppliedEnvironment(cfg, [](const char* name) { return std::getenv(name); });
+  // The read-write token "admin": the file's, or the environment's.
+  const auto from_env = [&env](std::string_view name) {
+    return std::find(env.begin(), env.end(), name) != env.end();
+  };
   std::vector<std::string> tokens;
-  if (!cfg.server.admin_token.empty()) tokens.emplace_back("admin");
+  if (!cfg.server.admin_token.empty() || from_env("SLUICE_ADMIN_TOKEN") ||
+      from_env("SLUICE_ADMIN_TOKEN_FILE")) {
+    tokens.emplace_back("admin");
+  }
   for (const config::AdminTokenConfig& t : cfg.server.admin_tokens) {
     tokens.push_back(absl::StrCat(t.name, t.write ? ":write" : ":read"));
   }
@@ -123,9 +134,7 @@ void LogConfigSummary(const config::Config& cfg, std::string_view event) {
         .Int("keys", static_cast<int64_t>(cfg.keys.size()))
         .Str("alert_sinks", absl::StrJoin(sinks, ","))
         .Int("alert_max_attempts", cfg.alerts.retry.max_attempts)
-        .Str("env",
-             absl::StrJoin(
-                 AppliedEnvironment(cfg, [](const char* name) { return std::getenv(name); }), ","));
+        .Str("env", absl::StrJoin(env, ","));
   }
   for (const config::PlanConfig& plan : cfg.plans) {
     std::vector<std::string> limits;
