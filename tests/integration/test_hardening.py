@@ -161,7 +161,8 @@ class SmugglingTest(ServiceCase):
         for framing in [size + b"\n" + body + b"\r\n0\r\n\r\n",
                         size + b"\r\n" + body + b"\n0\r\n\r\n",
                         size + b"\r\n" + body + b"\r\n0\n\n",
-                        size + b"\r\n" + body + b"\r\n0\r\nX-T: 1\n\r\n"]:
+                        size + b"\r\n" + body + b"\r\n0\r\nX-T: 1\n\r\n",
+                        size + b"\r\n" + body + b"\r\n0\r\nX-T: 1\rY"]:  # a bare CR
             with self.subTest(framing=framing):
                 s = self.connect()
                 s.sendall(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
@@ -179,6 +180,13 @@ class SmugglingTest(ServiceCase):
             s.sendall(good[i:i + 1])
         self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 200 OK"])
         self.assertEqual(self.used(), 1)
+        # A request pipelined behind a chunked body with a trailer, in the same write, is the
+        # next request (its bytes are not taken for the body's).
+        s = self.connect()
+        s.sendall(good.replace(b"Connection: close\r\n", b"") + SMUGGLED[:-2] +
+                  b"Connection: close\r\n\r\n")
+        self.assertEqual(status_lines(read_until_closed(s)), [b"HTTP/1.1 200 OK"] * 2)
+        self.assertEqual(self.used(), 3)
 
     def test_trailer_fields_are_not_header_fields(self):
         # An API key or a forwarding address smuggled in a chunked body's trailer section is

@@ -198,12 +198,14 @@ bool HeaderBlockReady(const beast::flat_buffer& buffer, size_t& from) {
 }
 
 // Whether the unparsed bytes of a chunked body (a chunk line or trailer not whole yet) hold a
-// line ended by a bare LF, searching from `from` on; `from` becomes the end, so that bytes that
-// trickle in are searched once.
-bool HasBareLf(const beast::flat_buffer& buffer, size_t& from) {
+// line end other than CR LF: a bare LF, or a CR followed by anything but LF. Searched from `from`
+// on (one byte back, for a CR whose next byte has just come); `from` becomes the end, so that
+// bytes that trickle in are searched once.
+bool HasBareLineEnd(const beast::flat_buffer& buffer, size_t& from) {
   const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-  for (size_t i = data.find('\n', from); i != std::string_view::npos; i = data.find('\n', i + 1)) {
-    if (i == 0 || data[i - 1] != '\r') return true;
+  for (size_t i = from > 0 ? from - 1 : 0; i < data.size(); ++i) {
+    if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r')) return true;
+    if (data[i] == '\r' && i + 1 < data.size() && data[i + 1] != '\n') return true;
   }
   from = data.size();
   return false;
@@ -730,11 +732,13 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
         co_await asio::async_write(conn->socket, asio::buffer(kContinue), with_ec);
         if (ec) break;
       }
-      // Beast's async_read would do, but for a chunk line ended by a bare LF: Beast ends a line
-      // only at CR LF, so it would wait for one until the request's deadline and close without
-      // an answer. Read by hand, that line is refused at once (400) like one in the header.
+      // Beast's async_read would do, but for a chunk line ended by a bare LF or CR: Beast ends
+      // a line only at CR LF, so it would wait for one until the request's deadline and close
+      // without an answer. Read by hand, that line is refused at once (400) like one in the
+      // header. With eager parsing, put() stops short only at an element not whole yet (a chunk
+      // line, the CR LF after a chunk's data, the trailer section): never inside chunk data.
       parser.eager(true);
-      size_t searched = 0;  // of the unparsed bytes, those already searched for a bare LF
+      size_t searched = 0;  // of the unparsed bytes, those already searched for a bare line end
       for (;;) {
         if (buffer.size() > 0) {
           const size_t used = parser.put(buffer.data(), ec);
@@ -743,7 +747,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
           // Every byte taken, or an element (a chunk line, the trailer) not whole yet.
           ec = {};
           searched = used >= searched ? 0 : searched - used;
-          if (parser.chunked() && HasBareLf(buffer, searched)) {
+          if (parser.chunked() && HasBareLineEnd(buffer, searched)) {
             ec = bhttp::error::bad_chunk;
             break;
           }
@@ -753,21 +757,21 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
           break;
         }
         const std::size_t n = co_await conn->socket.async_read_some(
-            buffer.prepare(std::min<size_t>(4096, buffer.max_size() - buffer.size())), with_ec);
+            buffer.prepare(std::min<size_t>(65536, buffer.max_size() - buffer.size())), with_ec);
         if (ec == asio::error::eof) {
-          parser.put_eof(ec);  // the client closed in the middle of the body: partial_message
-          if (!ec && !parser.is_done()) ec = bhttp::error::partial_message;
+          // The client closed in the middle of the body: partial_message.
+          parser.put_eof(ec);
+          if (!ec) ec = bhttp::error::partial_message;  // not done (checked above): defensive
           break;
         }
         if (ec) break;
         buffer.commit(n);
       }
-      if (IsClosedByPeerOrUs(ec) && ec != bhttp::error::end_of_stream) break;
+      // The deadline or a reset: nothing to answer. A client that closed its side in the
+      // middle of the body (partial_message) still gets its 400.
+      if (IsClosedByPeerOrUs(ec)) break;
       if (ec) {
-        // end_of_stream here: the client closed in the middle of the body.
-        co_await reject(
-            ec == bhttp::error::end_of_stream ? 400 : ParseErrorStatus(ec, buffer, true),
-            ec.message());
+        co_await reject(ParseErrorStatus(ec, buffer, true), ec.message());
         break;
       }
     }
