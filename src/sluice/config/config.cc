@@ -94,6 +94,7 @@ constexpr absl::Duration kMinSnapshotInterval = absl::Milliseconds(100);
 constexpr absl::Duration kMaxSnapshotInterval = absl::Hours(1);
 constexpr absl::Duration kMinRedisTimeout = absl::Milliseconds(1);
 constexpr absl::Duration kMaxRedisTimeout = absl::Seconds(10);
+constexpr absl::Duration kMaxRedisMaxWait = absl::Seconds(60);
 constexpr absl::Duration kMinAlertLease = absl::Seconds(1);
 constexpr absl::Duration kMaxAlertLease = absl::Hours(1);
 constexpr absl::Duration kMinRetryDelay = absl::Milliseconds(100);
@@ -675,10 +676,12 @@ absl::Status ParseStore(const Field& field, StoreConfig& store) {
 
   Fields redis;
   SLUICE_RETURN_IF_ERROR(ReadFields(
-      f.Get("redis"), {"url", "timeout", "key_prefix", "cluster_nodes", "username", "tls"}, redis));
+      f.Get("redis"),
+      {"url", "timeout", "max_wait", "key_prefix", "cluster_nodes", "username", "tls"}, redis));
   store.redis.url_set = store.redis.url_set || !redis.Get("url").absent();
   SLUICE_RETURN_IF_ERROR(ReadString(redis.Get("url"), store.redis.url));
   SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("timeout"), store.redis.timeout));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(redis.Get("max_wait"), store.redis.max_wait));
   const Field cluster_nodes = redis.Get("cluster_nodes");
   SLUICE_RETURN_IF_ERROR(ForEachItem(cluster_nodes, [&](const Field& item, size_t) {
     return ReadString(item, store.redis.cluster_nodes.emplace_back());
@@ -1103,6 +1106,16 @@ absl::Status ValidateStore(const StoreConfig& store) {
   SLUICE_RETURN_IF_ERROR(ValidateRedisTls(store.redis));
   SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.timeout", store.redis.timeout, kMinRedisTimeout,
                                        kMaxRedisTimeout));
+  if (store.redis.max_wait != absl::ZeroDuration()) {
+    SLUICE_RETURN_IF_ERROR(CheckDuration("store.redis.max_wait", store.redis.max_wait,
+                                         kMinRedisTimeout, kMaxRedisMaxWait));
+    if (store.redis.max_wait < store.redis.timeout) {
+      return Error("store.redis.max_wait",
+                   absl::StrCat("must be at least store.redis.timeout (",
+                                absl::FormatDuration(store.redis.timeout), "), got ",
+                                absl::FormatDuration(store.redis.max_wait)));
+    }
+  }
   if (!IsValidName(store.redis.key_prefix, kMaxKeyPrefixLength)) {
     return Error("store.redis.key_prefix",
                  absl::StrCat("bad key prefix ", Quote(store.redis.key_prefix),

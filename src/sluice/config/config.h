@@ -109,7 +109,16 @@ struct RedisStoreConfig {
   // The password AUTH sends instead of the URL's; "": the URL's. Set only from
   // SLUICE_REDIS_PASSWORD_FILE, never from the file, and never in a message.
   std::string password;
+  // How long Redis may stay silent while a decision waits its turn (a stall); after it, the
+  // decisions waiting on that connection are answered per on_store_error.
   absl::Duration timeout = absl::Milliseconds(20);
+  // The longest a decision waits for Redis in all (a Redis that answers, but too slowly for the
+  // queue it has); zero: kMaxWaitTimeouts × timeout (EffectiveMaxWait).
+  absl::Duration max_wait = absl::ZeroDuration();
+  static constexpr int kMaxWaitTimeouts = 10;
+  [[nodiscard]] absl::Duration EffectiveMaxWait() const {
+    return max_wait == absl::ZeroDuration() ? kMaxWaitTimeouts * timeout : max_wait;
+  }
   std::string key_prefix = "sl";
   // Redis Cluster: seed nodes "host:port" (IPv6 in brackets), instead of `url` (setting both, or
   // SLUICE_REDIS_URL with these, is an error). The password still comes from

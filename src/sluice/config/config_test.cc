@@ -1158,6 +1158,21 @@ TEST_F(ConfigTest, RedisTimeoutBoundsAreInclusive) {
   EXPECT_EQ(high->store.redis.timeout, absl::Seconds(10));
 }
 
+TEST_F(ConfigTest, RedisMaxWaitDefaultsToTenTimeoutsAndIsNeverBelowTheTimeout) {
+  absl::StatusOr<Config> derived = Parse(WithPlan("store:\n  redis: {timeout: 30ms}\n"));
+  ASSERT_TRUE(derived.ok()) << derived.status();
+  EXPECT_EQ(derived->store.redis.EffectiveMaxWait(), absl::Milliseconds(300));
+  absl::StatusOr<Config> set =
+      Parse(WithPlan("store:\n  redis: {timeout: 30ms, max_wait: 30ms}\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->store.redis.EffectiveMaxWait(), absl::Milliseconds(30));
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {timeout: 30ms, max_wait: 29ms}\n")),
+            "test.yaml: store.redis.max_wait: must be at least store.redis.timeout (30ms), got "
+            "29ms");
+  EXPECT_EQ(ErrorOf(WithPlan("store:\n  redis: {max_wait: 61s}\n")),
+            "test.yaml: store.redis.max_wait: must be at most 1m, got 1m1s");
+}
+
 TEST_F(ConfigTest, SnapshotIntervalIsBetween100msAndOneHour) {
   EXPECT_EQ(ErrorOf(WithPlan("store:\n  memory: {snapshot_interval: 99ms}\n")),
             "test.yaml: store.memory.snapshot_interval: must be at least 100ms, got 99ms");

@@ -302,7 +302,7 @@ class RedisBackend final : public StoreBackend {
             },
             {.key_prefix = cfg.store.redis.key_prefix,
              .redis_clock = &redis_clock_,
-             .decision_deadline = cfg.store.redis.timeout,
+             .decision_deadline = cfg.store.redis.EffectiveMaxWait(),
              .clock_error = absl::Milliseconds(1),
              .sync_state = &redis_clock_,
              .observe_round_trip = [this](redis::RedisCommandKind kind, absl::Duration d) {
@@ -477,6 +477,7 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Con
     // On a cluster, store.redis.username names the ACL user (the config checked it has a password).
     if (!seeds.empty()) parsed->username = cfg.store.redis.username;
     parsed->command_timeout = absl::ToChronoMilliseconds(cfg.store.redis.timeout);
+    parsed->max_wait = absl::ToChronoMilliseconds(cfg.store.redis.EffectiveMaxWait());
     // On a cluster (no URL), store.redis.tls turns TLS on for every node.
     if (!seeds.empty() && cfg.store.redis.tls.any()) parsed->tls.enabled = true;
     if (parsed->tls.enabled) {

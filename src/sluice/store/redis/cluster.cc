@@ -90,7 +90,7 @@ std::optional<NodeAddress> ParseSlotNode(const Reply& node, std::string_view ask
 }
 
 // At most this many redirections and retries per command, and none begun after the command has
-// been under way for a command timeout.
+// been under way for the connection's max_wait (the longest it is waited for).
 constexpr int kMaxRetries = 3;
 
 }  // namespace
@@ -391,7 +391,8 @@ class ClusterClient::Impl : public std::enable_shared_from_this<Impl> {
 
   bool MayRetry(const Command& cmd) const {
     return !stopped_ && cmd.retries < kMaxRetries &&
-           Clock::now() - cmd.started < options_.connection.command_timeout;
+           Clock::now() - cmd.started <
+               std::max(options_.connection.max_wait, options_.connection.command_timeout);
   }
 
   void OnReply(Node* from, std::shared_ptr<Command> cmd, absl::StatusOr<Reply> r) {

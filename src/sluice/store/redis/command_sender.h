@@ -5,13 +5,18 @@
 #ifndef SLUICE_STORE_REDIS_COMMAND_SENDER_H_
 #define SLUICE_STORE_REDIS_COMMAND_SENDER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sluice/common/strings.h"
 #include "sluice/store/redis/resp.h"
 
 namespace sluice::redis {
@@ -56,6 +61,23 @@ class CommandSender {
   // True when a command sent now can reach Redis: connected and handshaken; for a cluster, the
   // slot map is known and the node keyless commands go to is connected.
   [[nodiscard]] virtual bool connected() const = 0;
+
+  // What LuaScript (lua_script.h) keeps per sender and script: the SCRIPT LOADs sent through
+  // this sender so far, and the outcome of the last (set when its reply arrives).
+  struct ScriptLoads {
+    uint64_t sent = 0;
+    std::shared_ptr<absl::Status> last;
+  };
+  // The state of the script whose SHA-1 is `sha`; made on first use.
+  ScriptLoads& ScriptLoadsOf(std::string_view sha) {
+    auto it = script_loads_.find(ToAbsl(sha));
+    if (it == script_loads_.end())
+      it = script_loads_.emplace(std::string(sha), ScriptLoads{}).first;
+    return it->second;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, ScriptLoads> script_loads_;
 };
 
 }  // namespace sluice::redis

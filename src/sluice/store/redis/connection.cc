@@ -184,6 +184,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ConnectionOptions options)
       : io_(io),
         options_(std::move(options)),
+        max_wait_(std::max(options_.max_wait, options_.command_timeout)),
         tls_name_(options_.tls.server_name.empty() ? options_.host : options_.tls.server_name),
         socket_(io),
         deadline_timer_(io),
@@ -230,10 +231,13 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
  private:
   struct Pending {
     Callback done;
-    Clock::time_point deadline;
+    Clock::time_point queued;  // when Send took it
+    // When its bytes went to the socket (or to the write in flight); kUnwritten until then.
+    Clock::time_point written = kUnwritten;
     LateCallback late;       // may be null
     bool cancelled = false;  // timed out: the reply will still come, for `late` or dropped
   };
+  static constexpr Clock::time_point kUnwritten = Clock::time_point::max();
 
   void Enqueue(const std::vector<std::string>& argv, Callback done, LateCallback late = nullptr) {
     if (pending_.size() >= options_.max_pending) {
@@ -244,9 +248,9 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     AppendCommand(argv, &out_);
     ++commands_sent_;
     pending_.push_back(
-        Pending{std::move(done), Clock::now() + options_.command_timeout, std::move(late)});
-    ArmDeadline();
+        Pending{.done = std::move(done), .queued = Clock::now(), .late = std::move(late)});
     ++unflushed_;
+    ++unwritten_;
     if (writing_) return;  // OnWritten flushes what waits
     if (unflushed_ >= options_.flush_every) {
       Flush();
@@ -277,6 +281,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   void Flush() {
     if (writing_ || out_.empty()) return;
     unflushed_ = 0;
+    MarkWritten();
     if (tls_ == nullptr) {
       boost::system::error_code ec;
       const size_t n = socket_.write_some(asio::buffer(out_), ec);
@@ -390,22 +395,80 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     Flush();
   }
 
-  // Every command has the same timeout, so deadlines grow along the FIFO and the timed-out ones
-  // form its prefix [0, expired_). One timer, set for the oldest live command, is enough.
+  // The commands of out_ (the tail of pending_ not yet written) leave now. The timer is armed
+  // from here: a command's time out is counted from its write (every queued command is written
+  // soon — a flush is posted or follows the write in flight — or the connection is dropped).
+  void MarkWritten() {
+    const Clock::time_point now = Clock::now();
+    for (size_t i = pending_.size() - unwritten_; i < pending_.size(); ++i) {
+      pending_[i].written = now;
+    }
+    unwritten_ = 0;
+    ArmDeadline();
+  }
+
+  // When commands time out (ConnectionOptions: command_timeout, max_wait). Redis answers one
+  // connection's commands in order, so a command waits its turn behind those sent before it: a
+  // burst of 500 decisions is 500 turns. What the timeout detects is a Redis that has stopped
+  // answering — the live command at the head of the FIFO, written, with nothing received on the
+  // connection for command_timeout since the later of its write and the last bytes read — not a
+  // long queue, and not this thread's own backlog (a command not yet written, replies not yet
+  // read). Once Redis has stalled, every command queued at least command_timeout ago times out
+  // with the head. Independently, no command is waited for longer than max_wait after it was
+  // queued (a Redis that answers, but too slowly for the queue it has).
+  //
+  // The timed-out commands form the FIFO's prefix [0, expired_). One timer serves the head; it is
+  // armed for the head's earliest possible time out and, when it fires, finds the current head
+  // and re-arms for it (replies that arrived meanwhile moved the head on).
+  Clock::time_point HeadDue() const {
+    const Pending& head = pending_[expired_];
+    Clock::time_point due = head.queued + max_wait_;
+    if (head.written != kUnwritten) {
+      due = std::min(due, std::max(head.written, last_read_) + options_.command_timeout);
+    }
+    return due;
+  }
+
+  // Arms the timer for the head, unless it is armed already for that time or earlier (it then
+  // re-arms when it fires: a head's due time only moves later, as replies arrive).
   void ArmDeadline() {
-    if (deadline_armed_ || expired_ >= pending_.size()) return;
+    if (expired_ >= pending_.size()) return;
+    const Clock::time_point due = HeadDue();
+    if (deadline_armed_ && armed_for_ <= due) return;
     deadline_armed_ = true;
-    deadline_timer_.expires_at(pending_[expired_].deadline);
-    deadline_timer_.async_wait(
-        [self = shared_from_this()](const boost::system::error_code&) { self->OnDeadline(); });
+    armed_for_ = due;
+    // Setting the expiry cancels a wait already armed for later; its handler sees
+    // operation_aborted and leaves the new one be.
+    deadline_timer_.expires_at(due);
+    deadline_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Not decided here: a reply this thread has already read but not delivered (its read's
+      // completion queued behind this handler) must go first, so the check is posted behind it.
+      asio::post(self->io_, [self] { self->OnDeadline(); });
+    });
+  }
+
+  // True when bytes from Redis wait to be read: the read loop takes them first, and re-arms.
+  bool RepliesWaiting() {
+    boost::system::error_code ec;
+    if (Socket().is_open() && Socket().available(ec) > 0 && !ec) return true;
+    return tls_ != nullptr && SSL_pending(tls_->native_handle()) > 0;
   }
 
   void OnDeadline() {
     deadline_armed_ = false;
-    if (stopped_) return;
-    const auto now = Clock::now();
-    while (expired_ < pending_.size() && pending_[expired_].deadline <= now) {
-      Pending& p = pending_[expired_++];
+    if (stopped_ || expired_ >= pending_.size()) return;
+    if (RepliesWaiting()) return;  // ReadLoop re-arms once it has read them
+    const Clock::time_point now = Clock::now();
+    const Pending& head = pending_[expired_];
+    const bool stalled = head.written != kUnwritten &&
+                         now >= std::max(head.written, last_read_) + options_.command_timeout;
+    while (expired_ < pending_.size()) {
+      Pending& p = pending_[expired_];
+      if (now < p.queued + max_wait_ && !(stalled && now >= p.queued + options_.command_timeout)) {
+        break;
+      }
+      ++expired_;
       p.cancelled = true;
       Complete(std::move(p.done), absl::DeadlineExceededError("redis: command timed out"));
       OnTimeout();
@@ -456,6 +519,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     }
     pending_.clear();
     expired_ = 0;
+    unwritten_ = 0;
     reader_ = ReplyReader();
   }
 
@@ -712,6 +776,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         const bool closed = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
         co_return closed ? "closed by peer" : "read error";
       }
+      last_read_ = Clock::now();  // Redis is answering (HeadDue)
       reader_.Feed(std::string_view(buffer_.data(), n));
       for (;;) {
         auto next = reader_.Next();
@@ -720,13 +785,15 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         if (!next->has_value()) break;  // need more bytes
         if (!Deliver(std::move(**next))) co_return "unexpected reply";
       }
+      ArmDeadline();  // the timer may have deferred to this read (OnDeadline)
     }
   }
 
   asio::io_context& io_;
   const ConnectionOptions options_;
-  const std::string tls_name_;      // what the server's certificate must name, with TLS
-  tcp::socket socket_;              // the connection without TLS
+  const std::chrono::milliseconds max_wait_;  // options_.max_wait, at least command_timeout
+  const std::string tls_name_;                // what the server's certificate must name, with TLS
+  tcp::socket socket_;                        // the connection without TLS
   std::shared_ptr<TlsStream> tls_;  // the connection's stream with TLS (over its own socket)
   asio::steady_timer deadline_timer_;
   asio::steady_timer backoff_timer_;
@@ -736,8 +803,11 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   std::array<char, 16 * 1024> buffer_{};
 
   std::deque<Pending> pending_;
-  size_t expired_ = 0;  // pending_[0, expired_) timed out
-  std::string out_;     // encoded commands waiting for the next write
+  size_t expired_ = 0;    // pending_[0, expired_) timed out
+  size_t unwritten_ = 0;  // pending_'s last unwritten_ commands are in out_, not yet written
+  // When bytes from Redis were last read on this connection (HeadDue).
+  Clock::time_point last_read_{};
+  std::string out_;  // encoded commands waiting for the next write
   // The last completed write's buffer, for the next one; one larger than kMaxSpareBytes (a bulk
   // load's) is let go.
   std::shared_ptr<std::string> spare_;
@@ -750,6 +820,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   bool flush_posted_ = false;  // a Flush() is posted to io_
   size_t unflushed_ = 0;       // commands queued in out_ since the last flush
   bool deadline_armed_ = false;
+  Clock::time_point armed_for_{};  // when the armed timer fires
   bool circuit_open_ = false;
   int consecutive_timeouts_ = 0;
   uint64_t circuit_opened_ = 0;

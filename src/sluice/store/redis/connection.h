@@ -46,7 +46,15 @@ struct ConnectionOptions {
   std::string username;  // empty: "AUTH password" (the default user)
   std::string password;  // empty: no AUTH
   int db = 0;            // non-zero: SELECT db after connecting
+  // How long Redis may stay silent while a command waits its turn: the command at the head of the
+  // FIFO, written, with nothing read on the connection for this long since the later of its write
+  // and the last bytes read, times out — and with it every command queued at least this long
+  // ago. A long queue that Redis keeps answering (a burst) is no stall, and neither is this
+  // thread being busy: a command not yet written, or replies waiting to be read, do not count.
   std::chrono::milliseconds command_timeout{20};
+  // The longest any command is waited for, from when it is queued, however Redis is answering.
+  // At least command_timeout.
+  std::chrono::milliseconds max_wait{200};
   std::chrono::milliseconds reconnect_min{50};
   std::chrono::milliseconds reconnect_max{2000};
   size_t max_pending = 10000;  // commands sent but not answered (timed-out ones included)
@@ -78,9 +86,10 @@ inline constexpr std::string_view kCircuitOpenMessage = "redis: circuit open";
 //
 // Outcomes of a command, delivered to its callback exactly once:
 //   - OK with the reply; a Redis error reply (-ERR …) is an OK result of Reply type kError.
-//   - DeadlineExceeded: no reply within `command_timeout`. The command keeps its place in the FIFO:
-//     its reply will still arrive, and then goes to the command's `late` callback if it has one
-//     (the command may well have been executed: the caller can compensate), else is discarded.
+//   - DeadlineExceeded: Redis stalled (nothing read for `command_timeout` while the command
+//     waited), or `max_wait` passed (see ConnectionOptions). The command keeps its place in the
+//     FIFO: its reply will still arrive, and then goes to the command's `late` callback if it has
+//     one (the command may well have been executed: the caller can compensate), else is discarded.
 //   - Unavailable: not connected when sent, or the connection was lost or stopped before the reply.
 //   - ResourceExhausted: `max_pending` commands are already outstanding.
 //   - Unavailable with kCircuitOpenMessage: the circuit breaker is open (see ConnectionOptions).

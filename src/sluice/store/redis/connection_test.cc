@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "gmock/gmock.h"
@@ -443,6 +445,157 @@ TEST_F(ConnectionTest, AnAnswerInTimeResetsTheTimeoutCount) {
   }
   EXPECT_FALSE(conn.circuit_open());
   EXPECT_EQ(conn.circuit_opened(), 0u);
+}
+
+// A Redis peer driven by the test, on the test's io_context: it answers the handshake's PING, then
+// counts the PINGs it is sent and answers each only when told to (Answer).
+class ScriptedPeer {
+ public:
+  explicit ScriptedPeer(asio::io_context& io)
+      : io_(io), acceptor_(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), peer_(io) {
+    acceptor_.async_accept(peer_, [this](const boost::system::error_code& ec) {
+      if (ec) return;
+      // As Redis does: without it, Nagle holds a reply back until the previous one is acked.
+      peer_.set_option(tcp::no_delay(true));
+      Read();
+    });
+  }
+
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  // PINGs received after the handshake's.
+  size_t received() const { return pings_ > 0 ? pings_ - 1 : 0; }
+
+  // Writes `n` replies at once (synchronously: they are in the client's socket when this returns).
+  void Answer(size_t n) {
+    std::string replies;
+    for (size_t i = 0; i < n; ++i) replies += "+PONG\r\n";
+    asio::write(peer_, asio::buffer(replies));
+  }
+
+ private:
+  void Read() {
+    peer_.async_read_some(asio::buffer(buf_),
+                          [this](const boost::system::error_code& ec, size_t n) {
+                            if (ec) return;
+                            received_.append(buf_.data(), n);
+                            for (size_t at; (at = received_.find("PING")) != std::string::npos;) {
+                              received_.erase(0, at + 4);
+                              if (++pings_ == 1) Answer(1);  // the handshake
+                            }
+                            Read();
+                          });
+  }
+
+  asio::io_context& io_;
+  tcp::acceptor acceptor_;
+  tcp::socket peer_;
+  std::array<char, 4096> buf_{};
+  std::string received_;
+  size_t pings_ = 0;
+};
+
+ConnectionOptions PeerOptions(uint16_t port, std::chrono::milliseconds timeout,
+                              std::chrono::milliseconds max_wait) {
+  return {.port = port,
+          .command_timeout = timeout,
+          .max_wait = max_wait,
+          .reconnect_min = 10ms,
+          .reconnect_max = 100ms};
+}
+
+// A burst longer than the timeout is no stall: Redis answers one command of the queue every 20 ms,
+// 200 ms for ten, and none of them times out at 40 ms; nor does the breaker open.
+TEST(ConnectionDeadlineTest, AQueueRedisKeepsAnsweringOutlastsTheTimeout) {
+  asio::io_context io;
+  ScriptedPeer peer(io);
+  ConnectionOptions options = PeerOptions(peer.port(), 40ms, 5s);
+  options.breaker_failures = 3;
+  Connection conn(io, options);
+  conn.Start();
+  ASSERT_TRUE(PumpUntil(io, [&] { return conn.connected(); }));
+
+  constexpr size_t kCommands = 10;
+  std::vector<std::optional<absl::StatusOr<Reply>>> results(kCommands);
+  for (size_t i = 0; i < kCommands; ++i) {
+    conn.Send({"PING"}, [&results, i](absl::StatusOr<Reply> r) { results[i] = std::move(r); });
+  }
+  ASSERT_TRUE(PumpUntil(io, [&] { return peer.received() == kCommands; }));
+  asio::steady_timer cadence(io);
+  size_t answered = 0;
+  std::function<void()> next = [&] {
+    cadence.expires_after(20ms);
+    cadence.async_wait([&](const boost::system::error_code&) {
+      peer.Answer(1);
+      if (++answered < kCommands) next();
+    });
+  };
+  next();
+  ASSERT_TRUE(PumpUntil(io, [&] { return results.back().has_value(); }));
+  for (size_t i = 0; i < kCommands; ++i) {
+    ASSERT_TRUE(results[i].has_value()) << i;
+    EXPECT_TRUE(results[i]->ok()) << i << ": " << results[i]->status();
+  }
+  EXPECT_EQ(conn.circuit_opened(), 0u);
+}
+
+// However Redis keeps answering, no command is waited for longer than max_wait: at one reply per
+// 20 ms and max_wait 100 ms, the first commands of the queue are answered and the last time out.
+TEST(ConnectionDeadlineTest, NoCommandWaitsLongerThanMaxWait) {
+  asio::io_context io;
+  ScriptedPeer peer(io);
+  ConnectionOptions options = PeerOptions(peer.port(), 40ms, 100ms);
+  options.breaker_failures = 0;
+  Connection conn(io, options);
+  conn.Start();
+  ASSERT_TRUE(PumpUntil(io, [&] { return conn.connected(); }));
+
+  constexpr size_t kCommands = 10;
+  std::vector<std::optional<absl::StatusOr<Reply>>> results(kCommands);
+  for (size_t i = 0; i < kCommands; ++i) {
+    conn.Send({"PING"}, [&results, i](absl::StatusOr<Reply> r) { results[i] = std::move(r); });
+  }
+  const auto sent = Clock::now();
+  ASSERT_TRUE(PumpUntil(io, [&] { return peer.received() == kCommands; }));
+  asio::steady_timer cadence(io);
+  size_t answered = 0;
+  std::function<void()> next = [&] {
+    cadence.expires_after(20ms);
+    cadence.async_wait([&](const boost::system::error_code&) {
+      peer.Answer(1);
+      if (++answered < kCommands) next();
+    });
+  };
+  next();
+  ASSERT_TRUE(PumpUntil(io, [&] { return results.back().has_value(); }));
+  // The last command was given up at max_wait, not when its reply came (200 ms).
+  EXPECT_LT(Clock::now() - sent, 190ms);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(results[i]->ok()) << i << ": " << results[i]->status();
+  for (size_t i = 7; i < kCommands; ++i) {
+    EXPECT_EQ(results[i]->status().code(), absl::StatusCode::kDeadlineExceeded) << i;
+  }
+}
+
+// A reply that arrived while this thread was busy is read before anything times out: here the
+// thread is held past the command's timeout, and the peer's reply is written just before the
+// timeout (from a timer that fires ahead of the connection's in the same turn of the loop), so
+// the reply waits in the socket, unread, when the connection's timer runs.
+TEST(ConnectionDeadlineTest, ARepliedCommandIsNotTimedOutBecauseTheThreadWasBusy) {
+  asio::io_context io;
+  ScriptedPeer peer(io);
+  Connection conn(io, PeerOptions(peer.port(), 30ms, 5s));
+  conn.Start();
+  ASSERT_TRUE(PumpUntil(io, [&] { return conn.connected(); }));
+
+  std::optional<absl::StatusOr<Reply>> result;
+  conn.Send({"PING"}, [&](absl::StatusOr<Reply> r) { result = std::move(r); });
+  asio::steady_timer reply_timer(io);
+  reply_timer.expires_after(29ms);
+  reply_timer.async_wait([&](const boost::system::error_code&) { peer.Answer(1); });
+  // Busy past both timers: they then fire in one turn, the peer's first.
+  asio::post(io, [] { std::this_thread::sleep_for(60ms); });
+  ASSERT_TRUE(PumpUntil(io, [&] { return result.has_value(); }));
+  ASSERT_TRUE(result->ok()) << result->status();
+  EXPECT_EQ((*result)->str, "PONG");
 }
 
 // A peer that takes the connection but does not answer yet: the connection is not made until

@@ -1,7 +1,6 @@
 #include "sluice/store/redis/redis_registry.h"
 
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +33,7 @@
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/registry/keys.h"
+#include "sluice/store/redis/lua_script.h"
 #include "sluice/store/redis/registry_read_script.h"
 #include "sluice/store/redis/registry_write_script.h"
 
@@ -59,12 +59,6 @@ std::string Hex(const unsigned char* data, size_t n) {
     out.push_back(kHex[data[i] & 15]);
   }
   return out;
-}
-
-std::string Sha1Hex(std::string_view data) {
-  unsigned char digest[SHA_DIGEST_LENGTH];
-  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return Hex(digest, sizeof digest);
 }
 
 std::string NewEpoch() {
@@ -488,8 +482,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         log_key_(base_ + ":log"),
         subjects_key_(base_ + ":subjects"),
         keys_key_(base_ + ":keys"),
-        write_sha_(Sha1Hex(kRegistryWriteScript)),
-        read_sha_(Sha1Hex(kRegistryReadScript)),
+        write_script_(kRegistryWriteScript),
+        read_script_(kRegistryReadScript),
         work_(asio::make_work_guard(io_)),
         connection_(MakeSender(io_, options, base_)),
         timer_(io_) {}
@@ -516,7 +510,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     }
     ++writes_in_flight_;
     Argv argv = WriteCommand(change);
-    RunScript(std::move(argv), kRegistryWriteScript, write_sha_,
+    RunScript(std::move(argv), write_script_,
               [self = shared_from_this(), change = std::move(change),
                done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
                 self->OnWritten(std::move(change), std::move(done), std::move(reply));
@@ -587,45 +581,17 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     });
   }
 
-  // EVALSHA, and on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) SCRIPT LOAD and once more:
-  // NOSCRIPT means the script did not run, so the retry cannot apply a change twice. The load and
-  // the retry go out together, at once: a write sent meanwhile (whose EVALSHA would find the
-  // script the load put back) then still runs after the retry, so one instance's writes keep the
-  // order they were made in. (Sending the retry only once the load is answered let such a later
-  // write overtake it: a key added before its subject.)
-  void RunScript(Argv argv, std::string_view script, const std::string& sha,
-                 Connection::Callback done) {
-    argv.insert(argv.begin(), {std::string("EVALSHA"), sha});
-    auto retry = std::make_shared<Argv>(argv);
-    connection_->Send(std::move(argv), [self = shared_from_this(), script, retry,
-                                        done = std::move(done)](absl::StatusOr<Reply> r) mutable {
-      if (!r.ok() || !r->is_error() || !r->str.starts_with("NOSCRIPT")) {
-        std::move(done)(std::move(r));
-        return;
-      }
-      // On one connection the load is answered before the retry; on a cluster (the load goes to
-      // every master) perhaps not, and the retry's own reply is then what is reported.
-      auto load = std::make_shared<absl::Status>();
-      self->connection_->Send({"SCRIPT", "LOAD", std::string(script)},
-                              [load](absl::StatusOr<Reply> loaded) { *load = Check(loaded); });
-      self->connection_->Send(
-          std::move(*retry), [load, done = std::move(done)](absl::StatusOr<Reply> again) mutable {
-            // A retry that did not run because the load failed reports why the load failed.
-            const bool ran =
-                again.ok() && !(again->is_error() && again->str.starts_with("NOSCRIPT"));
-            if (!ran && !load->ok()) {
-              std::move(done)(*load);
-              return;
-            }
-            std::move(done)(std::move(again));
-          });
-    });
+  // `script` with `argv` (its keys and arguments: numkeys first), loaded on NOSCRIPT (LuaScript:
+  // the load and the retry go out together, so one instance's writes keep the order they were
+  // made in — a key is never added before its subject).
+  void RunScript(Argv argv, const LuaScript& script, Connection::Callback done) {
+    argv.insert(argv.begin(), {std::string("EVALSHA"), script.sha()});
+    script.Run(connection_.get(), std::make_shared<const Argv>(std::move(argv)), std::move(done));
   }
 
-  asio::awaitable<absl::StatusOr<Reply>> Script(Argv argv, std::string_view script,
-                                                const std::string& sha) {
-    auto initiation = [this, &argv, script, &sha](auto handler) {
-      RunScript(std::move(argv), script, sha,
+  asio::awaitable<absl::StatusOr<Reply>> Script(Argv argv, const LuaScript& script) {
+    auto initiation = [this, &argv, &script](auto handler) {
+      RunScript(std::move(argv), script,
                 [handler = std::move(handler)](absl::StatusOr<Reply> r) mutable {
                   std::move(handler)(std::move(r));
                 });
@@ -872,7 +838,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     // Named arguments, not temporaries inside the co_await expression: GCC 12 mishandles those.
     Argv argv = {"3",   version_key_,        epoch_key_, log_key_,
                  base_, absl::StrCat(after), epoch,      absl::StrCat(options_.catch_up_entries)};
-    absl::StatusOr<Reply> reply = co_await Script(std::move(argv), kRegistryReadScript, read_sha_);
+    absl::StatusOr<Reply> reply = co_await Script(std::move(argv), read_script_);
     if (absl::Status st = Check(reply); !st.ok()) co_return st;
     const std::vector<Reply>& e = reply->elements;
     if (!reply->is_array() || e.size() < 3 || !e[0].is_integer() || !e[1].is_integer()) {
@@ -1168,7 +1134,7 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   RedisRegistry* owner_;
   const RedisRegistryOptions options_;
   const std::string base_, version_key_, epoch_key_, log_key_, subjects_key_, keys_key_;
-  const std::string write_sha_, read_sha_;
+  const LuaScript write_script_, read_script_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::unique_ptr<CommandSender> connection_;

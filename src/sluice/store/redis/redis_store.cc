@@ -1,7 +1,5 @@
 #include "sluice/store/redis/redis_store.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -19,18 +17,6 @@
 
 namespace sluice::redis {
 namespace {
-
-std::string Sha1Hex(std::string_view data) {
-  unsigned char digest[SHA_DIGEST_LENGTH];
-  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
 
 // A Redis error reply as a Status, tagged with its kind for the metrics. Errors that mean "Redis
 // cannot serve now" (BUSY, LOADING, OOM, READONLY, MASTERDOWN, NOREPLICAS, MISCONF, ...) are
@@ -86,9 +72,6 @@ absl::Status ConnectionFailure(const absl::Status& s) {
 // built from it only then, not for every decision).
 using SharedCommand = std::shared_ptr<const std::vector<std::string>>;
 
-// What to do with the reply of an EVALSHA that arrives after it timed out.
-using LateReply = std::function<void(const Reply&)>;
-
 // The major version in an INFO server reply ("redis_version:7.0.15"), or -1 if there is none.
 int RedisMajorVersion(std::string_view info) {
   static constexpr std::string_view kField = "redis_version:";
@@ -105,7 +88,7 @@ int RedisMajorVersion(std::string_view info) {
 
 // Logs an error when the server is older than decide.lua needs (Redis 7.0: EXPIREAT NX): on it,
 // every decision that creates a counter fails and is degraded. Asked where the script is loaded
-// (pipelined ahead of SCRIPT LOAD, so it adds no round trip).
+// (LuaScript's BeforeLoad: pipelined ahead of SCRIPT LOAD, so it adds no round trip).
 void CheckServerVersion(CommandSender* conn) {
   conn->Send({"INFO", "server"}, [](absl::StatusOr<Reply> reply) {
     if (!reply.ok() || reply->is_error()) return;
@@ -115,38 +98,6 @@ void CheckServerVersion(CommandSender* conn) {
           .Int("redis_major_version", major);
     }
   });
-}
-
-// Runs EVALSHA `argv`; on NOSCRIPT (a restart, a failover, SCRIPT FLUSH) loads the script and
-// retries once, invisibly to the caller (the retry carries the same arguments, so the same
-// deadline: a retry that runs after it changes nothing). `late` sees the late reply of whichever
-// EVALSHA timed out; a NOSCRIPT reply that comes late is not retried (the caller has its answer).
-void RunScript(CommandSender* conn, SharedCommand argv, CommandSender::Callback done,
-               LateReply late, bool retried = false) {
-  CommandSender::LateCallback on_late = nullptr;
-  if (late) on_late = [late](Reply r) { late(r); };
-  SharedCommand sent = argv;  // argv itself moves into the callback (for a NOSCRIPT retry)
-  conn->SendShared(
-      std::move(sent),
-      [conn, argv = retried ? nullptr : std::move(argv), done = std::move(done), late,
-       retried](absl::StatusOr<Reply> reply) mutable {
-        if (!retried && reply.ok() && reply->is_error() && reply->str.starts_with("NOSCRIPT")) {
-          CheckServerVersion(conn);
-          conn->Send({"SCRIPT", "LOAD", std::string(kDecideScript)},
-                     [conn, argv = std::move(argv), done = std::move(done),
-                      late = std::move(late)](absl::StatusOr<Reply> loaded) mutable {
-                       if (!loaded.ok()) {
-                         std::move(done)(loaded.status());
-                         return;
-                       }
-                       RunScript(conn, std::move(argv), std::move(done), std::move(late),
-                                 /*retried=*/true);
-                     });
-          return;
-        }
-        std::move(done)(std::move(reply));
-      },
-      std::move(on_late));
 }
 
 // The refund.lua calls that take back what the decision `decide` (an EVALSHA of decide.lua as
@@ -207,7 +158,7 @@ RedisStore::RedisStore(std::function<CommandSender*()> connection_for_thread,
                        RedisStoreOptions options)
     : connection_for_thread_(std::move(connection_for_thread)),
       options_(std::move(options)),
-      script_sha_(Sha1Hex(kDecideScript)) {}
+      decide_(kDecideScript, &CheckServerVersion) {}
 
 int RedisStore::BucketOf(std::string_view subject) const {
   return static_cast<int>(StableHash64(subject) % static_cast<uint64_t>(options_.buckets));
@@ -268,7 +219,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   std::vector<std::string> argv;
   argv.reserve(3 + keys + args);
   argv.push_back("EVALSHA");
-  argv.push_back(script_sha_);
+  argv.push_back(decide_.sha());
   argv.push_back(absl::StrCat(keys));
   for (const StoreRequest& part : parts) {
     // CounterKey's parts, the tag and slot computed once per part.
@@ -383,14 +334,12 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
   }
   CommandSender* conn = connection_for_thread_();
   auto command = std::make_shared<const std::vector<std::string>>(DecideCommand(parts, placement));
-  LateReply late;
+  CommandSender::LateCallback late = nullptr;
   if (std::any_of(parts.begin(), parts.end(), [](const StoreRequest& p) { return p.cost > 0; })) {
-    late = [this, conn, n, command](const Reply& reply) {
-      OnLateDecision(conn, reply, n, *command);
-    };
+    late = [this, conn, n, command](Reply reply) { OnLateDecision(conn, reply, n, *command); };
   }
   const absl::Time start = StartTimer();
-  RunScript(
+  decide_.Run(
       conn, std::move(command),
       [this, n, sizes = std::move(sizes), start,
        done = std::move(done)](absl::StatusOr<Reply> reply) mutable {

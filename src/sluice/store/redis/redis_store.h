@@ -20,6 +20,7 @@
 #include "sluice/limiter/store.h"
 #include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/lua_script.h"
 
 namespace sluice::redis {
 
@@ -46,14 +47,15 @@ struct RedisStoreOptions {
   // limiter's clock (production) that is exactly window end + grace; a test may drive the limiter
   // with a fake clock while Redis keeps real time.
   const Clock* redis_clock = nullptr;
-  // How long the caller waits for a decision (the connection's command timeout,
-  // store.redis.timeout); zero: no deadline. The script's deadline is
+  // The longest the caller waits for a decision (the connection's max_wait,
+  // store.redis.max_wait); zero: no deadline. The script's deadline is
   //   redis_clock.Now() + decision_deadline - min(clock_error, decision_deadline / 4)
   // taken before the command is queued, so it falls no later than the instant the connection
-  // gives up on it as long as the synced clock is off by at most `clock_error` (its error is half
-  // the round trip of its last sample). A decision that starts executing after it changes nothing
-  // and is answered as degraded ("late"). The residual — executed in time, but the reply arrived
-  // after the timeout (or the clock was off by more) — is refunded: see `refunds()`.
+  // gives up on it at the latest as long as the synced clock is off by at most `clock_error` (its
+  // error is half the round trip of its last sample). A decision that starts executing after it
+  // changes nothing and is answered as degraded ("late"). The rest — executed in time, but the
+  // connection had given up on it already (Redis stalled: ConnectionOptions::command_timeout), or
+  // the clock was off by more — is refunded when its reply arrives: see `refunds()`.
   absl::Duration decision_deadline = absl::ZeroDuration();
   absl::Duration clock_error = absl::Milliseconds(1);
   // When set (production: the Redis-synced clock, which is also `redis_clock`), `clock_error`
@@ -112,7 +114,7 @@ class RedisStore final : public Store {
     return shrinks_.load(std::memory_order_acquire);
   }
   // SHA-1 (hex) of decide.lua, for EVALSHA.
-  [[nodiscard]] const std::string& script_sha() const { return script_sha_; }
+  [[nodiscard]] const std::string& script_sha() const { return decide_.sha(); }
 
  private:
   // The EVALSHA of decide.lua deciding `parts` together, with the keys of `placement`'s bucket.
@@ -132,7 +134,7 @@ class RedisStore final : public Store {
 
   std::function<CommandSender*()> connection_for_thread_;
   RedisStoreOptions options_;
-  std::string script_sha_;
+  LuaScript decide_;  // decide.lua
   std::atomic<uint64_t> recorded_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> late_admissions_{0};
