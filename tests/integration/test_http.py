@@ -120,6 +120,23 @@ class CheckTest(HttpTestCase):
             self.assertEqual(headers["content-type"], "application/problem+json")
             self.assertTrue(json.loads(body)["detail"].startswith(field), (payload, body))
 
+    def test_a_number_beyond_any_double_is_400_naming_its_field_not_bad_json(self):
+        for number in ("1e400", "-1e400", "9" * 60_000):
+            for payload, detail in (
+                    ('{"subject":"a","plan":"free","cost":%s}',
+                     "cost: number out of range (must be an integer from 0 to 1000000)"),
+                    ('{"api_key":"key-free","cost":%s}',
+                     "cost: number out of range (must be an integer from 0 to 1000000)"),
+                    ('{"subject":%s,"plan":"free"}', "subject: number out of range"),
+                    ('{"subject":"a","plan":%s}', "plan: number out of range"),
+                    ('{"api_key":%s}', "api_key: number out of range")):
+                with self.subTest(payload=payload, number=number[:8]):
+                    status, headers, body = self.svc.request("POST", "/v1/check",
+                                                             payload % number)
+                    self.assertEqual(status, 400)
+                    self.assertEqual(headers["content-type"], "application/problem+json")
+                    self.assertEqual(json.loads(body)["detail"], detail)
+
     def test_wrong_method_is_405_with_allow(self):
         status, headers, _ = self.svc.request("GET", "/v1/check")
         self.assertEqual(status, 405)
