@@ -470,9 +470,13 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
       co_return RefusalResponse(refusal, req.version());
     }
   } else if (!fe.server.anonymous_plan.empty()) {
+    // Per network, not per address: an IPv6 client owns a /64 at least and could send each
+    // request from another address of it.
     target.subject = absl::StrCat(
-        "ip:", fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
-                                        JoinFields(req, "Forwarded", '\n')));
+        "ip:", ClientNetwork(fe.proxies.Client(peer.address, JoinFields(req, "X-Forwarded-For"),
+                                               JoinFields(req, "Forwarded", '\n')),
+                             {.ipv4 = fe.server.anonymous_ipv4_prefix,
+                              .ipv6 = fe.server.anonymous_ipv6_prefix}));
     target.plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
