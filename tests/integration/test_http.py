@@ -253,6 +253,60 @@ class DenyStatusTest(HttpTestCase):
     def test_missing_key_without_anonymous_plan_is_401(self):
         self.assertEqual(self.authorize()[0], 401)
 
+    def admin(self, method, path, payload):
+        return self.svc.request(method, path, json.dumps(payload),
+                                {"Authorization": f"Bearer {self.svc.admin_token}",
+                                 "Content-Type": "application/json"}, admin=True)
+
+    def disabled_key(self):
+        self.assertEqual(self.admin("PUT", "/v1/subjects/blocked", {"plan": "free",
+                                                                    "disabled": True})[0], 201)
+        status, _, body = self.admin("POST", "/v1/subjects/blocked/keys", {})
+        self.assertEqual(status, 201)
+        return json.loads(body)["key"]
+
+    def test_sluice_denied_tells_a_quota_denial_from_a_disabled_key_under_one_status(self):
+        # nginx's auth_request passes the status and headers on, never the body: with both
+        # answered 403, the header is what tells them apart.
+        self.authorize("key-tiny", headers={"Sluice-Cost": "2"})
+        status, headers, body = self.authorize("key-tiny")
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "quota"))
+        self.assertTrue(json.loads(body)["type"].endswith("#quota-exceeded"))
+
+        status, headers, body = self.authorize(self.disabled_key())
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "disabled"))
+        problem = json.loads(body)
+        self.assertEqual(problem["detail"], 'subject "blocked" is disabled')
+        self.assertNotIn("retry-after", headers)
+
+    def test_answers_that_deny_nothing_carry_no_sluice_denied(self):
+        for status, headers, _ in (self.authorize("key-free"), self.authorize("wrong-key"),
+                                   self.authorize()):
+            self.assertIn(status, (200, 401))
+            self.assertNotIn("sluice-denied", headers)
+
+
+class SluiceDeniedTest(HttpTestCase):
+    def test_a_denial_says_quota_whatever_the_deny_status(self):
+        self.authorize("key-tiny", headers={"Sluice-Cost": "2"})
+        status, headers, _ = self.authorize("key-tiny")
+        self.assertEqual((status, headers.get("sluice-denied")), (429, "quota"))
+
+    def test_a_disabled_subject_says_disabled_on_check_too(self):
+        auth = {"Authorization": f"Bearer {self.svc.admin_token}"}
+        status, _, _ = self.svc.request("PUT", "/v1/subjects/blocked",
+                                        json.dumps({"plan": "free", "disabled": True}), auth,
+                                        admin=True)
+        self.assertEqual(status, 201)
+        status, headers, body = self.svc.check({"subject": "blocked"})
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "disabled"))
+        self.assertEqual(body["detail"], 'subject "blocked" is disabled')
+        # A decision that denies is a 200 on /v1/check: its body says so, not this header.
+        self.svc.check({"subject": "user-9", "plan": "tiny", "cost": 2})
+        status, headers, body = self.svc.check({"subject": "user-9", "plan": "tiny"})
+        self.assertEqual((status, body["allowed"]), (200, False))
+        self.assertNotIn("sluice-denied", headers)
+
 
 class AdminTest(HttpTestCase):
     def admin(self, method, path, token="test-admin-token"):
