@@ -97,6 +97,14 @@ class CheckConfigTest(unittest.TestCase):
         path = harness.write_config(self.dir.name, VALID + "store:\n  redis: { timeout: 3000000h }\n")
         self.check_78(path, "store.redis.timeout: must be at most 10s, got 3000000h")
 
+    def test_anonymous_prefix_beyond_its_familys_bits_is_refused(self):
+        for key, value, message in (
+                ("anonymous_ipv6_prefix", 129, "must be between 1 and 128, got 129"),
+                ("anonymous_ipv4_prefix", 0, "must be between 1 and 32, got 0")):
+            with self.subTest(key=key):
+                path = harness.write_config(self.dir.name, f"server:\n  {key}: {value}\n" + VALID)
+                self.check_78(path, f"server.{key}: {message}")
+
     def test_bad_redis_percent_escape_fails_check_config_as_serve_does(self):
         path = harness.write_config(self.dir.name, VALID + """
 store:

@@ -499,7 +499,8 @@ class ForwardedTest(ServiceCase):
         fwd = "Forwarded"
         self.assert_subjects([
             ([(fwd, "for=203.0.113.9, for=198.51.100.7;proto=http")], "ip:198.51.100.7"),
-            ([(fwd, 'For="[2001:db8:cafe::17]:4711"')], "ip:2001:db8:cafe::17"),
+            # An IPv6 client is its /64 (server.anonymous_ipv6_prefix).
+            ([(fwd, 'For="[2001:db8:cafe::17]:4711"')], "ip:2001:db8:cafe::/64"),
             ([(fwd, "for=203.0.113.9"), (fwd, "for=198.51.100.8")], "ip:198.51.100.8"),
             # A line the client broke (an unterminated quote, text after a quote) cannot swallow or
             # outrank the line or element the proxy appended.
@@ -526,6 +527,89 @@ class ForwardedTest(ServiceCase):
         res.read()
         conn.close()
         self.assertEqual(res.getheader("Sluice-Subject"), "ip:127.0.0.1")
+
+
+ANON_PLANS = """
+plans:
+  anon:
+    limits:
+      - { name: per_minute, quota: 5, window: 1m }
+"""
+
+
+class AnonymousCase(unittest.TestCase):
+    """Anonymous clients are limited per network: an IPv6 subscriber owns a /64 at least and can
+    send every request from a new address of it. 127.0.0.1 is a trusted proxy here, so the tests
+    send from many client addresses with X-Forwarded-For."""
+    extra_server = '  anonymous_plan: anon\n  trusted_proxies: ["127.0.0.1/32"]\n'
+
+    def setUp(self):
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+        self.svc = harness.Service(ANON_PLANS, self.dir.name, extra_server=self.extra_server)
+        self.svc.__enter__()
+        self.addCleanup(self.svc.__exit__)
+        harness.clear_of_window_end(60, 5)
+
+    def authorize_from(self, client):
+        """(status, Sluice-Subject) of an anonymous request forwarded for `client`."""
+        status, headers, _ = self.svc.request("GET", "/v1/authorize",
+                                              headers={"X-Forwarded-For": client})
+        return status, headers.get("sluice-subject")
+
+
+class AnonymousNetworkTest(AnonymousCase):
+    def test_twenty_addresses_of_one_ipv6_slash64_share_one_quota(self):
+        answers = [self.authorize_from(f"2001:db8:1:2:{i:x}:{i * 7:x}::{i + 1:x}")
+                   for i in range(20)]
+        self.assertEqual([status for status, _ in answers], [200] * 5 + [429] * 15)
+        self.assertEqual({subject for _, subject in answers}, {"ip:2001:db8:1:2::/64"})
+        # The next /64 is another client.
+        self.assertEqual(self.authorize_from("2001:db8:1:3::1"), (200, "ip:2001:db8:1:3::/64"))
+
+    def test_every_spelling_of_an_address_is_one_client(self):
+        spellings = ["2001:db8:1:2::7", "2001:0DB8:0001:0002:0000:0000:0000:0007",
+                     "[2001:db8:1:2::7]:4711", "2001:db8:1:2:0:0:0:7", "2001:db8:1:2::8",
+                     "2001:db8:1:2::9"]
+        answers = [self.authorize_from(a) for a in spellings]
+        self.assertEqual([status for status, _ in answers], [200] * 5 + [429])
+        # IPv4 stays one subject per address, written as such; IPv4-mapped is the same client.
+        self.assertEqual(self.authorize_from("203.0.113.7"), (200, "ip:203.0.113.7"))
+        self.assertEqual(self.authorize_from("::ffff:203.0.113.7"), (200, "ip:203.0.113.7"))
+        self.assertEqual(self.authorize_from("203.0.113.8"), (200, "ip:203.0.113.8"))
+
+    def test_forwarded_is_grouped_like_x_forwarded_for(self):
+        for i in range(6):
+            status, headers, _ = self.svc.request(
+                "GET", "/v1/authorize", headers={"Forwarded": f'for="[2001:db8:5:6::{i + 1}]"'})
+            self.assertEqual((status, headers.get("sluice-subject")),
+                             (200 if i < 5 else 429, "ip:2001:db8:5:6::/64"))
+
+
+class AnonymousPrefixesTest(AnonymousCase):
+    """server.anonymous_ipv6_prefix and anonymous_ipv4_prefix set wider networks."""
+    extra_server = (AnonymousCase.extra_server +
+                    "  anonymous_ipv6_prefix: 48\n  anonymous_ipv4_prefix: 24\n")
+
+    def test_the_slash64s_of_one_ipv6_slash48_share_one_quota(self):
+        answers = [self.authorize_from(f"2001:db8:1:{i:x}::1") for i in range(8)]
+        self.assertEqual([status for status, _ in answers], [200] * 5 + [429] * 3)
+        self.assertEqual({subject for _, subject in answers}, {"ip:2001:db8:1::/48"})
+        self.assertEqual(self.authorize_from("2001:db8:2::1"), (200, "ip:2001:db8:2::/48"))
+
+    def test_the_addresses_of_one_ipv4_slash24_share_one_quota(self):
+        answers = [self.authorize_from(f"198.51.100.{i}") for i in range(1, 7)]
+        self.assertEqual([status for status, _ in answers], [200] * 5 + [429])
+        self.assertEqual({subject for _, subject in answers}, {"ip:198.51.100.0/24"})
+        self.assertEqual(self.authorize_from("::ffff:198.51.100.200"), (429, "ip:198.51.100.0/24"))
+        self.assertEqual(self.authorize_from("198.51.101.1"), (200, "ip:198.51.101.0/24"))
+
+    def test_forwarded_is_grouped_by_the_same_prefix(self):
+        for i in range(6):
+            status, headers, _ = self.svc.request(
+                "GET", "/v1/authorize", headers={"Forwarded": f'for="[2001:db8:5:{i}::1]"'})
+            self.assertEqual((status, headers.get("sluice-subject")),
+                             (200 if i < 5 else 429, "ip:2001:db8:5::/48"))
 
 
 class AuthSchemeTest(ServiceCase):

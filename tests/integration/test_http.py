@@ -120,6 +120,23 @@ class CheckTest(HttpTestCase):
             self.assertEqual(headers["content-type"], "application/problem+json")
             self.assertTrue(json.loads(body)["detail"].startswith(field), (payload, body))
 
+    def test_a_number_beyond_any_double_is_400_naming_its_field_not_bad_json(self):
+        for number in ("1e400", "-1e400", "9" * 60_000):
+            for payload, detail in (
+                    ('{"subject":"a","plan":"free","cost":%s}',
+                     "cost: number out of range (must be an integer from 0 to 1000000)"),
+                    ('{"api_key":"key-free","cost":%s}',
+                     "cost: number out of range (must be an integer from 0 to 1000000)"),
+                    ('{"subject":%s,"plan":"free"}', "subject: number out of range"),
+                    ('{"subject":"a","plan":%s}', "plan: number out of range"),
+                    ('{"api_key":%s}', "api_key: number out of range")):
+                with self.subTest(payload=payload, number=number[:8]):
+                    status, headers, body = self.svc.request("POST", "/v1/check",
+                                                             payload % number)
+                    self.assertEqual(status, 400)
+                    self.assertEqual(headers["content-type"], "application/problem+json")
+                    self.assertEqual(json.loads(body)["detail"], detail)
+
     def test_wrong_method_is_405_with_allow(self):
         status, headers, _ = self.svc.request("GET", "/v1/check")
         self.assertEqual(status, 405)
@@ -235,6 +252,60 @@ class DenyStatusTest(HttpTestCase):
 
     def test_missing_key_without_anonymous_plan_is_401(self):
         self.assertEqual(self.authorize()[0], 401)
+
+    def admin(self, method, path, payload):
+        return self.svc.request(method, path, json.dumps(payload),
+                                {"Authorization": f"Bearer {self.svc.admin_token}",
+                                 "Content-Type": "application/json"}, admin=True)
+
+    def disabled_key(self):
+        self.assertEqual(self.admin("PUT", "/v1/subjects/blocked", {"plan": "free",
+                                                                    "disabled": True})[0], 201)
+        status, _, body = self.admin("POST", "/v1/subjects/blocked/keys", {})
+        self.assertEqual(status, 201)
+        return json.loads(body)["key"]
+
+    def test_sluice_denied_tells_a_quota_denial_from_a_disabled_key_under_one_status(self):
+        # nginx's auth_request passes the status and headers on, never the body: with both
+        # answered 403, the header is what tells them apart.
+        self.authorize("key-tiny", headers={"Sluice-Cost": "2"})
+        status, headers, body = self.authorize("key-tiny")
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "quota"))
+        self.assertTrue(json.loads(body)["type"].endswith("#quota-exceeded"))
+
+        status, headers, body = self.authorize(self.disabled_key())
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "disabled"))
+        problem = json.loads(body)
+        self.assertEqual(problem["detail"], 'subject "blocked" is disabled')
+        self.assertNotIn("retry-after", headers)
+
+    def test_answers_that_deny_nothing_carry_no_sluice_denied(self):
+        for status, headers, _ in (self.authorize("key-free"), self.authorize("wrong-key"),
+                                   self.authorize()):
+            self.assertIn(status, (200, 401))
+            self.assertNotIn("sluice-denied", headers)
+
+
+class SluiceDeniedTest(HttpTestCase):
+    def test_a_denial_says_quota_whatever_the_deny_status(self):
+        self.authorize("key-tiny", headers={"Sluice-Cost": "2"})
+        status, headers, _ = self.authorize("key-tiny")
+        self.assertEqual((status, headers.get("sluice-denied")), (429, "quota"))
+
+    def test_a_disabled_subject_says_disabled_on_check_too(self):
+        auth = {"Authorization": f"Bearer {self.svc.admin_token}"}
+        status, _, _ = self.svc.request("PUT", "/v1/subjects/blocked",
+                                        json.dumps({"plan": "free", "disabled": True}), auth,
+                                        admin=True)
+        self.assertEqual(status, 201)
+        status, headers, body = self.svc.check({"subject": "blocked"})
+        self.assertEqual((status, headers.get("sluice-denied")), (403, "disabled"))
+        self.assertEqual(body["detail"], 'subject "blocked" is disabled')
+        # A decision that denies is a 200 on /v1/check: its body says so, not this header.
+        self.svc.check({"subject": "user-9", "plan": "tiny", "cost": 2})
+        status, headers, body = self.svc.check({"subject": "user-9", "plan": "tiny"})
+        self.assertEqual((status, body["allowed"]), (200, False))
+        self.assertNotIn("sluice-denied", headers)
 
 
 class AdminTest(HttpTestCase):

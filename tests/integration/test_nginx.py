@@ -180,8 +180,41 @@ class NginxAuthRequestTest(unittest.TestCase):
             problem = json.loads(body)
             self.assertEqual(problem["status"], 429)
             self.assertTrue(problem["type"].endswith("#quota-exceeded"), problem)
+            self.assertNotIn("sluice-denied", headers)  # sluice's word to nginx, not the client's
         # Denied requests cost nothing and never reach the application.
         self.assertEqual(self.upstream.count(), QUOTA)
+
+    def disabled_key(self):
+        """A key of a registry subject that is disabled (created through the admin plane)."""
+        auth = {"Authorization": f"Bearer {self.svc.admin_token}",
+                "Content-Type": "application/json"}
+        status, _, _ = self.svc.request("PUT", "/v1/subjects/blocked-user",
+                                        json.dumps({"plan": "demo", "disabled": True}), auth,
+                                        admin=True)
+        self.assertEqual(status, 201)
+        status, _, body = self.svc.request("POST", "/v1/subjects/blocked-user/keys", "{}", auth,
+                                           admin=True)
+        self.assertEqual(status, 201)
+        return json.loads(body)["key"]
+
+    def test_a_disabled_key_is_403_forbidden_not_a_quota_denial(self):
+        key = self.disabled_key()
+        for _ in range(2):
+            status, headers, body = self.get(key=key)
+            self.assertEqual(status, 403, self.nginx.logs())
+            self.assertEqual(headers["content-type"], "application/problem+json")
+            problem = json.loads(body)
+            self.assertEqual((problem["status"], problem["title"]), (403, "Forbidden"))
+            self.assertIn("disabled", problem["detail"])
+            self.assertFalse(problem["type"].endswith("#quota-exceeded"), problem)
+            # Waiting does not help: no Retry-After, and no limits (none were spent).
+            for name in ("retry-after", "ratelimit", "ratelimit-policy", "x-ratelimit-remaining"):
+                self.assertNotIn(name, headers)
+        self.assertEqual(self.upstream.count(), 0)
+        # The keys that work still work, their quota untouched.
+        status, headers, _ = self.get(key="demo-key")
+        self.assertEqual(status, 200)
+        self.assert_limits(headers, QUOTA - 1)
 
     def test_missing_or_unknown_key_is_401_and_never_reaches_the_upstream(self):
         for key in (None, "wrong-key"):

@@ -294,6 +294,29 @@ class BadInput(RegistryTestCase):
         # Nothing was created by any of them.
         self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, "id")
 
+    def test_a_number_beyond_any_double_is_400_naming_its_member(self):
+        # nlohmann refuses such a number mid-parse; the body is JSON all the same.
+        for number in ("1e400", "-1e400", "9" * 60_000):
+            for body, field in (
+                    ('{"plan":"free","overrides":{"daily":{"quota":%s}}}', "overrides.daily.quota"),
+                    ('{"plan":"free","metadata":{"tier":{"n":%s}}}', "metadata.tier.n"),
+                    ('{"plan":%s}', "plan"),
+                    ('{"plan":"free","disabled":%s}', "disabled")):
+                with self.subTest(body=body, number=number[:8]):
+                    answer = self.put_subject("acme", (body % number).encode())
+                    self.assert_problem(answer, 400, field)
+                    self.assertEqual(answer[2]["detail"], f"{field}: number out of range")
+        self.put_subject("acme", {"plan": "free"})
+        for field in ("name", "expires_at", "key_sha256"):
+            answer = self.new_key("acme", f'{{"{field}":1e400}}'.encode())
+            self.assert_problem(answer, 400, field)
+            self.assertEqual(answer[2]["detail"], f"{field}: number out of range")
+        # Nothing was changed by any of them.
+        _, _, subject = self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}")
+        self.assertEqual((subject["metadata"], subject["overrides"]), ({}, {}))
+        _, _, keys = self.admin("GET", "/v1/subjects/acme/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(keys["keys"], [])
+
     def test_a_key_for_a_missing_subject_creates_nothing(self):
         self.assert_problem(self.new_key("ghost"), 404, "id")
         self.put_subject("ghost", {"plan": "free"})

@@ -506,12 +506,13 @@ absl::Status ParseAccessLog(const Field& field, AccessLogConfig& log) {
 
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(
-      field,
-      {"listen", "admin_listen", "admin_token", "threads", "api_key_header", "deny_status",
-       "anonymous_plan", "trusted_proxies", "max_connections", "admin_max_connections",
-       "shutdown_delay", "admin_tokens", "authorize_prefix", "access_log", "grpc_listen"},
-      f));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(field,
+                 {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
+                  "deny_status", "anonymous_plan", "anonymous_ipv4_prefix", "anonymous_ipv6_prefix",
+                  "trusted_proxies", "max_connections", "admin_max_connections", "shutdown_delay",
+                  "admin_tokens", "authorize_prefix", "access_log", "grpc_listen"},
+                 f));
   SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_listen"), server.admin_listen));
@@ -536,6 +537,10 @@ absl::Status ParseServer(const Field& field, ServerConfig& server) {
   }
   SLUICE_RETURN_IF_ERROR(ParseAdminTokens(f.Get("admin_tokens"), server.admin_tokens));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("anonymous_plan"), server.anonymous_plan));
+  SLUICE_RETURN_IF_ERROR(
+      ReadInt(f.Get("anonymous_ipv4_prefix"), 1, 32, server.anonymous_ipv4_prefix));
+  SLUICE_RETURN_IF_ERROR(
+      ReadInt(f.Get("anonymous_ipv6_prefix"), 1, 128, server.anonymous_ipv6_prefix));
   return ForEachItem(f.Get("trusted_proxies"), [&](const Field& item, size_t) {
     return ReadString(item, server.trusted_proxies.emplace_back());
   });
@@ -1024,6 +1029,10 @@ absl::Status ValidateServer(const ServerConfig& server) {
   SLUICE_RETURN_IF_ERROR(CheckDuration("server.shutdown_delay", server.shutdown_delay,
                                        absl::ZeroDuration(), absl::Minutes(10)));
   SLUICE_RETURN_IF_ERROR(ValidateAdminTokens(server.admin_tokens));
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange("server.anonymous_ipv4_prefix", server.anonymous_ipv4_prefix, 1, 32));
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange("server.anonymous_ipv6_prefix", server.anonymous_ipv6_prefix, 1, 128));
   for (size_t i = 0; i < server.trusted_proxies.size(); ++i) {
     const std::string& cidr = server.trusted_proxies[i];
     if (!IsValidCidr(cidr)) {

@@ -55,7 +55,11 @@ struct ServerConfig {
   // in docs/http.md. Validated: "/" and segments of [A-Za-z0-9._~-], none empty, "." or "..",
   // at most kMaxAuthorizePrefixLength, and clear of the data plane's other routes.
   std::string authorize_prefix = "/v1/authorize";
-  std::string anonymous_plan;                // "" : requests without a key get 401
+  std::string anonymous_plan;  // "" : requests without a key get 401
+  // Anonymous clients are one subject per network of this many leading bits (IPv4 1-32, IPv6
+  // 1-128): an IPv6 subscriber owns a /64 at least.
+  int anonymous_ipv4_prefix = 32;
+  int anonymous_ipv6_prefix = 64;
   std::vector<std::string> trusted_proxies;  // CIDRs, validated (IPv4 or IPv6)
   // Open connections each plane accepts; one more is closed at once (1-1,000,000).
   int max_connections = 10'000;

@@ -197,6 +197,8 @@ TEST_F(ConfigTest, OmittedSectionsTakeTheirDefaults) {
   EXPECT_EQ(config->server.deny_status, 429);
   EXPECT_EQ(config->server.authorize_prefix, "/v1/authorize");
   EXPECT_EQ(config->server.anonymous_plan, "");
+  EXPECT_EQ(config->server.anonymous_ipv4_prefix, 32);
+  EXPECT_EQ(config->server.anonymous_ipv6_prefix, 64);
   EXPECT_THAT(config->server.trusted_proxies, IsEmpty());
   EXPECT_EQ(config->store.type, StoreType::kMemory);
   EXPECT_EQ(config->store.memory.snapshot_path, "");
@@ -817,6 +819,31 @@ TEST_F(ConfigTest, EnvoyRatelimitConfigIsAPathKeptAsWritten) {
 TEST_F(ConfigTest, DenyStatusMustBe4xx) {
   EXPECT_EQ(ErrorOf(WithPlan("server: {deny_status: 500}\n")),
             "test.yaml: server.deny_status: must be between 400 and 499, got 500");
+}
+
+TEST_F(ConfigTest, AnonymousPrefixesAreRead) {
+  absl::StatusOr<Config> config =
+      Parse(WithPlan("server: {anonymous_ipv4_prefix: 24, anonymous_ipv6_prefix: 48}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.anonymous_ipv4_prefix, 24);
+  EXPECT_EQ(config->server.anonymous_ipv6_prefix, 48);
+  for (const char* bounds : {"{anonymous_ipv4_prefix: 1, anonymous_ipv6_prefix: 1}",
+                             "{anonymous_ipv4_prefix: 32, anonymous_ipv6_prefix: 128}"}) {
+    EXPECT_TRUE(Parse(WithPlan(absl::StrCat("server: ", bounds, "\n"))).ok()) << bounds;
+  }
+}
+
+TEST_F(ConfigTest, AnonymousPrefixesOutsideTheirFamilysBitsAreRefusedNamingTheKey) {
+  EXPECT_EQ(ErrorOf(WithPlan("server: {anonymous_ipv4_prefix: 33}\n")),
+            "test.yaml: server.anonymous_ipv4_prefix: must be between 1 and 32, got 33");
+  EXPECT_EQ(ErrorOf(WithPlan("server: {anonymous_ipv4_prefix: 0}\n")),
+            "test.yaml: server.anonymous_ipv4_prefix: must be between 1 and 32, got 0");
+  EXPECT_EQ(ErrorOf(WithPlan("server: {anonymous_ipv6_prefix: 129}\n")),
+            "test.yaml: server.anonymous_ipv6_prefix: must be between 1 and 128, got 129");
+  EXPECT_EQ(ErrorOf(WithPlan("server: {anonymous_ipv6_prefix: 0}\n")),
+            "test.yaml: server.anonymous_ipv6_prefix: must be between 1 and 128, got 0");
+  EXPECT_THAT(ErrorOf(WithPlan("server: {anonymous_ipv6_prefix: /64}\n")),
+              HasSubstr("server.anonymous_ipv6_prefix: expected an integer"));
 }
 
 TEST_F(ConfigTest, ThreadsAbove1024AreRejected) {

@@ -63,10 +63,13 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
   std::optional<std::string> unknown;
   const char* duplicate = nullptr;
   bool seen[std::size(kFields)] = {};
+  // The member whose value is being parsed: a number nlohmann cannot hold is refused mid-parse.
+  std::string member;
   const Json::parser_callback_t note_names = [&](int depth, Json::parse_event_t event,
                                                  Json& parsed) {
     if (depth != 1 || event != Json::parse_event_t::key) return true;
     const std::string& name = parsed.get_ref<const std::string&>();
+    member = name.substr(0, kMaxQuotedName);
     const auto field = std::find(std::begin(kFields), std::end(kFields), name);
     if (field == std::end(kFields)) {
       // Quoted back shortened: a body may be up to 64 KiB.
@@ -81,8 +84,25 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
   // JSON text never holds a raw NUL, and nlohmann's parser takes one for the end of its input:
   // what followed would be ignored rather than refused.
   if (body.find('\0') != std::string_view::npos) return FieldError("body", "not valid JSON");
-  const Json json = Json::parse(body.begin(), body.end(), note_names, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return FieldError("body", "not valid JSON");
+  Json json;
+  try {
+    json = Json::parse(body.begin(), body.end(), note_names);
+  } catch (const Json::out_of_range& e) {
+    // 406: a number beyond a double's range (1e400, or an integer of hundreds of digits), which
+    // nlohmann refuses rather than read as infinity. It is well-formed JSON with a value out of
+    // range, so the member that holds it is named, after the faults found before it.
+    if (e.id != 406) return FieldError("body", "not valid JSON");
+    if (unknown) return FieldError(*unknown, "unknown field");
+    if (duplicate != nullptr) return FieldError(duplicate, "duplicate field");
+    if (member.empty()) return FieldError("body", "number out of range");
+    if (member == "cost") {
+      return FieldError("cost", absl::StrCat("number out of range (must be an integer from 0 to ",
+                                             kMaxCost, ")"));
+    }
+    return FieldError(member, "number out of range");
+  } catch (const Json::exception&) {
+    return FieldError("body", "not valid JSON");
+  }
   if (!json.is_object()) return FieldError("body", "must be a JSON object");
   if (unknown) return FieldError(*unknown, "unknown field");
   if (duplicate != nullptr) return FieldError(duplicate, "duplicate field");

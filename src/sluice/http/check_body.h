@@ -25,6 +25,8 @@ struct CheckBody {
 // InvalidArgument whose message starts with the field at fault, e.g. "body: not valid JSON",
 // "body: must be a JSON object", "foo: unknown field", "subject: duplicate field",
 // "subject: must be a non-empty string", "cost: must be an integer from 0 to 1000000",
+// "cost: number out of range (must be an integer from 0 to 1000000)" (a number no double holds,
+// 1e400 or hundreds of digits, in any member: "plan: number out of range"),
 // "subject: required with plan",
 // "api_key: give either api_key or subject and plan".
 [[nodiscard]] absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body);

@@ -67,6 +67,45 @@ TEST(ParseCheckBodyTest, RefusesACostThatIsNotAnInteger) {
   }
 }
 
+// Numbers beyond a double's range: nlohmann refuses them while parsing, but the body is JSON and
+// the member holding the number is what the client has to fix.
+const std::string kHugeNumbers[] = {"1e400", "-1e400", "1E+999", std::string(60'000, '9'),
+                                    "-" + std::string(400, '1')};
+
+TEST(ParseCheckBodyTest, RefusesACostBeyondAnyNumberNamingTheCost) {
+  for (const std::string& cost : kHugeNumbers) {
+    EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":)" + cost + "}"),
+              "cost: number out of range (must be an integer from 0 to 1000000)")
+        << cost.substr(0, 20);
+    EXPECT_EQ(ErrorOf(R"({"cost":)" + cost + R"(,"subject":"u","plan":"p"})"),
+              "cost: number out of range (must be an integer from 0 to 1000000)")
+        << cost.substr(0, 20);
+  }
+}
+
+TEST(ParseCheckBodyTest, RefusesANumberBeyondAnyNumberInAStringFieldNamingIt) {
+  for (const std::string& number : kHugeNumbers) {
+    EXPECT_EQ(ErrorOf(R"({"subject":)" + number + R"(,"plan":"p"})"),
+              "subject: number out of range");
+    EXPECT_EQ(ErrorOf(R"({"subject":"u","plan":[)" + number + "]}"), "plan: number out of range");
+    EXPECT_EQ(ErrorOf(R"({"api_key":{"a":)" + number + "}}"), "api_key: number out of range");
+  }
+}
+
+TEST(ParseCheckBodyTest, NamesAnUnknownOrRepeatedFieldBeforeANumberOutOfRange) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","costs":1e400})"), "costs: unknown field");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":1,"cost":1e400})"), "cost: duplicate field");
+  EXPECT_EQ(ErrorOf("1e400"), "body: number out of range");
+}
+
+TEST(ParseCheckBodyTest, TellsSmallAndLongNumbersThatADoubleHoldsFromThoseOutOfRange) {
+  // These read as doubles (0, 1e300, 1): not integers, but in range.
+  for (const std::string& cost : {std::string("1e-400"), "1" + std::string(300, '0'),
+                                  "1" + std::string(30'000, '0') + "e-30000"}) {
+    EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":)" + cost + "}"), kCostError) << cost.substr(0, 20);
+  }
+}
+
 TEST(ParseCheckBodyTest, RefusesTextThatIsNotJson) {
   for (const char* body :
        {"", "{", "subject=u", R"({"api_key":"k",})", "{} {}", "{\"api_key\":\"\xff\"}"}) {

@@ -1,5 +1,6 @@
 #include "sluice/http/client_address.h"
 
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include <utility>
@@ -253,20 +254,29 @@ std::string ForwardedForNodes(std::string_view forwarded) {
 
 std::string ProxyTrust::ClientAddress(const ip::address& peer, std::string_view x_forwarded_for,
                                       std::string_view forwarded) const {
-  const bool has_xff = !TrimOws(x_forwarded_for).empty();
-  const bool has_forwarded = !TrimOws(forwarded).empty();
-  if (!has_forwarded) return ClientAddress(peer, x_forwarded_for);
-  const std::string from_forwarded = ClientAddress(peer, ForwardedForNodes(forwarded));
-  if (!has_xff) return from_forwarded;
-  const std::string from_xff = ClientAddress(peer, x_forwarded_for);
-  if (from_xff == from_forwarded) return from_xff;
-  return Normalize(peer).to_string();
+  return Client(peer, x_forwarded_for, forwarded).to_string();
 }
 
 std::string ProxyTrust::ClientAddress(const ip::address& peer,
                                       std::string_view x_forwarded_for) const {
+  return Client(peer, x_forwarded_for).to_string();
+}
+
+ip::address ProxyTrust::Client(const ip::address& peer, std::string_view x_forwarded_for,
+                               std::string_view forwarded) const {
+  const bool has_xff = !TrimOws(x_forwarded_for).empty();
+  const bool has_forwarded = !TrimOws(forwarded).empty();
+  if (!has_forwarded) return Client(peer, x_forwarded_for);
+  const ip::address from_forwarded = Client(peer, ForwardedForNodes(forwarded));
+  if (!has_xff) return from_forwarded;
+  const ip::address from_xff = Client(peer, x_forwarded_for);
+  if (from_xff == from_forwarded) return from_xff;
+  return Normalize(peer);
+}
+
+ip::address ProxyTrust::Client(const ip::address& peer, std::string_view x_forwarded_for) const {
   ip::address client = Normalize(peer);
-  if (!Trusts(client)) return client.to_string();
+  if (!Trusts(client)) return client;
   std::string_view rest = x_forwarded_for;
   while (!TrimOws(rest).empty()) {
     const size_t comma = rest.rfind(',');
@@ -278,7 +288,24 @@ std::string ProxyTrust::ClientAddress(const ip::address& peer,
     client = Normalize(*hop);
     if (!Trusts(client)) break;
   }
-  return client.to_string();
+  return client;
+}
+
+std::string ClientNetwork(const ip::address& address, ClientPrefixes prefixes) {
+  const ip::address client = Normalize(address);
+  const bool v4 = client.is_v4();
+  const int bits = v4 ? 32 : 128;
+  const int prefix = std::clamp(v4 ? prefixes.ipv4 : prefixes.ipv6, 0, bits);
+  if (prefix == bits) return client.to_string();
+  // The host bits cleared, counted over the address's own family.
+  std::array<uint8_t, 16> bytes = Bytes16(client);
+  for (int bit = 128 - bits + prefix; bit < 128; ++bit) {
+    bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
+  }
+  const ip::address network =
+      v4 ? ip::address(ip::make_address_v4(ip::v4_mapped, ip::address_v6(bytes)))
+         : ip::address(ip::address_v6(bytes));
+  return absl::StrCat(network.to_string(), "/", prefix);
 }
 
 }  // namespace sluice::http

@@ -26,6 +26,22 @@ namespace sluice::http {
 // unterminated quote) cannot swallow the line a proxy appended after it.
 [[nodiscard]] std::string ForwardedForNodes(std::string_view forwarded);
 
+// How anonymous clients are grouped into one subject each: by the network of this many leading
+// bits of their address (server.anonymous_ipv4_prefix, server.anonymous_ipv6_prefix). An IPv6
+// subscriber is handed at least a /64 and may send every request from another address in it.
+struct ClientPrefixes {
+  int ipv4 = 32;  // 1-32
+  int ipv6 = 64;  // 1-128
+};
+
+// The network `address` belongs to under `prefixes`, as canonical text (a valid subject after
+// "ip:"): a whole address (/32, /128) as the address alone ("203.0.113.7", "2001:db8::7"); a
+// shorter prefix as the network address with its host bits cleared and the prefix length
+// ("203.0.113.0/24", "2001:db8:1:2::/64"). IPv4-mapped IPv6 counts as IPv4 and a zone is dropped,
+// so every spelling of one address gives one text. REQUIRES: prefixes within their bounds.
+[[nodiscard]] std::string ClientNetwork(const boost::asio::ip::address& address,
+                                        ClientPrefixes prefixes);
+
 class ProxyTrust {
  public:
   // Parses CIDRs such as "10.0.0.0/8" or "::1/128"; a bare address is a /32 or /128. Host bits
@@ -56,12 +72,21 @@ class ProxyTrust {
                                           std::string_view x_forwarded_for,
                                           std::string_view forwarded) const;
 
+  // The client of that walk as an address (IPv4-mapped IPv6 as IPv4, no zone).
+  [[nodiscard]] boost::asio::ip::address Client(const boost::asio::ip::address& peer,
+                                                std::string_view x_forwarded_for,
+                                                std::string_view forwarded) const;
+
  private:
   // IPv4 networks are stored as IPv4-mapped IPv6 (prefix + 96), so one comparison serves both.
   struct Network {
     std::array<uint8_t, 16> bytes{};  // host bits cleared
     int prefix = 0;                   // 0-128
   };
+
+  // The walk over X-Forwarded-For alone.
+  [[nodiscard]] boost::asio::ip::address Client(const boost::asio::ip::address& peer,
+                                                std::string_view x_forwarded_for) const;
 
   std::vector<Network> networks_;
 };

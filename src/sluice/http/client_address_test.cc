@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "sluice/common/subject.h"
 
 namespace sluice::http {
 namespace {
@@ -176,6 +177,65 @@ TEST_F(ProxyTrustTest, BothHeadersMustAgreeOrThePeerIsTheClient) {
   EXPECT_EQ(trust.ClientAddress(Ip("127.0.0.2"), "1.1.1.1", "for=1.1.1.1"), "1.1.1.1");
   EXPECT_EQ(trust.ClientAddress(Ip("127.0.0.2"), "1.1.1.1", "for=2.2.2.2"), "127.0.0.2");
   EXPECT_EQ(trust.ClientAddress(Ip("10.0.0.1"), "1.1.1.1", "for=2.2.2.2"), "10.0.0.1");
+}
+
+// How anonymous clients are grouped: by default one subject per IPv4 address and per IPv6 /64.
+class ClientNetworkTest : public ::testing::Test {
+ protected:
+  static std::string Network(const std::string& address, ClientPrefixes prefixes = {}) {
+    return ClientNetwork(ip::make_address(address), prefixes);
+  }
+};
+
+TEST_F(ClientNetworkTest, EveryAddressOfOneIpv6Slash64IsOneNetwork) {
+  EXPECT_EQ(Network("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+  EXPECT_EQ(Network("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+  EXPECT_EQ(Network("2001:db8:1:2:a:b:c:d"), "2001:db8:1:2::/64");
+  EXPECT_EQ(Network("2001:db8:1:3::1"), "2001:db8:1:3::/64");
+}
+
+TEST_F(ClientNetworkTest, CompressedAndExpandedSpellingsAreOneNetwork) {
+  EXPECT_EQ(Network("2001:0DB8:0001:0002:0000:0000:0000:0007"), "2001:db8:1:2::/64");
+  EXPECT_EQ(Network("2001:db8:1:2:0:0:0:7"), "2001:db8:1:2::/64");
+  EXPECT_EQ(Network("fe80::1%1"), "fe80::/64");
+}
+
+TEST_F(ClientNetworkTest, AnIpv4MappedAddressIsItsIpv4Address) {
+  EXPECT_EQ(Network("::ffff:203.0.113.7"), "203.0.113.7");
+  EXPECT_EQ(Network("::ffff:203.0.113.7", {.ipv4 = 24}), "203.0.113.0/24");
+}
+
+TEST_F(ClientNetworkTest, AnIpv4AddressIsItselfUnlessAShorterPrefixIsSet) {
+  EXPECT_EQ(Network("203.0.113.7"), "203.0.113.7");
+  EXPECT_EQ(Network("203.0.113.7", {.ipv4 = 24}), "203.0.113.0/24");
+  EXPECT_EQ(Network("203.0.113.250", {.ipv4 = 24}), "203.0.113.0/24");
+  EXPECT_EQ(Network("203.0.114.7", {.ipv4 = 24}), "203.0.114.0/24");
+  EXPECT_EQ(Network("203.0.113.7", {.ipv4 = 1}), "128.0.0.0/1");
+  // The IPv6 prefix does not touch IPv4 clients, nor the IPv4 one IPv6 clients.
+  EXPECT_EQ(Network("203.0.113.7", {.ipv4 = 32, .ipv6 = 8}), "203.0.113.7");
+  EXPECT_EQ(Network("2001:db8::1", {.ipv4 = 8, .ipv6 = 128}), "2001:db8::1");
+}
+
+TEST_F(ClientNetworkTest, AShorterIpv6PrefixGroupsMore) {
+  const ClientPrefixes slash48{.ipv6 = 48};
+  EXPECT_EQ(Network("2001:db8:1:2::1", slash48), "2001:db8:1::/48");
+  EXPECT_EQ(Network("2001:db8:1:ffff::1", slash48), "2001:db8:1::/48");
+  EXPECT_EQ(Network("2001:db8:2::1", slash48), "2001:db8:2::/48");
+  // Prefixes that end inside a group clear only the bits beyond them.
+  EXPECT_EQ(Network("2001:db8:1:2ff::1", {.ipv6 = 56}), "2001:db8:1:200::/56");
+  EXPECT_EQ(Network("2001:db8:1:2::1", {.ipv6 = 1}), "::/1");
+  EXPECT_EQ(Network("2001:db8:1:2::1", {.ipv6 = 128}), "2001:db8:1:2::1");
+}
+
+TEST_F(ClientNetworkTest, TheTextIsAValidSubject) {
+  for (const char* address : {"2001:db8:1:2::1", "::1", "203.0.113.7", "::"}) {
+    for (const int v6 : {1, 48, 64, 127, 128}) {
+      EXPECT_TRUE(IsValidSubject("ip:" + Network(address, {.ipv4 = 24, .ipv6 = v6})))
+          << address << "/" << v6;
+    }
+  }
+  EXPECT_TRUE(
+      IsValidSubject("ip:" + Network("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe", {.ipv6 = 127})));
 }
 
 }  // namespace

@@ -75,13 +75,16 @@ Response FieldProblem(unsigned status, std::string_view title, std::string_view 
   return res;
 }
 
-// A validation error "<field>: <what>" as a problem naming the field. Malformed JSON is 400; a
-// well-formed body with a bad value is 422.
+// A validation error "<field>: <what>" as a problem naming the field. Malformed JSON is 400, and so
+// is a number out of range (OutOfRange), which stops the parse: the rest of the body was never
+// read. A well-formed body with a bad value is 422.
 Response InvalidInput(const absl::Status& s, unsigned version) {
   const std::string message(ToStd(s.message()));
   const size_t colon = message.find(':');
   const std::string field = colon == std::string::npos ? "" : message.substr(0, colon);
-  if (field == "body") return FieldProblem(400, "Bad Request", message, field, version);
+  if (field == "body" || s.code() == absl::StatusCode::kOutOfRange) {
+    return FieldProblem(400, "Bad Request", message, field, version);
+  }
   return FieldProblem(422, "Unprocessable Content", message, field, version);
 }
 

@@ -22,6 +22,7 @@ bool Refuse(Refusal* refusal, unsigned status, std::string_view title, std::stri
 }
 
 bool Disabled(const registry::Subject& record, Refusal* refusal) {
+  refusal->disabled = true;
   return Refuse(refusal, 403, "Forbidden", absl::StrCat("subject \"", record.id, "\" is disabled"));
 }
 

@@ -39,6 +39,9 @@ struct Refusal {
   std::string title;      // "Unauthorized", ...
   std::string detail;
   bool retry_soon = false;  // 503 while the registry loads: Retry-After: 1
+  // 403 for a subject disabled in the registry: answered with `Sluice-Denied: disabled`, which a
+  // gateway that sees only the status (nginx auth_request) tells from a quota denial by.
+  bool disabled = false;
 };
 
 // Resolves an API key through the config file's keys, then the registry. False (and `refusal`

@@ -33,6 +33,11 @@ namespace {
 
 constexpr std::string_view kBadRequest = "about:blank";
 
+// Why /v1/authorize turned a client away, when the status alone may not say: "quota" on a denial
+// (whose status is server.deny_status, 403 behind nginx) and "disabled" on the 403 of a subject
+// disabled in the registry. nginx's auth_request passes only the status and headers on.
+constexpr char kDeniedHeader[] = "Sluice-Denied";
+
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 Response BadRequest(std::string_view detail, unsigned version) {
@@ -127,6 +132,7 @@ Response RefusalResponse(const Refusal& r, unsigned version) {
   if (r.status == 401) return Unauthorized(r.detail, version);
   Response res = Problem(r.status, kBadRequest, r.title, r.detail, version, true);
   if (r.retry_soon) res.set(bhttp::field::retry_after, "1");
+  if (r.disabled) res.set(kDeniedHeader, "disabled");
   return res;
 }
 
@@ -470,9 +476,13 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
       co_return RefusalResponse(refusal, req.version());
     }
   } else if (!fe.server.anonymous_plan.empty()) {
+    // Per network, not per address: an IPv6 client owns a /64 at least and could send each
+    // request from another address of it.
     target.subject = absl::StrCat(
-        "ip:", fe.proxies.ClientAddress(peer.address, JoinFields(req, "X-Forwarded-For"),
-                                        JoinFields(req, "Forwarded", '\n')));
+        "ip:", ClientNetwork(fe.proxies.Client(peer.address, JoinFields(req, "X-Forwarded-For"),
+                                               JoinFields(req, "Forwarded", '\n')),
+                             {.ipv4 = fe.server.anonymous_ipv4_prefix,
+                              .ipv6 = fe.server.anonymous_ipv6_prefix}));
     target.plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
@@ -508,6 +518,7 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
     SetRateLimitHeaders(*d, res);
   } else {
     res = QuotaExceeded(*d, static_cast<unsigned>(fe.server.deny_status), req.version(), true);
+    res.set(kDeniedHeader, "quota");
     // Lets a gateway log who was turned away.
     res.set("Sluice-Subject", subject);
     res.set("Sluice-Plan", plan);

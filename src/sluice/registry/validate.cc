@@ -16,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
@@ -106,14 +107,20 @@ absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
   // nlohmann keeps the last of repeated members without a word; a body that says two things
   // about one field is refused instead (the member names of each object, as parsed).
   std::vector<std::vector<std::string>> names;
+  // The member being parsed in each open object, outermost first: where a number nlohmann
+  // refuses mid-parse lies ("overrides.daily.quota").
+  std::vector<std::string> path;
   std::optional<std::string> repeated;
   const json::parser_callback_t note = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
       names.emplace_back();
+      path.emplace_back();
     } else if (event == json::parse_event_t::object_end && !names.empty()) {
       names.pop_back();
+      path.pop_back();
     } else if (event == json::parse_event_t::key && !names.empty()) {
       const std::string& name = parsed.get_ref<const std::string&>();
+      path.back() = Shown(name);
       std::vector<std::string>& seen = names.back();
       if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
         if (!repeated) repeated = name;
@@ -132,6 +139,14 @@ absl::StatusOr<json> ParseObject(std::string_view body, bool empty_is_object) {
     value = json::parse(body.begin(), body.end(), note);
   } catch (const json::parse_error& e) {
     return Error("body", absl::StrCat("malformed JSON at byte ", e.byte));
+  } catch (const json::out_of_range& e) {
+    // 406: a number beyond a double's range (1e400, or an integer of hundreds of digits), which
+    // nlohmann refuses rather than read as infinity. The body is JSON with a value out of range:
+    // the member holding it is named (a repeat found before it first, as below).
+    if (e.id != 406) return Error("body", "malformed JSON");
+    if (repeated) return Error("body", absl::StrCat("member ", Shown(*repeated), " given twice"));
+    return absl::OutOfRangeError(
+        absl::StrCat(path.empty() ? "body" : absl::StrJoin(path, "."), ": number out of range"));
   } catch (const json::exception& e) {
     return Error("body", "malformed JSON");
   }

@@ -3,6 +3,9 @@
 // Every parse error is InvalidArgument with a message that starts with the field's path:
 //   `plan: unknown plan "gold"`, `overrides.daily.quota: must be an integer from 1 to
 //   1000000000000000`, `body: malformed JSON at byte 17`, `frobnicate: unknown field`.
+// A number beyond a double's range (1e400, an integer of hundreds of digits) stops the parse: it is
+// OutOfRange instead, naming the member that holds it (`overrides.daily.quota: number out of
+// range`, `metadata.tiers.gold: number out of range`; a member of an array is named by the array).
 // Messages never quote a secret, an email address or a URL. nlohmann::json's exceptions never
 // leave this module.
 #ifndef SLUICE_REGISTRY_VALIDATE_H_

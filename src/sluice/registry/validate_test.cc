@@ -41,6 +41,13 @@ class SubjectBodyTest : public ::testing::Test {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     return std::string(s.status().message());
   }
+  // The error message of a body holding a number beyond a double's range.
+  std::string NumberError(std::string_view body) {
+    absl::StatusOr<Subject> s = Parse(body);
+    if (s.ok()) return "(accepted)";
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kOutOfRange);
+    return std::string(s.status().message());
+  }
 
   PlanSet plans_ = Plans();
 };
@@ -179,6 +186,52 @@ TEST_F(SubjectBodyTest, OverrideQuotaIsAnIntegerInRange) {
   EXPECT_TRUE(Parse(R"({"plan":"free","overrides":{"daily":{"quota":1000000000000000}}})").ok());
   EXPECT_THAT(Error(R"({"plan":"free","overrides":{"daily":{}}})"),
               StartsWith("overrides.daily.quota: required"));
+}
+
+// Numbers beyond a double's range, which nlohmann refuses while parsing: the body is JSON all the
+// same, and the member holding the number is what the client has to fix.
+const std::string kHugeNumbers[] = {"1e400", "-1e400", "1E+999", std::string(60'000, '9'),
+                                    "-" + std::string(400, '1')};
+
+TEST_F(SubjectBodyTest, ANumberOutOfRangeNamesItsField) {
+  for (const std::string& n : kHugeNumbers) {
+    SCOPED_TRACE(n.substr(0, 20));
+    EXPECT_EQ(NumberError(R"({"plan":"free","overrides":{"daily":{"quota":)" + n + "}}}"),
+              "overrides.daily.quota: number out of range");
+    EXPECT_EQ(NumberError(R"({"plan":"free","overrides":{"daily":{"quota":1,"until":)" + n + "}}}"),
+              "overrides.daily.until: number out of range");
+    EXPECT_EQ(NumberError(R"({"plan":"free","metadata":{"n":)" + n + "}}"),
+              "metadata.n: number out of range");
+    EXPECT_EQ(NumberError(R"({"plan":"free","metadata":{"a":[{"b":1},)" + n + "]}}"),
+              "metadata.a: number out of range");
+    EXPECT_EQ(NumberError(R"({"plan":"free","metadata":{"a b":{"c":)" + n + "}}}"),
+              R"(metadata."a b".c: number out of range)");
+    for (const char* field : {"plan", "email", "webhook", "webhook_secret", "disabled"}) {
+      EXPECT_EQ(NumberError(absl::StrCat(R"({")", field, R"(":)", n, "}")),
+                absl::StrCat(field, ": number out of range"));
+    }
+    EXPECT_EQ(NumberError(n), "body: number out of range");
+  }
+  // A member given twice before it is still the first fault.
+  EXPECT_EQ(Error(R"({"plan":"free","plan":"pro","metadata":{"n":1e400}})"),
+            "body: member plan given twice");
+}
+
+TEST_F(SubjectBodyTest, TinyAndLongNumbersADoubleHoldsAreNoneOutOfRange) {
+  EXPECT_EQ(
+      Error(R"({"plan":"free","metadata":{"a":1e-400,"b":0.)" + std::string(30'000, '1') + "}}"),
+      "(accepted)");
+}
+
+TEST(KeyBodyTest, ANumberOutOfRangeNamesItsField) {
+  for (const std::string& n : kHugeNumbers) {
+    for (const char* field : {"name", "expires_at", "key_sha256"}) {
+      const absl::Status status =
+          ParseKeyBody(absl::StrCat(R"({")", field, R"(":)", n, "}"), kNow).status();
+      EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+      EXPECT_EQ(status.message(), absl::StrCat(field, ": number out of range")) << n.substr(0, 20);
+    }
+  }
 }
 
 TEST_F(SubjectBodyTest, OverrideUntilIsAFutureRfc3339Time) {
