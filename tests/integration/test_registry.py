@@ -279,6 +279,21 @@ class UsageFollowsTheSubject(RegistryTestCase):
 
 
 class BadInput(RegistryTestCase):
+    def test_an_instant_outside_rfc_3339_is_refused_naming_its_field(self):
+        # An offset without its colon is ISO 8601's basic format, not RFC 3339's.
+        for until in ("2030-01-01T00:00:00+0530", "2030-01-01 00:00:00Z", "2030-01-01T00:00:00"):
+            self.assert_problem(self.put_subject("acme", {"plan": "free", "overrides": {
+                "daily": {"quota": 12, "until": until}}}), 422, "overrides.daily.until")
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, "id")
+        self.assertEqual(self.put_subject("acme", {"plan": "free"})[0], 201)
+        for expires_at in ("2030-01-01T00:00:00+0530", "2030-01-01T00:00:00+05"):
+            self.assert_problem(self.new_key("acme", {"expires_at": expires_at}), 422,
+                                "expires_at")
+        _, _, keys = self.admin("GET", "/v1/subjects/acme/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(keys["keys"], [])
+        status, _, key = self.new_key("acme", {"expires_at": "2030-01-01T05:30:00+05:30"})
+        self.assertEqual((status, key["expires_at"]), (201, "2030-01-01T00:00:00.000Z"))
+
     def test_each_bad_field_is_named(self):
         self.assert_problem(self.put_subject("acme", {"plan": "gold"}), 422, "plan")
         self.assert_problem(self.put_subject("acme", {}), 422, "plan")
