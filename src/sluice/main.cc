@@ -31,7 +31,7 @@ constexpr char kExitCodes[] =
     "  0   ok (serve: stopped cleanly after SIGTERM or SIGINT)\n"
     "  1   runtime failure: an address already in use, the snapshot held by another process,\n"
     "      a damaged snapshot, a failed final snapshot, a registry database held by another\n"
-    "      process, not SQLite or not writable\n"
+    "      process, empty, not SQLite, another program's or not writable\n"
     "  64  usage error: no or unknown command or option, no -c and no SLUICE_CONFIG\n"
     "  78  configuration error: the file cannot be read or is invalid (the message names the\n"
     "      file and the key path), or an environment variable is (the message names it)\n"
