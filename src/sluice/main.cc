@@ -18,6 +18,7 @@
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
 #include "sluice/server/config_check.h"
+#include "sluice/server/config_summary.h"
 #include "sluice/server/service.h"
 
 namespace sluice {
@@ -78,7 +79,8 @@ int CheckConfig(const std::string& path) {
   };
   std::cout << path << ": OK (" << count(cfg->plans.size(), "plan") << ", "
             << count(limits, "limit") << ", " << count(cfg->keys.size(), "key") << ", "
-            << count(cfg->alerts.sinks.size(), "alert sink") << ")\n";
+            << count(cfg->alerts.sinks.size(), "alert sink") << ")\n"
+            << "registry: " << server::DescribeRegistry(*cfg) << "\n";
   return kExitOk;
 }
 
