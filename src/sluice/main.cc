@@ -18,6 +18,7 @@
 #include "sluice/common/log.h"
 #include "sluice/config/config.h"
 #include "sluice/server/config_check.h"
+#include "sluice/server/config_summary.h"
 #include "sluice/server/service.h"
 
 namespace sluice {
@@ -31,7 +32,7 @@ constexpr char kExitCodes[] =
     "  0   ok (serve: stopped cleanly after SIGTERM or SIGINT)\n"
     "  1   runtime failure: an address already in use, the snapshot held by another process,\n"
     "      a damaged snapshot, a failed final snapshot, a registry database held by another\n"
-    "      process, not SQLite or not writable\n"
+    "      process, empty, not SQLite, another program's or not writable\n"
     "  64  usage error: no or unknown command or option, no -c and no SLUICE_CONFIG\n"
     "  78  configuration error: the file cannot be read or is invalid (the message names the\n"
     "      file and the key path), or an environment variable is (the message names it)\n"
@@ -78,7 +79,8 @@ int CheckConfig(const std::string& path) {
   };
   std::cout << path << ": OK (" << count(cfg->plans.size(), "plan") << ", "
             << count(limits, "limit") << ", " << count(cfg->keys.size(), "key") << ", "
-            << count(cfg->alerts.sinks.size(), "alert sink") << ")\n";
+            << count(cfg->alerts.sinks.size(), "alert sink") << ")\n"
+            << "registry: " << server::DescribeRegistry(*cfg) << "\n";
   return kExitOk;
 }
 

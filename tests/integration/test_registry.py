@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import signal
+import subprocess
 import time
 import unittest
 
@@ -53,8 +54,9 @@ class RegistryTestCase(unittest.TestCase):
         self.svc = self.start()
         harness.clear_of_window_end(60, 5)
 
-    def start(self, body=None):
-        store = f"store:\n  memory:\n    registry_path: {self.db}\n"
+    def start(self, body=None, store=None):
+        if store is None:
+            store = f"store:\n  memory:\n    registry_path: {self.db}\n"
         svc = harness.Service(store + (body or PLANS), self.dir.name, extra_server=TOKENS)
         svc.__enter__()
         self.addCleanup(svc.__exit__)
@@ -279,6 +281,21 @@ class UsageFollowsTheSubject(RegistryTestCase):
 
 
 class BadInput(RegistryTestCase):
+    def test_an_instant_outside_rfc_3339_is_refused_naming_its_field(self):
+        # An offset without its colon is ISO 8601's basic format, not RFC 3339's.
+        for until in ("2030-01-01T00:00:00+0530", "2030-01-01 00:00:00Z", "2030-01-01T00:00:00"):
+            self.assert_problem(self.put_subject("acme", {"plan": "free", "overrides": {
+                "daily": {"quota": 12, "until": until}}}), 422, "overrides.daily.until")
+        self.assert_problem(self.admin("GET", "/v1/subjects/acme", "/v1/subjects/{id}"), 404, "id")
+        self.assertEqual(self.put_subject("acme", {"plan": "free"})[0], 201)
+        for expires_at in ("2030-01-01T00:00:00+0530", "2030-01-01T00:00:00+05"):
+            self.assert_problem(self.new_key("acme", {"expires_at": expires_at}), 422,
+                                "expires_at")
+        _, _, keys = self.admin("GET", "/v1/subjects/acme/keys", "/v1/subjects/{id}/keys")
+        self.assertEqual(keys["keys"], [])
+        status, _, key = self.new_key("acme", {"expires_at": "2030-01-01T05:30:00+05:30"})
+        self.assertEqual((status, key["expires_at"]), (201, "2030-01-01T00:00:00.000Z"))
+
     def test_each_bad_field_is_named(self):
         self.assert_problem(self.put_subject("acme", {"plan": "gold"}), 422, "plan")
         self.assert_problem(self.put_subject("acme", {}), 422, "plan")
@@ -467,6 +484,94 @@ class DurabilityAndAudit(RegistryTestCase):
         self.assertIn('sluice_config_reloads_total{result="refused"} 1', text)
         self.assertIn("sluice_config_last_reload_successful 0", text)
         self.assertIn("process_open_fds ", text)
+
+
+class WhereTheRegistryLives(RegistryTestCase):
+    """Which file keeps the registry without registry_path, and the files sluice will not take
+    for one."""
+
+    def setUp(self):
+        self.dir = harness.tempdir()
+        self.addCleanup(self.dir.cleanup)
+        self.db = os.path.join(self.dir.name, "registry.db")
+        self.snapshot = os.path.join(self.dir.name, "state.snap")
+
+    # A configuration on free ports with `store` under store.memory; nothing is started.
+    def config(self, store):
+        body = f"store:\n  memory:\n{store}" + PLANS
+        return harness.Service(body, self.dir.name, extra_server=TOKENS).config_path
+
+    def test_with_only_a_snapshot_the_registry_is_kept_beside_it_across_a_restart(self):
+        store = f"store:\n  memory:\n    snapshot_path: {self.snapshot}\n"
+        self.svc = self.start(store=store)
+        self.assertEqual(self.put_subject("acme", {"plan": "pro"})[0], 201)
+        key = self.new_key("acme", {"name": "ci"})[2]["key"]
+        self.assertEqual(self.authorize(key)[0], 200)
+        self.assertEqual(self.svc.server.stop(signal.SIGTERM), 0)
+
+        self.svc = self.start(store=store)
+        status, headers = self.authorize(key)
+        self.assertEqual((status, headers["sluice-plan"]), (200, "pro"))
+        beside = self.snapshot + ".registry.db"
+        self.assertEqual(os.stat(beside).st_mode & 0o777, 0o600)
+        self.assertIn(f'"path":"{beside}"', self.svc.server.wait_for_line('"registry loaded"'))
+        self.assertNotIn("lost at exit", "".join(self.svc.server.lines))
+        # check-config reads that file too, and says where the registry lives.
+        check = harness.run("check-config", "-c", self.svc.config_path)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn(f"registry: {beside} (beside the snapshot; store.memory.registry_path is "
+                      "not set)\n", check.stdout)
+
+    def test_with_nothing_persisted_the_registry_is_in_memory_and_said_so(self):
+        self.svc = self.start(store="")
+        self.assertEqual(self.put_subject("acme", {"plan": "free"})[0], 201)
+        self.svc.server.wait_for_line("are kept in memory and lost at exit, as counters are")
+        self.assertEqual(os.listdir(self.dir.name), ["sluice.yaml"])
+        check = harness.run("check-config", "-c", self.svc.config_path)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn("registry: in memory only, lost at exit", check.stdout)
+
+    def test_a_file_that_is_no_registry_refuses_the_start_and_is_left_alone(self):
+        import sqlite3
+        foreign = os.path.join(self.dir.name, "orders.db")
+        with sqlite3.connect(foreign) as db:
+            db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)")
+            db.execute("INSERT INTO orders VALUES (1, 100)")
+        db.close()
+        text = os.path.join(self.dir.name, "notes.txt")
+        with open(text, "w") as f:
+            f.write("registry goes here\n" * 100)
+        empty = os.path.join(self.dir.name, "empty.db")
+        open(empty, "w").close()
+        for path, why in ((empty, "is empty (0 bytes), not a registry"),
+                          (foreign, "is an SQLite database without sluice's registry in it"),
+                          (text, "is not an SQLite database")):
+            with open(path, "rb") as f:
+                before = f.read()
+            config = self.config(f"    registry_path: {path}\n")
+            serve = subprocess.run([harness.SLUICE_BIN, "serve", "-c", config],
+                                   capture_output=True, text=True, timeout=30)
+            self.assertEqual(serve.returncode, 1, serve.stderr)
+            self.assertIn(f"registry {path} {why}", serve.stderr)
+            self.assertNotIn("sluice started", serve.stderr)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), before, path)
+            # check-config reads it as serve would, and says so.
+            check = harness.run("check-config", "-c", config)
+            self.assertIn(f"note: registry {path} {why}", check.stderr)
+        # A file beside the snapshot is held to the same rule.
+        open(self.snapshot + ".registry.db", "w").close()
+        config = self.config(f"    snapshot_path: {self.snapshot}\n")
+        serve = subprocess.run([harness.SLUICE_BIN, "serve", "-c", config], capture_output=True,
+                               text=True, timeout=30)
+        self.assertEqual(serve.returncode, 1, serve.stderr)
+        self.assertIn(f"registry {self.snapshot}.registry.db is empty (0 bytes)", serve.stderr)
+
+    def test_a_missing_registry_file_is_created(self):
+        self.svc = self.start()
+        self.assertEqual(self.put_subject("acme", {"plan": "free"})[0], 201)
+        self.assertEqual(os.stat(self.db).st_mode & 0o777, 0o600)
+        self.assertFalse(os.path.exists(self.db + ".new"))
 
 
 if __name__ == "__main__":

@@ -79,12 +79,21 @@ inline constexpr std::string_view kDataPlaneRoutes[] = {"/v1/check"};
 enum class StoreType { kMemory, kRedis };
 
 struct MemoryStoreConfig {
-  std::string snapshot_path;  // "": nothing persisted
-  // The registry of subjects and API keys (an SQLite database); "": kept in memory only, lost at
-  // exit.
+  std::string snapshot_path;  // "": no counter is persisted
+  // The registry of subjects and API keys (an SQLite database); "": beside the snapshot, or with
+  // no snapshot either in memory only (RegistryFile).
   std::string registry_path;
   absl::Duration snapshot_interval = absl::Seconds(1);
 };
+
+// What RegistryFile appends to snapshot_path when registry_path is not set.
+inline constexpr std::string_view kRegistryBesideSnapshotSuffix = ".registry.db";
+
+// The file the embedded store keeps the registry in: registry_path; without it
+// "<snapshot_path>.registry.db" beside the snapshot (a configuration that keeps counters keeps
+// the customers and keys they belong to); "" when neither is set: the registry is kept in memory
+// and lost at exit, as the counters are. `sluice serve` and `check-config` both read this one.
+[[nodiscard]] std::string RegistryFile(const MemoryStoreConfig& memory);
 
 // store.redis.tls: how a rediss:// connection is verified (docs/redis.md, TLS). Set only with a
 // rediss:// URL. The files are PEM; server::CheckServable loads them, so check-config refuses a

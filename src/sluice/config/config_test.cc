@@ -311,6 +311,15 @@ TEST_F(ConfigTest, RegistryPathIsReadAndDiffersFromTheSnapshot) {
             "test.yaml: store.memory.registry_path: must differ from snapshot_path");
 }
 
+TEST_F(ConfigTest, TheRegistryIsKeptBesideTheSnapshotWithoutARegistryPath) {
+  MemoryStoreConfig memory{.snapshot_path = "/var/lib/sluice/state.snap"};
+  EXPECT_EQ(RegistryFile(memory), "/var/lib/sluice/state.snap.registry.db");
+  memory.registry_path = "/srv/registry.db";
+  EXPECT_EQ(RegistryFile(memory), "/srv/registry.db");
+  EXPECT_EQ(RegistryFile({.registry_path = "/srv/registry.db"}), "/srv/registry.db");
+  EXPECT_EQ(RegistryFile({}), "");  // nothing persisted: in memory
+}
+
 TEST_F(ConfigTest, FieldWrittenWithoutValueTakesItsDefault) {
   absl::StatusOr<Config> config =
       Parse(WithPlan("server:\n  threads:\n  deny_status: ~\nstore:\n"));

@@ -121,13 +121,16 @@ void Register(metrics::Registry& r, StoreGauges g, const registry::Index* index,
       std::move(g.registry_full_loads));
 }
 
-// Starts `backend` on `index`, logging how long the load took.
-absl::Status StartRegistry(registry::Backend& backend, registry::Index& index, bool log) {
+// Starts `backend` on `index`, logging how long the load took and, for the embedded store, the
+// registry's file (`path`; "" for the Redis registry, "memory" when nothing keeps it).
+absl::Status StartRegistry(registry::Backend& backend, registry::Index& index, bool log,
+                           std::string_view path = "") {
   const absl::Time start = absl::Now();
   absl::Status s = backend.Start(&index);
   if (log && s.ok()) {
-    Log(LogLevel::kInfo, "registry loaded")
-        .Int("subjects", static_cast<int64_t>(index.subject_count()))
+    Log line(LogLevel::kInfo, "registry loaded");
+    if (!path.empty()) line.Str("path", path);
+    line.Int("subjects", static_cast<int64_t>(index.subject_count()))
         .Int("keys", static_cast<int64_t>(index.key_count()))
         .Int("ms", absl::ToInt64Milliseconds(absl::Now() - start));
   }
@@ -144,7 +147,9 @@ class MemoryBackend final : public StoreBackend {
       if (absl::Status s = LoadState(options.log); !s.ok()) return s;
     }
     if (options.open_registry) {
-      const std::string& path = cfg.store.memory.registry_path;
+      // Beside the snapshot when only the snapshot is configured: a configuration that keeps the
+      // counters keeps the customers and keys they belong to.
+      const std::string path = config::RegistryFile(cfg.store.memory);
       absl::StatusOr<std::unique_ptr<registry::SqliteBackend>> opened =
           registry::SqliteBackend::Open({.path = path.empty() ? ":memory:" : path});
       if (!opened.ok()) {
@@ -152,13 +157,17 @@ class MemoryBackend final : public StoreBackend {
                             absl::StrCat("cannot open the registry: ", opened.status().message()));
       }
       if (path.empty() && options.log) {
+        // Nothing at all is persisted (no snapshot either): a test or a trial, where refusing
+        // the registry's writes would only be in the way.
         Log(LogLevel::kWarn,
-            "store.memory.registry_path is not set: subjects and keys created through the admin "
-            "API are kept in memory and lost at exit");
+            "neither store.memory.registry_path nor snapshot_path is set: subjects and keys "
+            "created through the admin API are kept in memory and lost at exit, as counters are");
       }
       sqlite_ = opened->get();
       registry_ = *std::move(opened);
-      if (absl::Status s = StartRegistry(*registry_, index_, options.log); !s.ok()) {
+      if (absl::Status s =
+              StartRegistry(*registry_, index_, options.log, path.empty() ? "memory" : path);
+          !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("cannot load the registry: ", s.message()));
       }
     }

@@ -42,9 +42,9 @@ struct StoreBackendOptions {
   // decision uses the connection of the loop its caller runs on) and the first loop also measures
   // Redis's clock. Must not be empty with Redis. The loops must outlive the back end.
   std::vector<boost::asio::io_context*> loops;
-  // Open the registry of subjects and keys (docs/registry.md): SQLite at
-  // store.memory.registry_path with the memory store, Redis with Redis. Off: index() is an empty
-  // index and registry_backend() is null.
+  // Open the registry of subjects and keys (docs/registry.md): with the memory store SQLite at
+  // config::RegistryFile (registry_path, else beside the snapshot, else in memory), Redis with
+  // Redis. Off: index() is an empty index and registry_backend() is null.
   bool open_registry = true;
   // Where the process's own log lines say what happened (snapshot loaded, registry loaded, ...).
   bool log = true;

@@ -115,6 +115,41 @@ TEST(MemoryBackendTest, OpensTheSqliteRegistryAtRegistryPath) {
   EXPECT_TRUE(items->empty());
 }
 
+// Puts subject `id` on plan "free" through `backend`'s registry and waits for the answer.
+absl::Status PutSubject(StoreBackend& backend, std::string id) {
+  registry::Subject subject;
+  subject.id = std::move(id);
+  subject.plan = "free";
+  std::promise<absl::StatusOr<registry::ChangeResult>> answer;
+  backend.registry_backend()->Apply(
+      {.kind = registry::Change::Kind::kPutSubject, .subject = std::move(subject)},
+      [&answer](absl::StatusOr<registry::ChangeResult> r) { answer.set_value(std::move(r)); });
+  return answer.get_future().get().status();
+}
+
+TEST(MemoryBackendTest, WithASnapshotAndNoRegistryPathTheRegistryIsKeptBesideTheSnapshot) {
+  config::Config cfg = OnePlan();
+  cfg.store.memory.snapshot_path = TempDir("beside") + "/state.snap";
+  {
+    absl::StatusOr<std::unique_ptr<StoreBackend>> backend = OpenStoreBackend(cfg, {.log = false});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    ASSERT_TRUE(PutSubject(**backend, "acme").ok());
+    ASSERT_TRUE((*backend)->Stop().ok());
+  }
+  EXPECT_TRUE(std::filesystem::exists(cfg.store.memory.snapshot_path + ".registry.db"));
+  absl::StatusOr<std::unique_ptr<StoreBackend>> reopened = OpenStoreBackend(cfg, {.log = false});
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_NE((*reopened)->index()->FindSubject("acme"), nullptr);
+}
+
+TEST(MemoryBackendTest, WithNothingPersistedTheRegistryTakesWritesInMemory) {
+  absl::StatusOr<std::unique_ptr<StoreBackend>> backend =
+      OpenStoreBackend(OnePlan(), {.log = false});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_TRUE(PutSubject(**backend, "acme").ok());
+  EXPECT_NE((*backend)->index()->FindSubject("acme"), nullptr);
+}
+
 TEST(MemoryBackendTest, AnUnopenableRegistryIsAnErrorNamingIt) {
   config::Config cfg = OnePlan();
   cfg.store.memory.registry_path = "/nonexistent-dir/registry.db";

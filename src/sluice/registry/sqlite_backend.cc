@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -218,6 +220,106 @@ absl::StatusOr<int> AcquireLock(const std::string& path) {
   return fd;
 }
 
+// NotFound if nothing is at `path`; FailedPrecondition if an empty file is. SQLite would take an
+// empty file for a new database, and a registry truncated to nothing (a full disk, a bad
+// restore) would start as an empty one: every key refused, without a word.
+absl::Status CheckNotEmpty(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("registry ", path, ": no such file"));
+    }
+    return ErrnoError(error, "cannot read registry", path);
+  }
+  if (S_ISREG(st.st_mode) && st.st_size == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "registry ", path,
+        " is empty (0 bytes), not a registry: restore it from a backup, or remove it to start with "
+        "an empty registry"));
+  }
+  return absl::OkStatus();
+}
+
+// FailedPrecondition if "<path>-wal" is there without its database: the registry was removed
+// (or moved) without its write-ahead log, which holds its latest changes; SQLite would replay it
+// onto a new file.
+absl::Status CheckNoOrphanLog(const std::string& path) {
+  const std::string wal = absl::StrCat(path, "-wal");
+  struct stat st {};
+  if (::lstat(wal.c_str(), &st) != 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("registry ", path, " does not exist but its write-ahead log ", wal,
+                   " does: restore the registry beside it, or remove ", wal, " (and ", path,
+                   "-shm) to start with an empty registry"));
+}
+
+// Syncs the directory that holds `path`, so that a rename into it survives a power loss.
+absl::Status SyncDirectory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : ErrnoError(error, "cannot sync directory", dir);
+}
+
+// Writes a new registry at `path`, where no file is: built in "<path>.new" and renamed into
+// place, so that `path` is never a database without its schema (a crash leaves no file, or a
+// whole registry). Only then may an empty file, or a database without sluice's tables, be taken
+// for damage and refused. REQUIRES: the registry's lock is held (the ".new" file is its own).
+absl::Status CreateDatabase(const std::string& path) {
+  const std::string temp = absl::StrCat(path, ".new");
+  // A crash during an earlier creation may have left one, with its rollback journal.
+  for (const std::string& stale : {temp, absl::StrCat(temp, "-journal")}) {
+    if (::unlink(stale.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError(errno, "cannot remove", stale);
+    }
+  }
+  // Private from its first byte, whatever the umask: it holds webhook secrets, customers'
+  // addresses and key digests (SQLite gives its journal, -wal and -shm the main file's mode).
+  const int created =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (created < 0) return ErrnoError(errno, "cannot create", temp);
+  ::close(created);
+  const auto failed = [&temp](absl::Status s) {
+    ::unlink(temp.c_str());
+    return s;
+  };
+  sqlite3* db = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
+  if (sqlite3_open_v2(temp.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    const std::string error = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close_v2(db);
+    return failed(
+        absl::UnavailableError(absl::StrCat("registry ", temp, ": cannot open: ", error)));
+  }
+  // A rollback journal (SQLite's default) and synchronous=FULL: the commit is on disk when it
+  // returns, and the journal is gone. Open switches the file to WAL.
+  const std::string create =
+      absl::StrCat("PRAGMA synchronous = FULL; BEGIN IMMEDIATE;", kSchema,
+                   "PRAGMA user_version = ", SqliteBackend::kSchemaVersion, "; COMMIT;");
+  char* error = nullptr;
+  if (sqlite3_exec(db, create.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    absl::Status s = absl::UnavailableError(absl::StrCat(
+        "registry ", temp, ": cannot create the schema: ", error == nullptr ? "error" : error));
+    sqlite3_free(error);
+    sqlite3_close_v2(db);
+    return failed(std::move(s));
+  }
+  if (sqlite3_close(db) != SQLITE_OK) {
+    sqlite3_close_v2(db);
+    return failed(absl::UnavailableError(absl::StrCat("registry ", temp, ": cannot close")));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int rename_error = errno;
+    return failed(ErrnoError(rename_error, absl::StrCat("cannot rename ", temp, " to"), path));
+  }
+  return SyncDirectory(path);
+}
+
 }  // namespace
 
 struct SqliteBackend::State {
@@ -256,6 +358,50 @@ struct SqliteBackend::State {
   absl::Status DbError(std::string_view what) const {
     return absl::UnavailableError(
         absl::StrCat("registry ", options.path, ": ", ToAbsl(what), ": ", sqlite3_errmsg(db)));
+  }
+
+  // The schema version of the open file. FailedPrecondition if it is no SQLite database or a
+  // newer sluice wrote it.
+  absl::StatusOr<int> SchemaVersion() {
+    Stmt user_version;
+    int rc = user_version.Prepare(db, "PRAGMA user_version");
+    if (rc == SQLITE_OK) rc = user_version.Step();  // the first read: a non-database fails here
+    if (rc != SQLITE_ROW) {
+      if ((rc & 0xff) == SQLITE_NOTADB) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("registry ", options.path, " is not an SQLite database"));
+      }
+      return DbError("cannot read the schema version");
+    }
+    const int64_t version = user_version.Int(0);
+    if (version > kSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "registry ", options.path, " has schema version ", version, "; this sluice knows ",
+          kSchemaVersion, " (a newer sluice wrote it: upgrade, or use another file)"));
+    }
+    return static_cast<int>(version);
+  }
+
+  // FailedPrecondition unless the open file holds sluice's registry: a version and its tables.
+  // Another program's database (or the wrong path) is never taken for an empty registry, nor
+  // written to.
+  absl::Status CheckIsRegistry(int version) {
+    int64_t tables = 0;
+    if (version > 0) {
+      Stmt count;
+      if (count.Prepare(db,
+                        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                        "name IN ('subjects', 'keys', 'idempotency')") != SQLITE_OK ||
+          count.Step() != SQLITE_ROW) {
+        return DbError("cannot read the schema");
+      }
+      tables = count.Int(0);
+    }
+    if (tables == 3) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "registry ", options.path,
+        " is an SQLite database without sluice's registry in it (another program's database, or "
+        "the wrong path)"));
   }
 
   absl::Status Exec(const char* sql) {
@@ -605,16 +751,17 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
     absl::StatusOr<int> fd = AcquireLock(path);
     if (!fd.ok()) return fd.status();
     state->lock_fd = *fd;
-    // A new file is private from its first byte, whatever the umask: it holds webhook secrets,
-    // customers' addresses and key digests (SQLite gives -wal and -shm the main file's mode).
-    // An empty file is a new database to SQLite.
-    if (const int created = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        created >= 0) {
-      ::close(created);
+    // A database is created only where no file is; whatever is there is a registry or refused.
+    if (absl::Status present = CheckNotEmpty(path); absl::IsNotFound(present)) {
+      if (absl::Status s = CheckNoOrphanLog(path); !s.ok()) return s;
+      if (absl::Status s = CreateDatabase(path); !s.ok()) return s;
+    } else if (!present.ok()) {
+      return present;
     }
   }
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
-                    SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE;
+  int flags =
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE;
+  if (in_memory) flags |= SQLITE_OPEN_CREATE;
   if (sqlite3_open_v2(path.c_str(), &state->db, flags, nullptr) != SQLITE_OK) {
     return absl::UnavailableError(absl::StrCat(
         "registry ", path,
@@ -628,31 +775,17 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
                      ": the file is not writable by this process (check its owner and mode)"));
   }
   sqlite3_extended_result_codes(state->db, 1);
-  // The first read of the file: a file that is not a database fails here.
-  int version = 0;
-  {
-    Stmt user_version;
-    int rc = user_version.Prepare(state->db, "PRAGMA user_version");
-    if (rc == SQLITE_OK) rc = user_version.Step();
-    if (rc != SQLITE_ROW) {
-      if ((rc & 0xff) == SQLITE_NOTADB) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("registry ", path, " is not an SQLite database"));
-      }
-      return state->DbError("cannot read the schema version");
-    }
-    version = static_cast<int>(user_version.Int(0));
-  }
-  if (version > kSchemaVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("registry ", path, " has schema version ", version, "; this sluice knows ",
-                     kSchemaVersion, " (a newer sluice wrote it: upgrade, or use another file)"));
+  absl::StatusOr<int> version = state->SchemaVersion();
+  if (!version.ok()) return version.status();
+  // Checked before anything is written: a file that is not a registry is left as it was.
+  if (!in_memory) {
+    if (absl::Status s = state->CheckIsRegistry(*version); !s.ok()) return s;
   }
   for (const char* pragma : {"PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL",
                              "PRAGMA foreign_keys = ON", "PRAGMA busy_timeout = 5000"}) {
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
   }
-  if (version == 0) {
+  if (in_memory) {
     const std::string create = absl::StrCat("BEGIN IMMEDIATE;", kSchema,
                                             "PRAGMA user_version = ", kSchemaVersion, "; COMMIT;");
     if (absl::Status s = state->Exec(create.c_str()); !s.ok()) {
@@ -665,10 +798,7 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
 }
 
 absl::Status SqliteBackend::ReadInto(const std::string& path, Index* index) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("registry ", path, ": no such file"));
-  }
+  if (absl::Status s = CheckNotEmpty(path); !s.ok()) return s;
   State state;
   state.options.path = path;
   state.index = index;
@@ -679,22 +809,9 @@ absl::Status SqliteBackend::ReadInto(const std::string& path, Index* index) {
         "registry ", path,
         ": cannot open: ", state.db != nullptr ? sqlite3_errmsg(state.db) : "out of memory"));
   }
-  Stmt user_version;
-  int rc = user_version.Prepare(state.db, "PRAGMA user_version");
-  if (rc == SQLITE_OK) rc = user_version.Step();
-  if (rc != SQLITE_ROW) {
-    if ((rc & 0xff) == SQLITE_NOTADB) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("registry ", path, " is not an SQLite database"));
-    }
-    return state.DbError("cannot read the schema version");
-  }
-  const int64_t version = user_version.Int(0);
-  if (version > kSchemaVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("registry ", path, " has schema version ", version));
-  }
-  if (version == 0) return absl::OkStatus();  // created, never written: empty
+  absl::StatusOr<int> version = state.SchemaVersion();
+  if (!version.ok()) return version.status();
+  if (absl::Status s = state.CheckIsRegistry(*version); !s.ok()) return s;
   return state.Load();
 }
 

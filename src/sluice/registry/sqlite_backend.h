@@ -41,16 +41,19 @@ class SqliteBackend final : public Backend {
     const Clock* clock = nullptr;
   };
 
-  // Opens (creating if needed) and checks the file, takes the lock, creates or checks the schema.
-  // Errors: FailedPrecondition if another process holds the registry, the file is not an SQLite
-  // database, or its schema is newer than kSchemaVersion; Unavailable/Internal/PermissionDenied
-  // for I/O failures. Every message names the path.
+  // Takes the lock, then opens and checks the file; where no file is, creates one (mode 0600,
+  // whole: built beside it as "<path>.new" and renamed into place). A file that is there is used
+  // only if it is a registry, and is never written before that is known.
+  // Errors: FailedPrecondition if another process holds the registry, the file is empty (0
+  // bytes), not an SQLite database, a database without the registry's tables, or of a schema
+  // newer than kSchemaVersion, or if the file is absent but its write-ahead log ("<path>-wal") is
+  // not; Unavailable/Internal/PermissionDenied for I/O failures. Every message names the path.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteBackend>> Open(Options options);
 
   // Reads the file as it stands into `index`, without the lock and without writing anything (a
   // running server may hold the file): what `sluice check-config` checks the plans against.
-  // NotFound if there is no file; FailedPrecondition if it is no SQLite database or its schema
-  // is newer than kSchemaVersion.
+  // NotFound if there is no file; FailedPrecondition, with Open's message, for a file Open would
+  // refuse as not a registry (empty, no SQLite database, no registry tables, a newer schema).
   [[nodiscard]] static absl::Status ReadInto(const std::string& path, Index* index);
 
   ~SqliteBackend() override;  // Stop()

@@ -5,11 +5,13 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -320,6 +322,112 @@ TEST_F(SqliteBackendTest, ANewerSchemaIsRefusedAndLeftAlone) {
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(opened.status().message(), HasSubstr("schema version 2"));
+}
+
+// The file's bytes, to show a refused file was left as it was.
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// An SQLite database of another program at `path`, with `user_version` set.
+void WriteForeignDatabase(const std::string& path, int user_version) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      absl::StrCat("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER);",
+                   "INSERT INTO orders VALUES (1, 100); PRAGMA user_version = ", user_version);
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteBackendTest, AnEmptyFileIsRefusedAndLeftAlone) {
+  const std::string path = dir_ + "/empty.db";
+  std::ofstream{path};
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(opened.status().message(),
+            absl::StrCat("registry ", path,
+                         " is empty (0 bytes), not a registry: restore it from a backup, or "
+                         "remove it to start with an empty registry"));
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+}
+
+TEST_F(SqliteBackendTest, AnotherProgramsDatabaseIsRefusedAndLeftAlone) {
+  // Without a version (SQLite's default, 0) and with one that happens to be sluice's.
+  for (const int user_version : {0, SqliteBackend::kSchemaVersion}) {
+    const std::string path = absl::StrCat(dir_, "/orders", user_version, ".db");
+    WriteForeignDatabase(path, user_version);
+    const std::string before = Contents(path);
+    absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+    ASSERT_FALSE(opened.ok()) << user_version;
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(opened.status().message(),
+              absl::StrCat("registry ", path,
+                           " is an SQLite database without sluice's registry in it (another "
+                           "program's database, or the wrong path)"));
+    EXPECT_EQ(Contents(path), before) << user_version;  // not even switched to WAL
+  }
+}
+
+TEST_F(SqliteBackendTest, ARegistryTruncatedWhileRunningIsRefusedAtTheNextStart) {
+  ASSERT_TRUE(Put("alice").ok());
+  Reopen();  // the close wrote everything into the file: no log to fall back on
+  ASSERT_EQ(::truncate(path_.c_str(), 0), 0);
+  EXPECT_EQ(Put("bob").status().code(), absl::StatusCode::kUnavailable);
+  backend_.reset();
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path_);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(opened.status().message(), HasSubstr(absl::StrCat(path_, " is empty (0 bytes)")));
+}
+
+TEST_F(SqliteBackendTest, ANewFileIsCreatedWholeUnderItsName) {
+  const std::string path = dir_ + "/new.db";
+  std::ofstream(path + ".new") << "left by a creation that crashed";
+  backend_.reset();
+  {
+    absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".new"));
+  Index index;
+  EXPECT_TRUE(SqliteBackend::ReadInto(path, &index).ok());
+}
+
+TEST_F(SqliteBackendTest, AWriteAheadLogWithoutItsDatabaseIsRefused) {
+  const std::string path = dir_ + "/moved.db";
+  std::ofstream(path + "-wal") << std::string(4096, 'w');
+  absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(opened.status().message(),
+              HasSubstr(absl::StrCat("registry ", path, " does not exist but its write-ahead log ",
+                                     path, "-wal does")));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(std::filesystem::file_size(path + "-wal"), 4096u);
+}
+
+TEST_F(SqliteBackendTest, ReadIntoRefusesWhatOpenRefuses) {
+  const std::string empty = dir_ + "/empty.db";
+  std::ofstream{empty};
+  const std::string foreign = dir_ + "/orders.db";
+  WriteForeignDatabase(foreign, 0);
+  for (const std::string& path : {empty, foreign}) {
+    Index index;
+    const absl::Status read = SqliteBackend::ReadInto(path, &index);
+    EXPECT_EQ(read.code(), absl::StatusCode::kFailedPrecondition) << path;
+    EXPECT_EQ(read.message(), OpenAt(path).status().message()) << path;
+  }
+  Index index;
+  EXPECT_EQ(SqliteBackend::ReadInto(dir_ + "/absent.db", &index).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/absent.db"));
+  ASSERT_TRUE(Put("alice").ok());
+  EXPECT_TRUE(SqliteBackend::ReadInto(path_, &index).ok());
+  EXPECT_NE(index.FindSubject("alice"), nullptr);
 }
 
 TEST_F(SqliteBackendTest, InMemoryRegistryWorks) {

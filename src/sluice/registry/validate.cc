@@ -268,6 +268,42 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const json& value, const Pl
   return overrides;
 }
 
+// RFC 3339's date-time, section 5.6, to the letter: "YYYY-MM-DDTHH:MM:SS", an optional
+// fraction of one or more digits, then "Z" or "+HH:MM" / "-HH:MM" ("T" and "Z" in either case);
+// each field within its range (second 60 for a leap second).
+bool IsRfc3339DateTime(std::string_view text) {
+  size_t at = 0;
+  // The next `width` characters as a number within [low, high].
+  const auto number = [&text, &at](size_t width, int low, int high) {
+    if (text.size() - at < width) return false;
+    int value = 0;
+    for (size_t i = 0; i < width; ++i) {
+      const char c = text[at + i];
+      if (!absl::ascii_isdigit(c)) return false;
+      value = value * 10 + (c - '0');
+    }
+    at += width;
+    return value >= low && value <= high;
+  };
+  const auto literal = [&text, &at](std::string_view any_of) {
+    if (at >= text.size() || any_of.find(text[at]) == std::string_view::npos) return false;
+    ++at;
+    return true;
+  };
+  if (!(number(4, 0, 9999) && literal("-") && number(2, 1, 12) && literal("-") &&
+        number(2, 1, 31) && literal("Tt") && number(2, 0, 23) && literal(":") && number(2, 0, 59) &&
+        literal(":") && number(2, 0, 60))) {
+    return false;
+  }
+  if (literal(".")) {
+    const size_t digits = at;
+    while (at < text.size() && absl::ascii_isdigit(text[at])) ++at;
+    if (at == digits) return false;
+  }
+  if (literal("Zz")) return at == text.size();
+  return literal("+-") && number(2, 0, 23) && literal(":") && number(2, 0, 59) && at == text.size();
+}
+
 json TimeOrNull(const std::optional<absl::Time>& t) {
   return t ? json(FormatRfc3339(*t)) : json(nullptr);
 }
@@ -277,14 +313,15 @@ json StringOrNull(const std::string& s) { return s.empty() ? json(nullptr) : jso
 }  // namespace
 
 absl::StatusOr<absl::Time> ParseRfc3339(std::string_view text) {
-  // Four digits and a dash first: absl would also take "infinite-future" and years past 9999.
-  const bool dated =
-      text.size() >= 20 &&
-      std::all_of(text.begin(), text.begin() + 4, [](char c) { return absl::ascii_isdigit(c); }) &&
-      text[4] == '-';
+  // absl's parser is lenient where RFC 3339 is not: it takes an offset without its colon
+  // (+0530), one-digit fields, surrounding spaces, "infinite-future" and years past 9999. The
+  // grammar is checked here first; absl then reads the fields and refuses a day the month lacks.
+  if (!IsRfc3339DateTime(text)) {
+    return absl::InvalidArgumentError("not an RFC 3339 time (2030-01-01T00:00:00Z)");
+  }
   absl::Time t;
   std::string error;
-  if (!dated || !absl::ParseTime(absl::RFC3339_full, ToAbsl(text), &t, &error)) {
+  if (!absl::ParseTime(absl::RFC3339_full, ToAbsl(text), &t, &error)) {
     return absl::InvalidArgumentError("not an RFC 3339 time (2030-01-01T00:00:00Z)");
   }
   return t;

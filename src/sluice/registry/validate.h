@@ -55,8 +55,11 @@ struct KeyRequest {
 // expires_at (null: never), created_at, imported. Never the digest.
 [[nodiscard]] nlohmann::json KeyJson(const Key& key);
 
-// RFC 3339 with a time zone ("2030-01-01T00:00:00Z", "2030-01-01T01:00:00.5+01:00"), years
-// 0000-9999; InvalidArgument otherwise.
+// An RFC 3339 date-time as its grammar (section 5.6) writes it, years 0000-9999:
+// "2030-01-01T00:00:00Z", "2030-01-01T01:00:00.5+01:00" ("t" and "z" too). Seconds and the offset
+// are required, and the offset has its colon ("+0100" is ISO 8601, not RFC 3339); a day the
+// month lacks is refused. Every instant a user sends (an override's until, a key's expires_at) is
+// read here. InvalidArgument otherwise.
 [[nodiscard]] absl::StatusOr<absl::Time> ParseRfc3339(std::string_view text);
 // UTC with milliseconds: "2030-01-01T00:00:00.000Z".
 [[nodiscard]] std::string FormatRfc3339(absl::Time t);

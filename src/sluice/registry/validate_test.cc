@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sluice/registry/keys.h"
@@ -238,9 +240,9 @@ TEST_F(SubjectBodyTest, OverrideUntilIsAFutureRfc3339Time) {
   const std::string want =
       "overrides.daily.until: must be an RFC 3339 time in the future, before year 10000";
   // The last one is 10000-01-01T00:00:00Z in UTC, which RFC 3339 cannot write.
-  for (const char* until :
-       {"\"2020-01-01T00:00:00Z\"", "\"2023-11-14T22:13:20Z\"", "\"tomorrow\"",
-        "\"infinite-future\"", "\"2030-01-01\"", "5", "\"9999-12-31T23:00:00-01:00\""}) {
+  for (const char* until : {"\"2020-01-01T00:00:00Z\"", "\"2023-11-14T22:13:20Z\"", "\"tomorrow\"",
+                            "\"infinite-future\"", "\"2030-01-01\"", "5",
+                            "\"9999-12-31T23:00:00-01:00\"", "\"2030-01-01T00:00:00+0530\""}) {
     EXPECT_EQ(Error(absl::StrCat(R"({"plan":"free","overrides":{"daily":{"quota":1,"until":)",
                                  until, "}}}")),
               want)
@@ -285,6 +287,8 @@ TEST(KeyBodyTest, ErrorsStartWithTheFieldPath) {
               StartsWith("name: must be at most 128"));
   EXPECT_THAT(error(R"({"name":"a\u0001"})"), StartsWith("name: "));
   EXPECT_EQ(error(R"({"expires_at":"2000-01-01T00:00:00Z"})"),
+            "expires_at: must be an RFC 3339 time in the future, before year 10000");
+  EXPECT_EQ(error(R"({"expires_at":"2030-01-01T00:00:00+0530"})"),
             "expires_at: must be an RFC 3339 time in the future, before year 10000");
   EXPECT_EQ(error(R"({"key_sha256":"abc"})"),
             "key_sha256: must be 64 hex digits (the SHA-256 of the key)");
@@ -333,6 +337,49 @@ TEST(Rfc3339Test, RoundTripsToTheMillisecond) {
   EXPECT_EQ(*ParseRfc3339(FormatRfc3339(t)), t);
   EXPECT_FALSE(ParseRfc3339("").ok());
   EXPECT_FALSE(ParseRfc3339("10000-01-01T00:00:00Z").ok());
+}
+
+TEST(Rfc3339Test, TakesTheDateTimeOfTheGrammar) {
+  const absl::Time t2030 = absl::FromUnixSeconds(1893456000);  // 2030-01-01T00:00:00Z
+  for (const auto& [text, want] : std::vector<std::pair<std::string, absl::Time>>{
+           {"2030-01-01T00:00:00Z", t2030},
+           {"2030-01-01t00:00:00z", t2030},  // either case (RFC 3339, 5.6)
+           {"2030-01-01T05:30:00+05:30", t2030},
+           {"2029-12-31T23:00:00-01:00", t2030},
+           {"2030-01-01T00:00:00-00:00", t2030},
+           {"2030-01-01T00:00:00.5Z", t2030 + absl::Milliseconds(500)},
+           {"2030-01-01T00:00:00.000000001Z", t2030 + absl::Nanoseconds(1)},
+           {"2016-12-31T23:59:60Z", absl::FromUnixSeconds(1483228800)},  // a leap second
+       }) {
+    absl::StatusOr<absl::Time> parsed = ParseRfc3339(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    EXPECT_EQ(*parsed, want) << text;
+  }
+}
+
+TEST(Rfc3339Test, RefusesWhatTheGrammarDoesNotWrite) {
+  for (const char* text : {
+           "2030-01-01T00:00:00+0530",   // the offset's colon is not optional
+           "2030-01-01T00:00:00+05",     // nor its minutes
+           "2030-01-01T00:00:00",        // nor the offset
+           "2030-01-01 00:00:00Z",       // T, not a space
+           "2030-1-01T00:00:00Z",        // two digits each
+           "2030-01-01T0:00:00Z",        //
+           "2030-01-01T00:00Z",          // seconds are not optional
+           "2030-01-01T00:00:00.Z",      // a fraction has digits
+           " 2030-01-01T00:00:00Z",      // nothing around it
+           "2030-01-01T00:00:00Z ",      //
+           "+2030-01-01T00:00:00Z",      // four digits of year, no sign
+           "2030-13-01T00:00:00Z",       // fields within their ranges
+           "2030-02-30T00:00:00Z",       //
+           "2030-01-01T24:00:00Z",       //
+           "2030-01-01T00:60:00Z",       //
+           "2030-01-01T00:00:61Z",       //
+           "2030-01-01T00:00:00+24:00",  //
+           "2030-01-01T00:00:00+05:60",  //
+       }) {
+    EXPECT_FALSE(ParseRfc3339(text).ok()) << text;
+  }
 }
 
 }  // namespace

@@ -265,6 +265,15 @@ absl::Status CheckServable(const config::Config& cfg) {
       if (absl::Status s = CheckSnapshotPath(cfg.store.memory.snapshot_path); !s.ok()) {
         return Refuse(cfg, "store.memory.snapshot_path", ToStd(s.message()));
       }
+      // Without registry_path the registry is kept beside the snapshot, by the same rules.
+      if (cfg.store.memory.registry_path.empty()) {
+        const std::string beside = config::RegistryFile(cfg.store.memory);
+        if (absl::Status s = CheckSnapshotPath(beside); !s.ok()) {
+          return Refuse(cfg, "store.memory.snapshot_path",
+                        absl::StrCat("the registry kept beside it (registry_path is not set), ",
+                                     beside, ", ", s.message()));
+        }
+      }
       return absl::OkStatus();
   }
   return absl::OkStatus();
@@ -305,14 +314,14 @@ absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& i
 }
 
 absl::Status CheckRegistryFile(const config::Config& cfg, std::string* note) {
-  if (cfg.store.type != config::StoreType::kMemory || cfg.store.memory.registry_path.empty()) {
-    return absl::OkStatus();
-  }
+  // The file serve would open: registry_path, or the one beside the snapshot.
+  const std::string path = config::RegistryFile(cfg.store.memory);
+  if (cfg.store.type != config::StoreType::kMemory || path.empty()) return absl::OkStatus();
   registry::Index index;
-  // A file that cannot be read here is `serve`'s to report (exit 1; e.g. check-config run by a
-  // user who may not read it): this checks the plans, and says when it could not.
-  if (absl::Status read = registry::SqliteBackend::ReadInto(cfg.store.memory.registry_path, &index);
-      !read.ok()) {
+  // A file that cannot be read here, or is no registry, is `serve`'s to refuse (exit 1; e.g.
+  // check-config run by a user who may not read it, or a damaged file, as a damaged snapshot):
+  // this checks the plans, and says when it could not, and why, in serve's words.
+  if (absl::Status read = registry::SqliteBackend::ReadInto(path, &index); !read.ok()) {
     if (!absl::IsNotFound(read) && note != nullptr) {
       *note = absl::StrCat("note: ", read.message(),
                            ": the plans its subjects are on were not checked");

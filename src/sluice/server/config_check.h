@@ -18,7 +18,8 @@ namespace sluice::server {
 // served: the plans and keys build (a plaintext key and its hash in two entries are one key), the
 // trusted proxies and both listen addresses parse and the two planes do not overlap, the Redis URL
 // parses (store.type redis), and the snapshot's directory exists (memory store with
-// snapshot_path), and envoy.ratelimit_config's files load and compile (grpc/ratelimit_rules.h).
+// snapshot_path) and neither the snapshot nor the registry file is a directory or other
+// non-regular file, and envoy.ratelimit_config's files load and compile (grpc/ratelimit_rules.h).
 // Otherwise InvalidArgument "<cfg.path>: <key.path>: <what is wrong>", in the
 // format of config errors; secrets (keys, the URL's password) are never quoted.
 //
@@ -44,8 +45,9 @@ struct AdminTokenSource {
 [[nodiscard]] absl::Status CheckPlansInUse(const config::Config& cfg, const registry::Index& index);
 
 // For `check-config`: CheckPlansInUse against the embedded store's registry file as it stands
-// (read without the lock, so also while a server runs on it). OK when there is no file, and when
-// it cannot be read (serve reports that), with `*note` (if given) then saying why and that the
+// (config::RegistryFile, the file serve opens; read without the lock, so also while a server
+// runs on it). OK when there is no file, and when it cannot be read or is no registry (serve
+// refuses that, exit 1), with `*note` (if given) then saying why, as serve would, and that the
 // plans were not checked. A Redis registry is not read: check-config connects to nothing.
 [[nodiscard]] absl::Status CheckRegistryFile(const config::Config& cfg,
                                              std::string* note = nullptr);

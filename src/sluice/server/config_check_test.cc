@@ -123,6 +123,44 @@ TEST(CheckServableTest, SnapshotInAnExistingDirectoryIsServable) {
             "OK");
 }
 
+TEST(CheckServableTest, TheRegistryKeptBesideTheSnapshotFollowsTheSnapshotsRules) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("sluice-beside-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir + "/state.snap.registry.db");  // a directory
+  EXPECT_EQ(CheckOf("store:\n  memory: { snapshot_path: " + dir + "/state.snap }\n"),
+            absl::StrCat("s.yaml: store.memory.snapshot_path: the registry kept beside it "
+                         "(registry_path is not set), ",
+                         dir, "/state.snap.registry.db, is a directory (want the path of a file)"));
+  // With registry_path set, that file is not the registry's.
+  EXPECT_EQ(CheckOf("store:\n  memory: { snapshot_path: " + dir +
+                    "/state.snap, registry_path: " + dir + "/registry.db }\n"),
+            "OK");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckRegistryFileTest, ReadsTheFileServeWouldOpenAndSaysWhyItIsNoRegistry) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("sluice-regfile-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<config::Config> cfg = config::ParseConfig(
+      absl::StrCat(kPlans, "store:\n  memory: { snapshot_path: ", dir, "/state.snap }\n"),
+      "s.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  std::string note;
+  EXPECT_TRUE(CheckRegistryFile(*cfg, &note).ok());
+  EXPECT_EQ(note, "");  // no file yet: nothing to check, nothing created
+  EXPECT_FALSE(std::filesystem::exists(dir + "/state.snap.registry.db"));
+  std::ofstream{dir + "/state.snap.registry.db"};  // truncated to nothing
+  EXPECT_TRUE(CheckRegistryFile(*cfg, &note).ok());
+  EXPECT_EQ(note, absl::StrCat("note: registry ", dir,
+                               "/state.snap.registry.db is empty (0 bytes), not a registry: "
+                               "restore it from a backup, or remove it to start with an empty "
+                               "registry: the plans its subjects are on were not checked"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CheckServableTest, PlaintextKeyAndItsHashAreOneKey) {
   // SHA-256 of "demo-hashed-key".
   EXPECT_THAT(CheckOf("keys:\n"

@@ -73,6 +73,21 @@ std::vector<std::string> AppliedEnvironment(const config::Config& cfg,
   return applied;
 }
 
+std::string DescribeRegistry(const config::Config& cfg) {
+  if (cfg.store.type == config::StoreType::kRedis) {
+    return absl::StrCat("in Redis, under ", cfg.store.redis.key_prefix, ":{registry}");
+  }
+  const std::string path = config::RegistryFile(cfg.store.memory);
+  if (path.empty()) {
+    return "in memory only, lost at exit (neither store.memory.registry_path nor snapshot_path is "
+           "set)";
+  }
+  if (cfg.store.memory.registry_path.empty()) {
+    return absl::StrCat(path, " (beside the snapshot; store.memory.registry_path is not set)");
+  }
+  return path;
+}
+
 void LogConfigSummary(const config::Config& cfg, std::string_view event) {
   if (!LogEnabled(LogLevel::kDebug)) return;
   const std::vector<std::string> env =
@@ -130,6 +145,7 @@ void LogConfigSummary(const config::Config& cfg, std::string_view event) {
           .Str("snapshot_interval", absl::FormatDuration(cfg.store.memory.snapshot_interval))
           .Str("registry_path", cfg.store.memory.registry_path);
     }
+    line.Str("registry", DescribeRegistry(cfg));
     line.Int("plans", static_cast<int64_t>(cfg.plans.size()))
         .Int("keys", static_cast<int64_t>(cfg.keys.size()))
         .Str("alert_sinks", absl::StrJoin(sinks, ","))

@@ -23,6 +23,12 @@ namespace sluice::server {
 [[nodiscard]] std::vector<std::string> AppliedEnvironment(
     const config::Config& cfg, const std::function<const char*(const char*)>& getenv);
 
+// Where the registry of subjects and keys lives, for a person: its file and why that one
+// ("/var/lib/sluice/state.snap.registry.db (beside the snapshot; store.memory.registry_path is
+// not set)"), that it is in memory only and lost at exit, or Redis's prefix. What check-config
+// prints and the summary's "registry".
+[[nodiscard]] std::string DescribeRegistry(const config::Config& cfg);
+
 // Writes the summary lines at level debug; `event` is "start" or "reload". Nothing is built
 // unless debug lines are enabled.
 void LogConfigSummary(const config::Config& cfg, std::string_view event);

@@ -48,5 +48,21 @@ TEST(AppliedEnvironmentTest, TheTokenFileCountsOnlyWithoutTheTokenVariable) {
               ElementsAre("SLUICE_ADMIN_TOKEN_FILE"));
 }
 
+TEST(DescribeRegistryTest, SaysWhereTheRegistryLivesOrThatNothingKeepsIt) {
+  config::Config cfg;
+  EXPECT_EQ(DescribeRegistry(cfg),
+            "in memory only, lost at exit (neither store.memory.registry_path nor snapshot_path "
+            "is set)");
+  cfg.store.memory.snapshot_path = "/var/lib/sluice/state.snap";
+  EXPECT_EQ(DescribeRegistry(cfg),
+            "/var/lib/sluice/state.snap.registry.db (beside the snapshot; "
+            "store.memory.registry_path is not set)");
+  cfg.store.memory.registry_path = "/var/lib/sluice/registry.db";
+  EXPECT_EQ(DescribeRegistry(cfg), "/var/lib/sluice/registry.db");
+  cfg.store.type = config::StoreType::kRedis;
+  cfg.store.redis.key_prefix = "sl";
+  EXPECT_EQ(DescribeRegistry(cfg), "in Redis, under sl:{registry}");
+}
+
 }  // namespace
 }  // namespace sluice::server
