@@ -76,6 +76,28 @@ descriptors:
         - name: per_account
 """
 
+# A star anywhere in a value, as envoyproxy/ratelimit matches it.
+WILD = """
+domain: wild
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: path
+    value: "*.pdf"
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: route
+    value: foo*bar*baz
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+"""
+
 PLANS = """
 plans:
   free:
@@ -122,7 +144,8 @@ class RatelimitConfigTest(unittest.TestCase):
         harness.clear_of_window_end(60, 15)
         d = harness.tempdir()
         self.addCleanup(d.cleanup)
-        self.rules = write_rules(d.name, {"edge.yaml": EDGE, "billing.yml": REPLACING})
+        self.rules = write_rules(d.name, {"edge.yaml": EDGE, "billing.yml": REPLACING,
+                                          "wild.yaml": WILD})
         self.grpc_port = harness.free_port()
         self.svc = harness.Service(PLANS + envoy_yaml(self.rules), d.name,
                                    extra_server=f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n')
@@ -266,6 +289,26 @@ class RatelimitConfigTest(unittest.TestCase):
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OK)
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OVER_LIMIT)
 
+    def test_a_star_anywhere_in_a_value_matches_any_run(self):
+        for remaining in (1, 0):
+            res = self.call("wild", [("path", "/api/v1/action")])
+            self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, remaining))
+        self.assertEqual(self.call("wild", [("path", "/api/v1/action")]).overall_code, OVER_LIMIT)
+        # Each value its own counter; a value the pattern does not match has no limit.
+        self.assertEqual(self.call("wild", [("path", "/api/v2/action")]).overall_code, OK)
+        res = self.call("wild", [("path", "/api/v2/other")])
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+        # A leading star.
+        self.assertEqual(self.call("wild", [("path", "/docs/a.pdf")]).overall_code, OK)
+        self.assertEqual(self.call("wild", [("path", "/docs/a.pdf")]).overall_code, OVER_LIMIT)
+        # Several stars, in order, with share_threshold: one counter for every value matched.
+        res = self.call("wild", [("route", "foo-1-bar-1-baz")])
+        self.assertEqual((res.overall_code, res.statuses[0].current_limit.requests_per_unit),
+                         (OK, 1))
+        self.assertEqual(self.call("wild", [("route", "foo2bar2baz")]).overall_code, OVER_LIMIT)
+        res = self.call("wild", [("route", "foo-baz-bar")])
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+
     def test_rule_subjects_are_reserved(self):
         status, _, body = self.svc.check({"subject": "rl:edge/remote_address=10.0.0.1",
                                           "plan": "free"})
@@ -315,6 +358,13 @@ class RatelimitConfigErrorsTest(unittest.TestCase):
                 done = self.check_config({"ok.yaml": REPLACING, "bad.yaml": text})
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn("bad.yaml", done.stderr + done.stdout)
+
+    def test_check_config_accepts_stars_anywhere(self):
+        done = self.check_config({"wild.yaml": WILD})
+        self.assertEqual(done.returncode, 0, done.stderr + done.stdout)
+        done = self.check_config({"bad.yaml": WILD.replace("value: foo*bar*baz", "value: foo")})
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("share_threshold", done.stderr + done.stdout)
 
     def test_two_files_of_one_domain_are_refused(self):
         done = self.check_config({"a.yaml": EDGE, "b.yaml": EDGE})

@@ -253,6 +253,10 @@ class FileParser {
           ReadBool(Get(f, "value_to_metric"), Child(dpath, "value_to_metric"), d.value_to_metric));
       SLUICE_RETURN_IF_ERROR(
           ReadBool(Get(f, "share_threshold"), Child(dpath, "share_threshold"), d.share_threshold));
+      if (d.share_threshold && d.value.find('*') == std::string::npos) {
+        return Error(Child(dpath, "share_threshold"),
+                     "only a wildcard value (one containing '*') can share its threshold");
+      }
       if (const Value* rl = Get(f, "rate_limit"); !Absent(rl)) {
         SLUICE_RETURN_IF_ERROR(
             ParseRateLimit(*rl, Child(dpath, "rate_limit"), d.rate_limit.emplace()));

@@ -13,7 +13,8 @@
 //
 // The rules are envoyproxy/ratelimit's: unknown keys are errors, every descriptor has a key, a
 // key/value pair appears once per level, a domain once across all files, a unit is one of its
-// units (any case), `unlimited` goes without a unit, a `replaces` entry names another limit. Where
+// units (any case), `unlimited` goes without a unit, a `replaces` entry names another limit,
+// `share_threshold` goes with a wildcard value. Where
 // envoyproxy/ratelimit accepts a mistake silently, this loader refuses it with a message: a key
 // valid somewhere in the format but misplaced (`shadow_mode` inside `rate_limit`), a `rate_limit`
 // without `requests_per_unit` (envoyproxy/ratelimit reads it as 0, which refuses every request;
@@ -51,15 +52,16 @@ struct RlRateLimit {
 
 struct RlDescriptor {
   std::string key;  // 1..kMaxRlKeyLength bytes
-  // "" : any value (one counter per distinct value); ending in '*': any value starting with what
-  // comes before the '*'; otherwise this value exactly. At most kMaxRlKeyLength bytes.
+  // "" : any value (one counter per distinct value); containing '*': a wildcard, each '*' standing
+  // for any run of bytes, none included ("/api/*", "/api/*/action", "a*b*c"); otherwise this value
+  // exactly. At most kMaxRlKeyLength bytes.
   std::string value;
   std::optional<RlRateLimit> rate_limit;
   bool shadow_mode = false;      // decided and counted, never denied
   bool detailed_metric = false;  // envoyproxy/ratelimit: metrics name the request's value
   bool value_to_metric = false;  // likewise (metrics only; sluice's never name values)
-  // With a wildcard value: every value it matches counts on one counter (the pattern's) instead
-  // of one counter per value.
+  // With a wildcard value (the loader refuses it on any other): every value it matches counts on
+  // one counter (the pattern's) instead of one counter per value.
   bool share_threshold = false;
   std::vector<RlDescriptor> descriptors;  // the next level
 };

@@ -103,6 +103,19 @@ descriptors:
   EXPECT_FALSE(file.descriptors[1].rate_limit->unit.has_value());
 }
 
+TEST(RateLimitFileTest, ShareThresholdNeedsAWildcardValue) {
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: v\n"
+                    "    share_threshold: true\n"),
+            "rl.yaml: descriptors[0].share_threshold: only a wildcard value (one containing '*') "
+            "can share its threshold");
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n"),
+              HasSubstr("only a wildcard value"));
+  const RateLimitFile file = Parse(
+      "domain: d\ndescriptors:\n  - key: k\n    value: a*b\n    share_threshold: true\n"
+      "  - key: j\n    value: v\n    share_threshold: false\n");
+  EXPECT_TRUE(file.descriptors[0].share_threshold);
+}
+
 TEST(RateLimitFileTest, EveryUnitOfTheFormat) {
   for (const auto& [text, unit] :
        std::vector<std::pair<std::string, RlUnit>>{{"second", RlUnit::kSecond},

@@ -4,11 +4,12 @@
 //
 // Matching one request descriptor (its entries in order) walks the domain's tree one entry per
 // level. At each level the entry (key, value) picks, in this order: the descriptor with that key
-// and exactly that value; else the first descriptor, in file order, with that key and a wildcard
-// value ("prefix*") the value starts with; else the descriptor with that key and no value. The
-// walk stops where nothing is picked or the picked descriptor has no children. The rule of the
-// descriptor picked for the LAST entry applies, if it has a rate_limit; a rate_limit met earlier
-// on the way does not (a request with more entries than the tree is deep matches nothing).
+// and exactly that value (a wildcard's pattern included, written out); else the first descriptor,
+// in file order, with that key and a wildcard value that matches the value (RlWildcard: "/api/*",
+// "/api/*/action", "a*b*c"); else the descriptor with that key and no value. The walk stops where
+// nothing is picked or the picked descriptor has no children. The rule of the descriptor picked
+// for the LAST entry applies, if it has a rate_limit; a rate_limit met earlier on the way does not
+// (a request with more entries than the tree is deep matches nothing, and so does one with none).
 //
 // Thread-safety: an RlRuleSet is immutable once built; share it through shared_ptr<const>.
 #ifndef SLUICE_GRPC_RATELIMIT_RULES_H_
@@ -30,6 +31,35 @@
 #include "sluice/limiter/plan.h"
 
 namespace sluice::rls {
+
+// A wildcard value of the files: each '*' stands for any run of bytes, none included, and every
+// other byte for itself, the whole value matched ("/api/*/action" matches "/api/v1/action" and
+// "/api//action", not "/api/v1/other"). Matching takes time linear in the value and the pattern
+// whatever either holds: the value must start with the text before the first '*' and end with the
+// text after the last, and the texts between are then found left to right, each at its first
+// place after the one before (Knuth-Morris-Pratt): taking the first place never loses a match,
+// since a later '*' can absorb whatever an earlier choice leaves. No backtracking, so a hostile
+// value cannot make a pattern of many '*' cost more than one pass.
+class RlWildcard {
+ public:
+  // REQUIRES: `pattern` contains a '*'.
+  explicit RlWildcard(std::string_view pattern);
+
+  [[nodiscard]] bool Matches(std::string_view value) const;
+
+ private:
+  struct Text {
+    std::string bytes;
+    std::vector<uint32_t> border;  // KMP: longest proper border of each prefix of `bytes`
+  };
+  // The first place at or after `from` in `value` where `text` starts, or npos.
+  static size_t Find(const Text& text, std::string_view value, size_t from);
+
+  std::string head_;          // before the first '*'
+  std::string tail_;          // after the last '*'
+  std::vector<Text> middle_;  // between two '*', non-empty, in order
+  size_t fixed_ = 0;          // bytes of head, tail and middle: the shortest value that matches
+};
 
 // One rate_limit of a tree.
 struct RlRule {
@@ -101,13 +131,14 @@ class RlRuleSet {
 
  private:
   struct Node {
-    // Children by key, then value (exact values); wildcard prefixes in file order; key-only.
+    // Children by key, then value (every value written, wildcards too); wildcards in file
+    // order; key-only.
     absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, size_t>> exact;
-    absl::flat_hash_map<std::string, std::vector<std::pair<std::string, size_t>>> wildcard;
+    absl::flat_hash_map<std::string, std::vector<std::pair<RlWildcard, size_t>>> wildcard;
     absl::flat_hash_map<std::string, size_t> any_value;
     const RlRule* rule = nullptr;
     bool has_children = false;
-    // share_threshold on a wildcard: the value counters are keyed by (the file's "prefix*").
+    // share_threshold on a wildcard: the value counters are keyed by (the file's pattern).
     std::string shared_value;
   };
   class Builder;
