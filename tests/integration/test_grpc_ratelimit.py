@@ -309,6 +309,23 @@ class RatelimitConfigTest(unittest.TestCase):
         res = self.call("wild", [("route", "foo-baz-bar")])
         self.assertFalse(res.statuses[0].HasField("current_limit"))
 
+    def test_an_over_limit_status_has_nothing_remaining(self):
+        # 3 a minute and a call of 5: OVER_LIMIT with 0 left, though nothing is used. The other
+        # descriptor took nothing from the denied call: its status says what it still has.
+        res = self.call("edge", {"entries": [("remote_address", "10.6.6.6")], "addend": 5},
+                        [("path", "/login")])
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual([(s.code, s.limit_remaining) for s in res.statuses],
+                         [(OVER_LIMIT, 0), (OK, 2)])
+
+    def test_a_descriptor_without_entries_is_answered_ok(self):
+        res = self.call("edge", [])
+        self.assertEqual((res.overall_code, res.statuses[0].code), (OK, OK))
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+        res = self.call("edge", [], [("remote_address", "10.5.5.5")])
+        self.assertEqual([s.code for s in res.statuses], [OK, OK])
+        self.assertEqual(res.statuses[1].limit_remaining, 2)
+
     def test_rule_subjects_are_reserved(self):
         status, _, body = self.svc.check({"subject": "rl:edge/remote_address=10.0.0.1",
                                           "plan": "free"})

@@ -32,12 +32,15 @@ bool SameLimit(const Plan& a, const Plan& b) {
   return true;
 }
 
-void SetStatus(const LimitDecision& limit, rlsv3::RateLimitResponse::DescriptorStatus* status) {
-  status->set_code(limit.violated ? rlsv3::RateLimitResponse::OVER_LIMIT
-                                  : rlsv3::RateLimitResponse::OK);
+// A descriptor's status: OVER_LIMIT when `over`; its limit, what is left (0 when over, or when a
+// shadow limit would have denied: no room for this call either way) and the time until reset.
+void SetStatus(const LimitDecision& limit, bool over,
+               rlsv3::RateLimitResponse::DescriptorStatus* status) {
+  status->set_code(over ? rlsv3::RateLimitResponse::OVER_LIMIT : rlsv3::RateLimitResponse::OK);
   *status->mutable_current_limit() = CurrentLimit(limit);
+  const int64_t remaining = over || limit.would_deny ? 0 : limit.remaining;
   status->set_limit_remaining(static_cast<uint32_t>(
-      std::clamp<int64_t>(limit.remaining, 0, std::numeric_limits<uint32_t>::max())));
+      std::clamp<int64_t>(remaining, 0, std::numeric_limits<uint32_t>::max())));
   status->mutable_duration_until_reset()->set_seconds(limit.reset_after);
 }
 
@@ -192,10 +195,9 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
     }
     const Decision& d = decisions[part];
     if (d.limits.empty()) continue;
-    SetStatus(d.limits.front(), status);
     // Denied because the store failed (on_store_error: deny): no limit was violated, but the
     // descriptors counted are what was refused; an OK beside OVER_LIMIT would contradict it.
-    if (!allowed && d.degraded) status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
+    SetStatus(d.limits.front(), d.limits.front().violated || (!allowed && d.degraded), status);
     // Envoy's RateLimit.name is the rule's `name` (none for an override), not sluice's limit.
     const RlRule* rule = q.parts[part].rule;
     status->mutable_current_limit()->set_name(rule != nullptr ? rule->name : "");

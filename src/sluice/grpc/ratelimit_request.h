@@ -59,11 +59,16 @@ struct RlQuery {
 [[nodiscard]] std::vector<GroupPart> GroupParts(const RlQuery& q);
 
 // The answer to `q` decided as `decisions` (one per part, in order; empty when `q` has no part):
-// overall OK or OVER_LIMIT; per descriptor OVER_LIMIT when its limit denied, else OK (a shadow
-// limit that would have denied is OK, and named in Sluice-Shadow-Denied), its limit, remaining and
-// time until reset (none for a descriptor nothing limits; an `unlimited` one reports the largest
-// remaining, as envoyproxy/ratelimit does); the RateLimit headers of every counted limit, and on
-// OVER_LIMIT Retry-After and a problem+json raw_body like the HTTP answer's.
+// overall OK or OVER_LIMIT; per descriptor OVER_LIMIT when its limit denied, or when the store
+// failed under on_store_error deny; else OK (a shadow limit that would have denied is OK, and
+// named in Sluice-Shadow-Denied); its limit, remaining and time until reset (none for a
+// descriptor nothing limits; an `unlimited` one reports the largest remaining, as
+// envoyproxy/ratelimit does). `limit_remaining` is what the
+// counter has left for the call: 0 in an OVER_LIMIT status and for a shadow limit that would have
+// denied (even when less than the call's cost is left), else the quota less what is used — in a
+// denied call, which counted nothing, what the descriptor still has. Then the RateLimit headers
+// of every counted limit; on OVER_LIMIT Retry-After and a problem+json raw_body like the HTTP
+// answer's.
 [[nodiscard]] rlsv3::RateLimitResponse RlResponse(const RlQuery& q,
                                                   const std::vector<Decision>& decisions);
 

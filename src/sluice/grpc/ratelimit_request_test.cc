@@ -1,5 +1,6 @@
 #include "sluice/grpc/ratelimit_request.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ descriptors:
   - key: path
     value: /b
     rate_limit: {unit: hour, requests_per_unit: 5, replaces: [{name: a_limit}]}
+  - key: path
+    value: /beta
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
 )";
 
 class ParseRlRequestTest : public ::testing::Test {
@@ -60,6 +65,35 @@ class ParseRlRequestTest : public ::testing::Test {
     absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
     EXPECT_FALSE(q.ok());
     return q.ok() ? "" : std::string(q.status().message());
+  }
+
+  // The decision of part `i` of `q`: its one limit with `used` after the call (the counter as it
+  // was when the call was denied), violated or would-deny as the store would report it.
+  static Decision Decided(const RlQuery& q, size_t i, bool allowed, int64_t used) {
+    const Limit& limit = q.parts[i].plan->limits[0];
+    Decision d{.plan = q.parts[i].plan, .allowed = allowed};
+    const bool over = allowed ? used > limit.quota : used + q.parts[i].cost > limit.quota;
+    d.limits.push_back({.limit = &limit,
+                        .used = used,
+                        .remaining = std::max<int64_t>(limit.quota - used, 0),
+                        .reset_after = 30,
+                        .violated = !limit.shadow && !allowed && over,
+                        .would_deny = limit.shadow && over});
+    return d;
+  }
+  // Every part of `q` decided by a store that holds `used` (per part, before the call): admitted
+  // iff every enforced limit fits, as a group decision is.
+  static std::vector<Decision> DecideAll(const RlQuery& q, const std::vector<int64_t>& used) {
+    bool allowed = true;
+    for (size_t i = 0; i < q.parts.size(); ++i) {
+      const Limit& limit = q.parts[i].plan->limits[0];
+      if (!limit.shadow && used[i] + q.parts[i].cost > limit.quota) allowed = false;
+    }
+    std::vector<Decision> out;
+    for (size_t i = 0; i < q.parts.size(); ++i) {
+      out.push_back(Decided(q, i, allowed, allowed ? used[i] + q.parts[i].cost : used[i]));
+    }
+    return out;
   }
 
   std::shared_ptr<const RlRuleSet> rules_;
@@ -147,9 +181,6 @@ TEST_F(ParseRlRequestTest, AnOverrideLimitsEvenWithoutARule) {
 
 TEST_F(ParseRlRequestTest, BadRequestsNameTheDescriptor) {
   EXPECT_EQ(ErrorOf(), "descriptors: at least one is required");
-  Add({});
-  EXPECT_EQ(ErrorOf(), "descriptors[0]: entries: at least one is required");
-  req_.clear_descriptors();
   Add({{"remote_address", std::string(1025, 'x')}});
   EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[0]: entries[0].value: longer than 1024 bytes"));
   req_.clear_descriptors();
@@ -171,6 +202,50 @@ TEST_F(ParseRlRequestTest, BadRequestsNameTheDescriptor) {
   d.mutable_limit()->set_requests_per_unit(9);
   d.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
   EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[1]: names the counter of an earlier descriptor"));
+}
+
+TEST_F(ParseRlRequestTest, ADescriptorWithoutEntriesIsAnsweredOkWithoutALimit) {
+  Add({});
+  Add({{"remote_address", "10.0.0.1"}});
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 1u);
+  EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{RlQuery::kNoPart, 0}));
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {0}));
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  ASSERT_EQ(res.statuses_size(), 2);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_FALSE(res.statuses(0).has_current_limit());
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 2u);
+}
+
+TEST_F(ParseRlRequestTest, AnOverLimitStatusHasNothingRemainingTheOthersWhatTheyHave) {
+  // 3 a minute: a call of 4 cannot fit, though nothing is used. The other descriptor's counter
+  // took nothing from the denied call: its status says what it still has.
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(4);
+  Add({{"path", "/b"}});
+  const RlQuery q = Parsed();
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {0, 1}));
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(res.statuses(0).current_limit().requests_per_unit(), 3u);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 4u);
+}
+
+TEST_F(ParseRlRequestTest, AShadowRuleThatWouldHaveDeniedIsOkWithNothingRemaining) {
+  // 5 an hour, 4 used, a call of 3: 1 is left, but not for this call. (The call is denied by the
+  // other descriptor, so the shadow counter did not move.)
+  Add({{"path", "/beta"}}).mutable_hits_addend()->set_value(3);
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(4);
+  const RlQuery q = Parsed();
+  const std::vector<Decision> decisions = DecideAll(q, {4, 0});
+  ASSERT_TRUE(decisions[0].limits[0].would_deny);
+  ASSERT_EQ(decisions[0].limits[0].remaining, 1);
+  const rlsv3::RateLimitResponse res = RlResponse(q, decisions);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
 }
 
 }  // namespace

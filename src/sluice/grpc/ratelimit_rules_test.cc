@@ -234,6 +234,19 @@ descriptors:
   EXPECT_NE(a, b);
 }
 
+TEST(RlRuleSetTest, ADescriptorWithoutEntriesMatchesNothing) {
+  auto set = Rules({R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"});
+  ASSERT_NE(set, nullptr);
+  std::string key = "unchanged";
+  EXPECT_EQ(set->Match("d", {}, &key), nullptr);
+  EXPECT_EQ(key, "unchanged");
+}
+
 TEST(RlRuleSetTest, RulesCarryTheirLimitAsAPlan) {
   auto set = Rules({kEdge});
   ASSERT_NE(set, nullptr);
