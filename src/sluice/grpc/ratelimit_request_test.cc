@@ -32,6 +32,16 @@ descriptors:
     value: /beta
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: bucket
+    value: gold
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {bucket: {name: gold}, tier: gold}
+  - key: bucket
+    value: silver
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata: {bucket: {name: silver, spare: 1}, tier: silver, region: eu}
 )";
 
 class ParseRlRequestTest : public ::testing::Test {
@@ -246,6 +256,130 @@ TEST_F(ParseRlRequestTest, AShadowRuleThatWouldHaveDeniedIsOkWithNothingRemainin
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
   EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OK);
   EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+}
+
+TEST_F(ParseRlRequestTest, QuotaRulesDenyOnlyWhenEveryOneIsSpent) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  Add({{"remote_address", "10.0.0.1"}});
+  RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 3u);
+  // Gold (1 a minute) is used up, silver (2) is not: the denial is gold's alone, so the call is
+  // decided again with gold spent.
+  std::vector<Decision> first = DecideAll(q, {1, 0, 0});
+  ASSERT_FALSE(first[0].allowed);
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, first));
+  EXPECT_TRUE(q.parts[0].spent);
+  EXPECT_FALSE(q.parts[1].spent);
+  EXPECT_EQ(q.parts[0].plan, &q.parts[0].rule->spent_plan);
+  EXPECT_TRUE(GroupParts(q)[0].plan->limits[0].shadow);
+  // The second decision admits the call; gold is counted as a shadow limit and answered over.
+  const std::vector<Decision> second = DecideAll(q, {1, 0, 0});
+  ASSERT_TRUE(second[0].allowed);
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, second));
+  const rlsv3::RateLimitResponse res = RlResponse(q, second);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 1u);
+  EXPECT_EQ(res.statuses(2).code(), rlsv3::RateLimitResponse::OK);
+  // A spent quota rule is no shadow denial.
+  for (const auto& h : res.response_headers_to_add()) EXPECT_NE(h.key(), "Sluice-Shadow-Denied");
+  EXPECT_FALSE(Combined(q, second).limits[0].would_deny);
+  EXPECT_TRUE(PartOverLimit(q, 0, second[0]));
+  EXPECT_FALSE(PartOverLimit(q, 1, second[1]));
+}
+
+TEST_F(ParseRlRequestTest, EveryQuotaRuleSpentDeniesTheCall) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  RlQuery q = Parsed();
+  const std::vector<Decision> both = DecideAll(q, {1, 2});
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, both));
+  EXPECT_FALSE(q.parts[0].spent || q.parts[1].spent);
+  rlsv3::RateLimitResponse res = RlResponse(q, both);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  // Spent in an earlier decision, then the last one runs out: denied, both over.
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0})));
+  const std::vector<Decision> last = DecideAll(q, {1, 2});
+  EXPECT_FALSE(last[0].allowed);
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, last));
+  res = RlResponse(q, last);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+}
+
+TEST_F(ParseRlRequestTest, ARuleNotInQuotaModeDeniesWhateverTheQuotasSay) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  Add({{"remote_address", "10.0.0.1"}});
+  RlQuery q = Parsed();
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0, 3})));
+  EXPECT_FALSE(q.parts[0].spent);
+  // A single quota rule over its limit: no other has room, so the call is denied.
+  req_.clear_descriptors();
+  Add({{"bucket", "gold"}});
+  q = Parsed();
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, DecideAll(q, {1})));
+}
+
+TEST_F(ParseRlRequestTest, DynamicMetadataDescribesTheRequestAndMergesPassingRules) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}}).mutable_hits_addend()->set_value(1);
+  auto& overridden = Add({{"remote_address", "10.0.0.1"}, {"x", "y"}});
+  overridden.mutable_limit()->set_requests_per_unit(10);
+  overridden.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  Add({{"path", "/health"}});
+  req_.set_hits_addend(1);
+  absl::StatusOr<RlQuery> parsed = ParseRlRequest(req_, *rules_, {.dynamic_metadata = true});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  RlQuery q = *std::move(parsed);
+  // Gold is spent: its metadata is not sent, silver's is.
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0, 0})));
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {1, 0, 0}));
+  ASSERT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  const auto& fields = res.dynamic_metadata().fields();
+  EXPECT_EQ(fields.at("domain").string_value(), "edge");
+  EXPECT_EQ(fields.at("hitsAddend").number_value(), 1);
+  const auto& descriptors = fields.at("descriptors").list_value();
+  ASSERT_EQ(descriptors.values_size(), 4);
+  const auto& first = descriptors.values(0).struct_value().fields();
+  EXPECT_EQ(first.at("entries").list_value().values(0).string_value(), "bucket=gold");
+  EXPECT_EQ(first.count("limit"), 0u);
+  EXPECT_EQ(first.count("hitsAddend"), 0u);
+  EXPECT_EQ(descriptors.values(1).struct_value().fields().at("hitsAddend").number_value(), 1);
+  const auto& third = descriptors.values(2).struct_value().fields();
+  EXPECT_EQ(third.at("entries").list_value().values(1).string_value(), "x=y");
+  EXPECT_EQ(third.at("limit").string_value(), "requests_per_unit:10 unit:MINUTE");
+  const auto& metadata = fields.at("metadata").struct_value().fields();
+  EXPECT_EQ(metadata.at("tier").string_value(), "silver");
+  EXPECT_EQ(metadata.at("region").string_value(), "eu");
+  EXPECT_EQ(metadata.at("bucket").struct_value().fields().at("name").string_value(), "silver");
+}
+
+TEST_F(ParseRlRequestTest, MetadataOfSeveralRulesIsMergedEarliestFirst) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_, {.dynamic_metadata = true});
+  ASSERT_TRUE(q.ok()) << q.status();
+  const rlsv3::RateLimitResponse res = RlResponse(*q, DecideAll(*q, {0, 0}));
+  const auto& metadata = res.dynamic_metadata().fields().at("metadata").struct_value().fields();
+  EXPECT_EQ(metadata.at("tier").string_value(), "gold");  // set first, kept
+  EXPECT_EQ(metadata.at("region").string_value(), "eu");
+  const auto& bucket = metadata.at("bucket").struct_value().fields();
+  EXPECT_EQ(bucket.at("name").string_value(), "gold");
+  EXPECT_EQ(bucket.at("spare").number_value(), 1);  // maps under one key are merged
+  // The rules' own metadata is left as it was.
+  EXPECT_EQ(q->parts[0].rule->metadata.fields().at("bucket").struct_value().fields().size(), 1u);
+  // Without the option, no dynamic metadata; and none but the request's when no rule passes.
+  EXPECT_FALSE(RlResponse(Parsed(), DecideAll(Parsed(), {0, 0})).has_dynamic_metadata());
+  const rlsv3::RateLimitResponse denied = RlResponse(*q, DecideAll(*q, {1, 2}));
+  EXPECT_EQ(denied.dynamic_metadata().fields().count("metadata"), 0u);
+  EXPECT_EQ(denied.dynamic_metadata().fields().count("domain"), 1u);
 }
 
 }  // namespace

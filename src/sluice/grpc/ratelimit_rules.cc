@@ -90,6 +90,37 @@ Plan OneLimitPlan(std::string name, uint32_t quota, RlUnit unit, const config::W
   return plan;
 }
 
+// A metadata value of the files as protobuf's Value (what envoyproxy/ratelimit sends).
+void ToProto(const config::RlMetadataValue& in, google::protobuf::Value* out) {
+  using Kind = config::RlMetadataValue::Kind;
+  switch (in.kind) {
+    case Kind::kNull:
+      out->set_null_value(google::protobuf::NULL_VALUE);
+      return;
+    case Kind::kBool:
+      out->set_bool_value(in.boolean);
+      return;
+    case Kind::kNumber:
+      out->set_number_value(in.number);
+      return;
+    case Kind::kString:
+      out->set_string_value(in.string);
+      return;
+    case Kind::kList: {
+      google::protobuf::ListValue* list = out->mutable_list_value();
+      for (const config::RlMetadataValue& item : in.list) ToProto(item, list->add_values());
+      return;
+    }
+    case Kind::kMap: {
+      google::protobuf::Struct* fields = out->mutable_struct_value();
+      for (const config::RlMetadataField& field : in.map) {
+        ToProto(field.value, &(*fields->mutable_fields())[field.key]);
+      }
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 RlWildcard::RlWildcard(std::string_view pattern) {
@@ -242,6 +273,12 @@ class RlRuleSet::Builder {
         rule->name = d.rate_limit->name;
         rule->unlimited = d.rate_limit->unlimited;
         rule->shadow = d.shadow_mode;
+        rule->quota = d.quota_mode && !d.rate_limit->unlimited;
+        if (d.metadata.has_value()) {
+          google::protobuf::Value metadata;
+          ToProto(*d.metadata, &metadata);
+          rule->metadata = metadata.struct_value();
+        }
         rule->detailed_metric = d.detailed_metric;
         rule->replaces = d.rate_limit->replaces;
         rule->requests_per_unit = d.rate_limit->requests_per_unit;
@@ -259,6 +296,10 @@ class RlRuleSet::Builder {
           }
           rule->plan = OneLimitPlan(rule->path, rule->requests_per_unit, rule->unit, *window);
           rule->plan.limits[0].shadow = rule->shadow;  // counted and reported, never denying
+          if (rule->quota) {
+            rule->spent_plan = rule->plan;
+            rule->spent_plan.limits[0].shadow = true;
+          }
         }
         set_.nodes_[index].rule = rule.get();
         set_.rules_.push_back(std::move(rule));

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "google/protobuf/struct.pb.h"
 #include "sluice/config/config.h"
 #include "sluice/config/ratelimit_file.h"
 #include "sluice/limiter/plan.h"
@@ -70,7 +71,13 @@ struct RlRule {
   std::string path;
   std::string name;  // rate_limit.name, or ""
   bool unlimited = false;
-  bool shadow = false;           // shadow_mode: decided and counted, reported, never denied
+  bool shadow = false;  // shadow_mode: decided and counted, reported, never denied
+  // quota_mode, as envoyproxy/ratelimit means it: the rules of one call in quota mode are
+  // alternatives. A call is denied for them only when every one is over its limit; while any has
+  // room, the call is admitted (if its other rules allow it), the ones over their limit are still
+  // counted (as shadow limits: `spent_plan`) and answered OVER_LIMIT in their own status. Never
+  // with `unlimited`. A rule in shadow mode as well never denies: quota mode changes nothing.
+  bool quota = false;
   bool detailed_metric = false;  // kept from the file (sluice counts per value regardless)
   std::vector<std::string> replaces;
   config::RlUnit unit = config::RlUnit::kSecond;  // meaningless when unlimited
@@ -81,6 +88,12 @@ struct RlRule {
   // cost > 0), so only a peek (cost 0) is allowed. No limits at all when `unlimited`: nothing is
   // counted. The plan's name is `path`.
   Plan plan;
+  // With `quota`: `plan` with its limit in shadow (same counter), what the rule is decided by once
+  // it is known to be over its limit in a call (ratelimit_request.h, RetryWithoutSpentQuotas).
+  Plan spent_plan;
+  // The descriptor's `metadata` (an empty Struct when it has none), merged into the response's
+  // dynamic_metadata when this rule lets a call pass (ratelimit_request.h).
+  google::protobuf::Struct metadata;
 };
 
 // The window of a unit: second 1s, minute 1m, hour 1h; day, week (from Monday), month and year

@@ -247,6 +247,48 @@ descriptors:
   EXPECT_EQ(key, "unchanged");
 }
 
+TEST(RlRuleSetTest, QuotaModeAndMetadataCarryOver) {
+  auto set = Rules({R"(
+domain: q
+descriptors:
+  - key: bucket
+    value: gold
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata: {bucket: {name: gold}, weight: 3, on: yes}
+  - key: bucket
+    value: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"});
+  ASSERT_NE(set, nullptr);
+  const RlRule* gold = set->Match("q", std::vector<RlEntry>{{"bucket", "gold"}}, nullptr);
+  ASSERT_NE(gold, nullptr);
+  EXPECT_TRUE(gold->quota);
+  EXPECT_FALSE(gold->plan.limits[0].shadow);
+  // Once spent, the same counter, decided as a shadow limit.
+  ASSERT_EQ(gold->spent_plan.limits.size(), 1u);
+  EXPECT_TRUE(gold->spent_plan.limits[0].shadow);
+  EXPECT_EQ(gold->spent_plan.limits[0].tag, gold->plan.limits[0].tag);
+  EXPECT_EQ(gold->spent_plan.limits[0].quota, 2);
+  EXPECT_EQ(gold->spent_plan.name, gold->plan.name);
+  const auto& fields = gold->metadata.fields();
+  ASSERT_EQ(fields.size(), 3u);
+  EXPECT_EQ(fields.at("bucket").struct_value().fields().at("name").string_value(), "gold");
+  EXPECT_EQ(fields.at("weight").number_value(), 3);
+  EXPECT_TRUE(fields.at("true").bool_value());  // the key `on` is YAML 1.1's true
+  // Quota mode means nothing for an unlimited rule; a rule without metadata has none.
+  const RlRule* free = set->Match("q", std::vector<RlEntry>{{"bucket", "free"}}, nullptr);
+  ASSERT_NE(free, nullptr);
+  EXPECT_FALSE(free->quota);
+  const RlRule* other = set->Match("q", std::vector<RlEntry>{{"bucket", "x"}}, nullptr);
+  ASSERT_NE(other, nullptr);
+  EXPECT_FALSE(other->quota);
+  EXPECT_TRUE(other->metadata.fields().empty());
+}
+
 TEST(RlRuleSetTest, RulesCarryTheirLimitAsAPlan) {
   auto set = Rules({kEdge});
   ASSERT_NE(set, nullptr);
