@@ -385,6 +385,11 @@ class RatelimitConfigTest(unittest.TestCase):
         rule = 'domain="quotas",rule="quotas.bucket_small"'
         lines = test_redis.metric_lines(self.svc, "sluice_ratelimit_rule_hits_total{")
         self.assertIn(f'sluice_ratelimit_rule_hits_total{{{rule},result="over_limit"}} 2', lines)
+        # Four calls, four decisions, though the second was decided twice.
+        self.assertEqual(test_redis.metric_lines(self.svc, "sluice_decision_duration_seconds_count"),
+                         ["sluice_decision_duration_seconds_count 4"])
+        lines = test_redis.metric_lines(self.svc, "sluice_decisions_total{")
+        self.assertEqual(sum(int(line.rsplit(" ", 1)[1]) for line in lines), 4)
         # Without dynamic metadata asked for, none is sent.
         self.assertFalse(res.HasField("dynamic_metadata"))
 

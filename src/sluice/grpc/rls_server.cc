@@ -393,18 +393,19 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
   state->fe->limiter->DecideGroup(
       state->query.group, parts,
       [this, call, state](absl::StatusOr<std::vector<sluice::Decision>> decisions) {
+        // Denied by rules in quota mode while another still has room: decided again without them
+        // (the denial counted nothing). Bounded by the call's quota rules. The call's decision
+        // is the last one, and its time runs from the first.
+        if (decisions.ok() && RetryWithoutSpentQuotas(state->query, *decisions)) {
+          DecideRules(call, state);
+          return;
+        }
         http_metrics_->ObserveDecisionSeconds(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
         if (!decisions.ok()) {
           if (call.Fail(GrpcCode::kInvalidArgument, ToStd(decisions.status().message()))) {
             invalid_.Inc();
           }
-          return;
-        }
-        // Denied by rules in quota mode while another still has room: decided again without them
-        // (the denial counted nothing). Bounded by the call's quota rules.
-        if (RetryWithoutSpentQuotas(state->query, *decisions)) {
-          DecideRules(call, state);
           return;
         }
         http_metrics_->CountDecision(*state->fe, state->query.group,
