@@ -14,6 +14,8 @@ import harness
 import test_redis
 from test_grpc import OK, OVER_LIMIT, Client, grpc, headers, rls
 
+from google.protobuf import json_format  # found where test_grpc found grpc
+
 Unit = rls.RateLimitResponse.RateLimit
 
 # Written in envoyproxy/ratelimit's format, as its users have them.
@@ -76,6 +78,58 @@ descriptors:
         - name: per_account
 """
 
+# A star anywhere in a value, as envoyproxy/ratelimit matches it.
+WILD = """
+domain: wild
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: path
+    value: "*.pdf"
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: route
+    value: foo*bar*baz
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+"""
+
+# Two quota buckets a call may take from, and an ordinary rule beside them.
+QUOTAS = """
+domain: quotas
+descriptors:
+  - key: bucket
+    value: small
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+    metadata:
+      bucket:
+        name: small
+      small_only: yes
+  - key: bucket
+    value: large
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+    metadata:
+      bucket:
+        name: large
+        size: 2
+  - key: client
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+"""
+
 PLANS = """
 plans:
   free:
@@ -112,8 +166,14 @@ def write_rules(directory, files):
     return rules
 
 
-def envoy_yaml(rules):
-    return f"envoy:\n  ratelimit_config: {json.dumps(rules)}\n"
+def envoy_yaml(rules, dynamic_metadata=False):
+    text = f"envoy:\n  ratelimit_config: {json.dumps(rules)}\n"
+    if dynamic_metadata:
+        text += "  response_dynamic_metadata: true\n"
+    return text
+
+
+BUCKETS = ([("bucket", "small")], [("bucket", "large")])
 
 
 class RatelimitConfigTest(unittest.TestCase):
@@ -122,7 +182,8 @@ class RatelimitConfigTest(unittest.TestCase):
         harness.clear_of_window_end(60, 15)
         d = harness.tempdir()
         self.addCleanup(d.cleanup)
-        self.rules = write_rules(d.name, {"edge.yaml": EDGE, "billing.yml": REPLACING})
+        self.rules = write_rules(d.name, {"edge.yaml": EDGE, "billing.yml": REPLACING,
+                                          "wild.yaml": WILD, "quotas.yaml": QUOTAS})
         self.grpc_port = harness.free_port()
         self.svc = harness.Service(PLANS + envoy_yaml(self.rules), d.name,
                                    extra_server=f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n')
@@ -266,6 +327,82 @@ class RatelimitConfigTest(unittest.TestCase):
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OK)
         self.assertEqual(self.call("billing", [("account", "big")]).overall_code, OVER_LIMIT)
 
+    def test_a_star_anywhere_in_a_value_matches_any_run(self):
+        for remaining in (1, 0):
+            res = self.call("wild", [("path", "/api/v1/action")])
+            self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, remaining))
+        self.assertEqual(self.call("wild", [("path", "/api/v1/action")]).overall_code, OVER_LIMIT)
+        # Each value its own counter; a value the pattern does not match has no limit.
+        self.assertEqual(self.call("wild", [("path", "/api/v2/action")]).overall_code, OK)
+        res = self.call("wild", [("path", "/api/v2/other")])
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+        # A leading star.
+        self.assertEqual(self.call("wild", [("path", "/docs/a.pdf")]).overall_code, OK)
+        self.assertEqual(self.call("wild", [("path", "/docs/a.pdf")]).overall_code, OVER_LIMIT)
+        # Several stars, in order, with share_threshold: one counter for every value matched.
+        res = self.call("wild", [("route", "foo-1-bar-1-baz")])
+        self.assertEqual((res.overall_code, res.statuses[0].current_limit.requests_per_unit),
+                         (OK, 1))
+        self.assertEqual(self.call("wild", [("route", "foo2bar2baz")]).overall_code, OVER_LIMIT)
+        res = self.call("wild", [("route", "foo-baz-bar")])
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+
+    def test_an_over_limit_status_has_nothing_remaining(self):
+        # 3 a minute and a call of 5: OVER_LIMIT with 0 left, though nothing is used. The other
+        # descriptor took nothing from the denied call: its status says what it still has.
+        res = self.call("edge", {"entries": [("remote_address", "10.6.6.6")], "addend": 5},
+                        [("path", "/login")])
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual([(s.code, s.limit_remaining) for s in res.statuses],
+                         [(OVER_LIMIT, 0), (OK, 2)])
+
+    def test_a_descriptor_without_entries_is_answered_ok(self):
+        res = self.call("edge", [])
+        self.assertEqual((res.overall_code, res.statuses[0].code), (OK, OK))
+        self.assertFalse(res.statuses[0].HasField("current_limit"))
+        res = self.call("edge", [], [("remote_address", "10.5.5.5")])
+        self.assertEqual([s.code for s in res.statuses], [OK, OK])
+        self.assertEqual(res.statuses[1].limit_remaining, 2)
+
+    def test_quota_mode_denies_only_when_every_bucket_is_spent(self):
+        call = (*BUCKETS, [("client", "c1")])
+        res = self.call("quotas", *call)
+        self.assertEqual(res.overall_code, OK)
+        self.assertEqual([(s.code, s.limit_remaining) for s in res.statuses],
+                         [(OK, 0), (OK, 1), (OK, 4)])
+        # The small bucket is spent, the large one admits the call; both are counted.
+        res = self.call("quotas", *call)
+        self.assertEqual(res.overall_code, OK)
+        self.assertEqual([(s.code, s.limit_remaining) for s in res.statuses],
+                         [(OVER_LIMIT, 0), (OK, 0), (OK, 3)])
+        self.assertNotIn("Sluice-Shadow-Denied", headers(res))
+        # Both spent: denied, and nothing counted (the client's counter stays at 2 used).
+        res = self.call("quotas", *call)
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual([(s.code, s.limit_remaining) for s in res.statuses],
+                         [(OVER_LIMIT, 0), (OVER_LIMIT, 0), (OK, 3)])
+        self.assertEqual(self.call("quotas", [("client", "c1")]).statuses[0].limit_remaining, 2)
+        rule = 'domain="quotas",rule="quotas.bucket_small"'
+        lines = test_redis.metric_lines(self.svc, "sluice_ratelimit_rule_hits_total{")
+        self.assertIn(f'sluice_ratelimit_rule_hits_total{{{rule},result="over_limit"}} 2', lines)
+        # Four calls, four decisions, though the second was decided twice.
+        self.assertEqual(test_redis.metric_lines(self.svc, "sluice_decision_duration_seconds_count"),
+                         ["sluice_decision_duration_seconds_count 4"])
+        lines = test_redis.metric_lines(self.svc, "sluice_decisions_total{")
+        self.assertEqual(sum(int(line.rsplit(" ", 1)[1]) for line in lines), 4)
+        # Without dynamic metadata asked for, none is sent.
+        self.assertFalse(res.HasField("dynamic_metadata"))
+
+    def test_quota_mode_does_not_save_a_call_another_rule_denies(self):
+        res = self.call("quotas", *BUCKETS,
+                        {"entries": [("client", "c2")], "addend": 0},
+                        {"entries": [("client", "c3")], "limit": (0, Unit.MINUTE)})
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual([s.code for s in res.statuses], [OK, OK, OK, OVER_LIMIT])
+        # The buckets took nothing from the denied call.
+        res = self.call("quotas", BUCKETS[0])
+        self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, 0))
+
     def test_rule_subjects_are_reserved(self):
         status, _, body = self.svc.check({"subject": "rl:edge/remote_address=10.0.0.1",
                                           "plan": "free"})
@@ -316,10 +453,69 @@ class RatelimitConfigErrorsTest(unittest.TestCase):
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn("bad.yaml", done.stderr + done.stdout)
 
+    def test_check_config_accepts_quota_mode_metadata_and_stars_anywhere(self):
+        done = self.check_config({"quotas.yaml": QUOTAS, "wild.yaml": WILD})
+        self.assertEqual(done.returncode, 0, done.stderr + done.stdout)
+        done = self.check_config({"bad.yaml": WILD.replace("value: foo*bar*baz", "value: foo")})
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("share_threshold", done.stderr + done.stdout)
+
     def test_two_files_of_one_domain_are_refused(self):
         done = self.check_config({"a.yaml": EDGE, "b.yaml": EDGE})
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("edge", done.stderr + done.stdout)
+
+
+class RatelimitDynamicMetadataTest(unittest.TestCase):
+    """envoy.response_dynamic_metadata: true, as envoyproxy/ratelimit's
+    RESPONSE_DYNAMIC_METADATA=true."""
+
+    def setUp(self):
+        harness.clear_of_window_end(60, 15)
+        d = harness.tempdir()
+        self.addCleanup(d.cleanup)
+        rules = write_rules(d.name, {"quotas.yaml": QUOTAS})
+        grpc_port = harness.free_port()
+        self.svc = harness.Service(PLANS + envoy_yaml(rules, dynamic_metadata=True), d.name,
+                                   extra_server=f'  grpc_listen: "127.0.0.1:{grpc_port}"\n')
+        self.svc.__enter__()
+        self.addCleanup(self.svc.__exit__)
+        self.client = Client(grpc_port)
+        self.addCleanup(self.client.close)
+
+    def call(self, *args, **kwargs):
+        return self.client.call(request(*args, **kwargs), timeout=10)
+
+    def test_the_request_and_the_metadata_of_the_rules_that_let_it_pass(self):
+        res = self.call("quotas", *BUCKETS, [("client", "c1"), ("tier", "x")], hits_addend=1)
+        meta = json_format.MessageToDict(res.dynamic_metadata)
+        self.assertEqual(meta["domain"], "quotas")
+        self.assertEqual(meta["hitsAddend"], 1)
+        self.assertEqual([d["entries"] for d in meta["descriptors"]],
+                         [["bucket=small"], ["bucket=large"], ["client=c1", "tier=x"]])
+        # Both buckets passed: merged in request order, the first value of a key kept.
+        self.assertEqual(meta["metadata"], {"bucket": {"name": "small", "size": 2},
+                                             "small_only": True})
+        # The small bucket is spent: only the large one's metadata is sent.
+        res = self.call("quotas", *BUCKETS)
+        self.assertEqual(res.overall_code, OK)
+        meta = json_format.MessageToDict(res.dynamic_metadata)
+        self.assertEqual(meta["metadata"], {"bucket": {"name": "large", "size": 2}})
+        self.assertNotIn("hitsAddend", meta)
+        # Both spent: the request is described, no rule passed.
+        res = self.call("quotas", *BUCKETS)
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        meta = json_format.MessageToDict(res.dynamic_metadata)
+        self.assertEqual(meta["domain"], "quotas")
+        self.assertNotIn("metadata", meta)
+
+    def test_an_override_and_a_descriptor_hits_addend_are_described(self):
+        res = self.call("quotas", {"entries": [("client", "c9")], "limit": (7, Unit.HOUR),
+                                   "addend": 2})
+        meta = json_format.MessageToDict(res.dynamic_metadata)
+        (d,) = meta["descriptors"]
+        self.assertEqual(d, {"entries": ["client=c9"], "limit": "requests_per_unit:7 unit:HOUR",
+                             "hitsAddend": 2})
 
 
 class RatelimitConfigRedisTest(unittest.TestCase):
@@ -375,6 +571,21 @@ class RatelimitConfigRedisTest(unittest.TestCase):
         self.assertNotIn("Sluice-Degraded", headers(res))
         res = client.call(request("z", [("route", "/r")]), timeout=10)
         self.assertEqual((res.overall_code, res.statuses[0].limit_remaining), (OK, 4))
+
+    def test_quota_mode_on_redis_decides_again_without_the_spent_bucket(self):
+        redis = test_redis.RedisServer().start()
+        self.addCleanup(redis.close)
+        svc, client = self.service(redis.port, self.rules(QUOTAS), timeout="500ms")
+        test_redis.RedisStoreTest.warm(self, svc)
+        harness.clear_of_window_end(60, 15)
+        codes = []
+        for _ in range(4):
+            res = client.call(request("quotas", *BUCKETS), timeout=10)
+            codes.append((res.overall_code, [s.code for s in res.statuses]))
+        self.assertEqual(codes, [(OK, [OK, OK]), (OK, [OVER_LIMIT, OK]),
+                                 (OVER_LIMIT, [OVER_LIMIT, OVER_LIMIT]),
+                                 (OVER_LIMIT, [OVER_LIMIT, OVER_LIMIT])])
+        self.assertNotIn("Sluice-Degraded", headers(res))
 
     def test_a_failing_store_follows_on_store_error(self):
         redis = test_redis.RedisServer().start()

@@ -842,7 +842,10 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 
 absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"descriptor_keys", "ratelimit_config"}, f));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(field, {"descriptor_keys", "ratelimit_config", "response_dynamic_metadata"}, f));
+  SLUICE_RETURN_IF_ERROR(
+      ReadBool(f.Get("response_dynamic_metadata"), envoy.response_dynamic_metadata));
   const Field ratelimit_config = f.Get("ratelimit_config");
   SLUICE_RETURN_IF_ERROR(ReadString(ratelimit_config, envoy.ratelimit_config));
   if (envoy.ratelimit_config.size() > kMaxPathLength ||

@@ -231,6 +231,10 @@ struct EnvoyConfig {
   // "": none. Used as written: a relative path is relative to the working directory, like every
   // other path of the file. Read by the server at start and on SIGHUP (and by check-config).
   std::string ratelimit_config;
+  // Answer the calls of ratelimit_config's domains with dynamic_metadata, as envoyproxy/ratelimit
+  // does with RESPONSE_DYNAMIC_METADATA=true (the request, and the `metadata` of the rules that
+  // let it pass: grpc/ratelimit_request.h). Off: none, as there by default.
+  bool response_dynamic_metadata = false;
 };
 
 struct Config {

@@ -825,6 +825,17 @@ TEST_F(ConfigTest, EnvoyRatelimitConfigIsAPathKeptAsWritten) {
               HasSubstr("envoy.ratelimit_config: expected a string"));
 }
 
+TEST_F(ConfigTest, EnvoyResponseDynamicMetadataIsOffUnlessAsked) {
+  absl::StatusOr<Config> none = Parse(WithPlan(""));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->envoy.response_dynamic_metadata);
+  absl::StatusOr<Config> on = Parse(WithPlan("envoy: {response_dynamic_metadata: true}\n"));
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->envoy.response_dynamic_metadata);
+  EXPECT_THAT(ErrorOf(WithPlan("envoy: {response_dynamic_metadata: sometimes}\n")),
+              HasSubstr("envoy.response_dynamic_metadata"));
+}
+
 TEST_F(ConfigTest, DenyStatusMustBe4xx) {
   EXPECT_EQ(ErrorOf(WithPlan("server: {deny_status: 500}\n")),
             "test.yaml: server.deny_status: must be between 400 and 499, got 500");

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <initializer_list>
+#include <limits>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -203,6 +205,193 @@ absl::Status ParseRateLimit(const Value& node, absl::string_view path, RlRateLim
   return absl::OkStatus();
 }
 
+struct YamlInt {
+  bool negative = false;
+  uint64_t magnitude = 0;
+};
+
+// YAML 1.1's integer forms, as envoyproxy/ratelimit's reader takes them (Go's base-0 integers):
+// an optional sign, then decimal, 0x hex, 0o or leading-0 octal, or 0b binary digits. `text` has
+// no '_' left. Empty when it is none of these or does not fit in 64 bits.
+std::optional<YamlInt> YamlInteger(absl::string_view text) {
+  bool negative = false;
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) {
+    negative = text[0] == '-';
+    text.remove_prefix(1);
+  }
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' &&
+      absl::ascii_isalpha(static_cast<unsigned char>(text[1]))) {
+    const char prefix = absl::ascii_tolower(static_cast<unsigned char>(text[1]));
+    base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : prefix == 'b' ? 2 : 0;
+    if (base == 0) return std::nullopt;
+    text.remove_prefix(2);
+  } else if (text.size() > 1 && text[0] == '0') {
+    base = 8;
+    text.remove_prefix(1);
+  }
+  if (text.empty()) return std::nullopt;
+  uint64_t value = 0;
+  for (const char c : text) {
+    int digit = 0;
+    if (absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+      digit = c - '0';
+    } else if (absl::ascii_isalpha(static_cast<unsigned char>(c))) {
+      digit = absl::ascii_tolower(static_cast<unsigned char>(c)) - 'a' + 10;
+    } else {
+      return std::nullopt;
+    }
+    if (digit >= base) return std::nullopt;
+    if (value > (UINT64_MAX - static_cast<uint64_t>(digit)) / static_cast<uint64_t>(base)) {
+      return std::nullopt;
+    }
+    value = value * static_cast<uint64_t>(base) + static_cast<uint64_t>(digit);
+  }
+  if (negative && value > uint64_t{1} << 63) return std::nullopt;
+  return YamlInt{.negative = negative, .magnitude = value};
+}
+
+std::string WithoutUnderscores(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+  return text;
+}
+
+// YAML 1.1's decimal fractions: [-+]? (.digits | digits(.digits?)?) ([eE][-+]?digits)?
+bool IsYamlFloat(absl::string_view text) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t from = i;
+    while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i > from;
+  };
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  } else {
+    if (!digits()) return false;
+    if (i < text.size() && text[i] == '.') {
+      ++i;
+      digits();
+    }
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == text.size();
+}
+
+// A plain scalar typed as YAML 1.1 types it (RlMetadataValue).
+RlMetadataValue TypedScalar(const std::string& text) {
+  RlMetadataValue out;
+  static constexpr absl::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                                "on",   "On",   "ON",   "y",   "Y"};
+  static constexpr absl::string_view kFalse[] = {"false", "False", "FALSE", "no", "No", "NO",
+                                                 "off",   "Off",   "OFF",   "n",  "N"};
+  static constexpr absl::string_view kInfinity[] = {".inf",  ".Inf",  ".INF",  "+.inf", "+.Inf",
+                                                    "+.INF", "-.inf", "-.Inf", "-.INF"};
+  static constexpr absl::string_view kNan[] = {".nan", ".NaN", ".NAN"};
+  const auto in = [&text](const auto& list) {
+    return std::find(std::begin(list), std::end(list), text) != std::end(list);
+  };
+  if (in(kTrue) || in(kFalse)) {
+    out.kind = RlMetadataValue::Kind::kBool;
+    out.boolean = in(kTrue);
+    return out;
+  }
+  if (in(kInfinity) || in(kNan)) {
+    out.kind = RlMetadataValue::Kind::kNumber;
+    out.number = in(kNan)                      ? std::numeric_limits<double>::quiet_NaN()
+                 : absl::StartsWith(text, "-") ? -std::numeric_limits<double>::infinity()
+                                               : std::numeric_limits<double>::infinity();
+    return out;
+  }
+  const char first = text.empty() ? '\0' : text[0];
+  if (absl::ascii_isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' ||
+      first == '.') {
+    // Underscores between digits are dropped before reading a number, as there.
+    const std::string digits = first == '.' ? text : WithoutUnderscores(text);
+    double number = 0;
+    if (const std::optional<YamlInt> integer = YamlInteger(digits); integer.has_value()) {
+      out.kind = RlMetadataValue::Kind::kNumber;
+      out.number = static_cast<double>(integer->magnitude) * (integer->negative ? -1 : 1);
+      return out;
+    }
+    if (IsYamlFloat(digits) && absl::SimpleAtod(digits, &number)) {
+      out.kind = RlMetadataValue::Kind::kNumber;
+      out.number = number;
+      return out;
+    }
+  }
+  out.kind = RlMetadataValue::Kind::kString;
+  out.string = text;
+  return out;
+}
+
+// The name a key of a `metadata` map gets there: its YAML 1.1 value as Go prints it, for a
+// boolean ("yes" is "true") or an integer ("0x10" is "16"); else the key as written.
+std::string MetadataKey(const Value& key) {
+  if (!key.plain) return key.Scalar();
+  const RlMetadataValue typed = TypedScalar(key.Scalar());
+  if (typed.kind == RlMetadataValue::Kind::kBool) return typed.boolean ? "true" : "false";
+  if (typed.kind == RlMetadataValue::Kind::kNumber) {
+    const std::optional<YamlInt> integer = YamlInteger(WithoutUnderscores(key.Scalar()));
+    if (integer.has_value()) {
+      return absl::StrCat(integer->negative && integer->magnitude != 0 ? "-" : "",
+                          integer->magnitude);
+    }
+  }
+  return key.Scalar();
+}
+
+// Any YAML value of a `metadata` map, typed (RlMetadataValue). Its size and nesting are the
+// file's (the YAML reader bounds both).
+absl::Status ReadMetadataValue(const Value& v, const std::string& path, RlMetadataValue& out) {
+  if (v.IsNull() || !v.IsDefined()) return absl::OkStatus();  // kNull
+  if (v.IsScalar()) {
+    if (v.plain) {
+      out = TypedScalar(v.Scalar());
+    } else {
+      out.kind = RlMetadataValue::Kind::kString;
+      out.string = v.Scalar();
+    }
+    return absl::OkStatus();
+  }
+  if (v.IsSequence()) {
+    out.kind = RlMetadataValue::Kind::kList;
+    out.list.resize(v.items.size());
+    for (size_t i = 0; i < v.items.size(); ++i) {
+      SLUICE_RETURN_IF_ERROR(
+          ReadMetadataValue(*v.items[i], absl::StrCat(path, "[", i, "]"), out.list[i]));
+    }
+    return absl::OkStatus();
+  }
+  out.kind = RlMetadataValue::Kind::kMap;
+  out.map.reserve(v.pairs.size());
+  absl::flat_hash_map<std::string, size_t> seen;
+  for (const auto& [key, value] : v.pairs) {
+    if (!key->IsScalar()) return Error(path, "metadata keys must be plain strings");
+    std::string name = MetadataKey(*key);
+    const std::string child = Child(path, absl::CHexEscape(name));
+    if (!seen.try_emplace(name, out.map.size()).second) return Error(child, "duplicate key");
+    RlMetadataField& field = out.map.emplace_back();
+    field.key = std::move(name);
+    SLUICE_RETURN_IF_ERROR(ReadMetadataValue(*value, child, field.value));
+  }
+  return absl::OkStatus();
+}
+
+// A descriptor's `metadata`: a map, or nothing (absent, null or empty, as there).
+absl::Status ReadMetadata(const Value* v, const std::string& path,
+                          std::optional<RlMetadataValue>& out) {
+  if (Absent(v)) return absl::OkStatus();
+  if (!v->IsMap()) return Error(path, absl::StrCat("expected a map, got ", KindOf(*v)));
+  if (v->pairs.empty()) return absl::OkStatus();
+  return ReadMetadataValue(*v, path, out.emplace());
+}
+
 class FileParser {
  public:
   absl::Status Descriptors(const Value* node, const std::string& path, size_t depth,
@@ -225,10 +414,11 @@ class FileParser {
                                          " in one file)"));
       }
       FieldMap f;
-      SLUICE_RETURN_IF_ERROR(ReadMap(*node->items[i], dpath,
-                                     {"key", "value", "rate_limit", "descriptors", "shadow_mode",
-                                      "detailed_metric", "value_to_metric", "share_threshold"},
-                                     f));
+      SLUICE_RETURN_IF_ERROR(
+          ReadMap(*node->items[i], dpath,
+                  {"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+                   "detailed_metric", "value_to_metric", "share_threshold", "metadata"},
+                  f));
       RlDescriptor& d = out.emplace_back();
       SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "key"), Child(dpath, "key"), d.key));
       if (d.key.empty()) return Error(Child(dpath, "key"), "missing required key");
@@ -252,7 +442,15 @@ class FileParser {
       SLUICE_RETURN_IF_ERROR(
           ReadBool(Get(f, "value_to_metric"), Child(dpath, "value_to_metric"), d.value_to_metric));
       SLUICE_RETURN_IF_ERROR(
+          ReadBool(Get(f, "quota_mode"), Child(dpath, "quota_mode"), d.quota_mode));
+      SLUICE_RETURN_IF_ERROR(
           ReadBool(Get(f, "share_threshold"), Child(dpath, "share_threshold"), d.share_threshold));
+      if (d.share_threshold && d.value.find('*') == std::string::npos) {
+        return Error(Child(dpath, "share_threshold"),
+                     "only a wildcard value (one containing '*') can share its threshold");
+      }
+      SLUICE_RETURN_IF_ERROR(
+          ReadMetadata(Get(f, "metadata"), Child(dpath, "metadata"), d.metadata));
       if (const Value* rl = Get(f, "rate_limit"); !Absent(rl)) {
         SLUICE_RETURN_IF_ERROR(
             ParseRateLimit(*rl, Child(dpath, "rate_limit"), d.rate_limit.emplace()));

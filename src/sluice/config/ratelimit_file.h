@@ -13,7 +13,8 @@
 //
 // The rules are envoyproxy/ratelimit's: unknown keys are errors, every descriptor has a key, a
 // key/value pair appears once per level, a domain once across all files, a unit is one of its
-// units (any case), `unlimited` goes without a unit, a `replaces` entry names another limit. Where
+// units (any case), `unlimited` goes without a unit, a `replaces` entry names another limit,
+// `share_threshold` goes with a wildcard value, `metadata` is a map (of anything). Where
 // envoyproxy/ratelimit accepts a mistake silently, this loader refuses it with a message: a key
 // valid somewhere in the format but misplaced (`shadow_mode` inside `rate_limit`), a `rate_limit`
 // without `requests_per_unit` (envoyproxy/ratelimit reads it as 0, which refuses every request;
@@ -49,18 +50,50 @@ struct RlRateLimit {
   std::vector<std::string> replaces;  // names of limits this one replaces (never empty strings)
 };
 
+struct RlMetadataField;
+
+// A value of a descriptor's `metadata`, typed as envoyproxy/ratelimit's YAML reader (YAML 1.1)
+// types it before passing it on as a google.protobuf.Value: a plain (unquoted) scalar is null
+// (`~`, `null`, nothing), a boolean (`true`, `yes`, `on`, `y`, ... in the cases YAML 1.1 lists),
+// a number (a decimal, hexadecimal `0x`, octal `0o` or leading `0`, or binary `0b` integer, `_`
+// allowed between digits; a decimal fraction or exponent; `.inf`, `.nan`), else a string; a quoted
+// or tagged scalar is a string.
+struct RlMetadataValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kList, kMap };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::vector<RlMetadataValue> list;
+  std::vector<RlMetadataField> map;  // in file order; keys distinct
+};
+
+struct RlMetadataField {
+  // As the file writes it; a plain key YAML 1.1 reads as a boolean or an integer is named as Go
+  // prints that value there ("yes" is "true", "0x10" is "16").
+  std::string key;
+  RlMetadataValue value;
+};
+
 struct RlDescriptor {
   std::string key;  // 1..kMaxRlKeyLength bytes
-  // "" : any value (one counter per distinct value); ending in '*': any value starting with what
-  // comes before the '*'; otherwise this value exactly. At most kMaxRlKeyLength bytes.
+  // "" : any value (one counter per distinct value); containing '*': a wildcard, each '*' standing
+  // for any run of bytes, none included ("/api/*", "/api/*/action", "a*b*c"); otherwise this value
+  // exactly. At most kMaxRlKeyLength bytes.
   std::string value;
   std::optional<RlRateLimit> rate_limit;
-  bool shadow_mode = false;      // decided and counted, never denied
+  bool shadow_mode = false;  // decided and counted, never denied
+  // envoyproxy/ratelimit's quota mode: a call is denied for its quota_mode rules only when every
+  // one of them is over its limit (any one with room admits it); see ratelimit_rules.h.
+  bool quota_mode = false;
   bool detailed_metric = false;  // envoyproxy/ratelimit: metrics name the request's value
   bool value_to_metric = false;  // likewise (metrics only; sluice's never name values)
-  // With a wildcard value: every value it matches counts on one counter (the pattern's) instead
-  // of one counter per value.
+  // With a wildcard value (the loader refuses it on any other): every value it matches counts on
+  // one counter (the pattern's) instead of one counter per value.
   bool share_threshold = false;
+  // `metadata`: a map (kind kMap) sent back to Envoy in the response's dynamic_metadata when this
+  // descriptor's rule lets a call pass (ratelimit_request.h); none when absent, null or empty.
+  std::optional<RlMetadataValue> metadata;
   std::vector<RlDescriptor> descriptors;  // the next level
 };
 

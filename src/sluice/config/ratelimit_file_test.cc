@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -101,6 +105,129 @@ descriptors:
   ASSERT_TRUE(file.descriptors[1].rate_limit.has_value());
   EXPECT_TRUE(file.descriptors[1].rate_limit->unlimited);
   EXPECT_FALSE(file.descriptors[1].rate_limit->unit.has_value());
+}
+
+TEST(RateLimitFileTest, ReadsQuotaModeAndMetadata) {
+  const RateLimitFile file = Parse(R"(
+domain: quotas
+descriptors:
+  - key: bucket
+    value: gold
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      bucket: {name: gold, tier: 1}
+      tags: [a, "b"]
+  - key: bucket
+    metadata: ~
+  - key: plain
+    metadata: {}
+)");
+  ASSERT_EQ(file.descriptors.size(), 3u);
+  const RlDescriptor& gold = file.descriptors[0];
+  EXPECT_TRUE(gold.quota_mode);
+  ASSERT_TRUE(gold.metadata.has_value());
+  ASSERT_EQ(gold.metadata->kind, RlMetadataValue::Kind::kMap);
+  ASSERT_EQ(gold.metadata->map.size(), 2u);
+  const RlMetadataField& bucket = gold.metadata->map[0];
+  EXPECT_EQ(bucket.key, "bucket");
+  ASSERT_EQ(bucket.value.map.size(), 2u);
+  EXPECT_EQ(bucket.value.map[0].key, "name");
+  EXPECT_EQ(bucket.value.map[0].value.string, "gold");
+  EXPECT_EQ(bucket.value.map[1].value.kind, RlMetadataValue::Kind::kNumber);
+  EXPECT_EQ(bucket.value.map[1].value.number, 1);
+  const RlMetadataValue& tags = gold.metadata->map[1].value;
+  ASSERT_EQ(tags.kind, RlMetadataValue::Kind::kList);
+  ASSERT_EQ(tags.list.size(), 2u);
+  EXPECT_EQ(tags.list[1].string, "b");
+  const RateLimitFile keyed = Parse(
+      "domain: d\ndescriptors:\n  - key: k\n    metadata: {0x10: a, on: b, \"on\": c, x1: d}\n");
+  std::vector<std::string> keys;
+  for (const RlMetadataField& field : keyed.descriptors[0].metadata->map) keys.push_back(field.key);
+  EXPECT_THAT(keys, ::testing::ElementsAre("16", "true", "on", "x1"));
+  // Null and empty metadata are none, as there.
+  EXPECT_FALSE(file.descriptors[1].quota_mode);
+  EXPECT_FALSE(file.descriptors[1].metadata.has_value());
+  EXPECT_FALSE(file.descriptors[2].metadata.has_value());
+}
+
+// The type a plain scalar of `metadata` gets, as envoyproxy/ratelimit's YAML 1.1 reader gives it.
+RlMetadataValue MetadataScalar(const std::string& text) {
+  const RateLimitFile file =
+      Parse(absl::StrCat("domain: d\ndescriptors:\n  - key: k\n    metadata: {v: ", text, "}\n"));
+  if (file.descriptors.empty() || !file.descriptors[0].metadata.has_value()) return {};
+  return file.descriptors[0].metadata->map[0].value;
+}
+
+TEST(RateLimitFileTest, MetadataScalarsAreTypedAsYaml11TypesThem) {
+  using Kind = RlMetadataValue::Kind;
+  for (const char* text : {"yes", "On", "y", "TRUE"}) {
+    const RlMetadataValue v = MetadataScalar(text);
+    EXPECT_EQ(v.kind, Kind::kBool) << text;
+    EXPECT_TRUE(v.boolean) << text;
+  }
+  EXPECT_EQ(MetadataScalar("off").kind, Kind::kBool);
+  EXPECT_FALSE(MetadataScalar("off").boolean);
+  EXPECT_EQ(MetadataScalar("~").kind, Kind::kNull);
+  EXPECT_EQ(MetadataScalar("null").kind, Kind::kNull);
+  for (const auto& [text, number] : std::vector<std::pair<std::string, double>>{
+           {"42", 42},
+           {"-7", -7},
+           {"+3", 3},
+           {"1_000", 1000},
+           {"0x1F", 31},
+           {"0o17", 15},
+           {"017", 15},
+           {"0b101", 5},
+           {"09", 9},
+           {"1.5", 1.5},
+           {".5", 0.5},
+           {"2e3", 2000},
+           {"-1.25E-2", -0.0125},
+           {"18446744073709551615", 18446744073709551615.0},
+           {"-.inf", -std::numeric_limits<double>::infinity()}}) {
+    const RlMetadataValue v = MetadataScalar(text);
+    EXPECT_EQ(v.kind, Kind::kNumber) << text;
+    EXPECT_EQ(v.number, number) << text;
+  }
+  EXPECT_TRUE(std::isnan(MetadataScalar(".nan").number));
+  // Quoted or tagged: always a string. And what no type claims.
+  for (const char* text :
+       {"\"yes\"", "'42'", "!!str 7", "0x", "1.2.3", "2024-01-02", "abc", "1e", "0xZ"}) {
+    const RlMetadataValue v = MetadataScalar(text);
+    EXPECT_EQ(v.kind, Kind::kString) << text;
+  }
+  EXPECT_EQ(MetadataScalar("\"yes\"").string, "yes");
+  EXPECT_EQ(MetadataScalar("0x").string, "0x");
+}
+
+TEST(RateLimitFileTest, MetadataMustBeAMapWithDistinctKeys) {
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    metadata: name\n"),
+            "rl.yaml: descriptors[0].metadata: expected a map, got a scalar");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    metadata: {a: {b: 1, b: 2}}\n"),
+            "rl.yaml: descriptors[0].metadata.a.b: duplicate key");
+  // Keys are named as there: "yes" and "true" are one key.
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    metadata: {yes: 1, \"true\": 2}\n"),
+            "rl.yaml: descriptors[0].metadata.true: duplicate key");
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    metadata: {[a]: 1}\n"),
+              HasSubstr("descriptors[0].metadata: metadata keys must be plain strings"));
+  // In the wrong place, as shadow_mode: envoyproxy/ratelimit would ignore it there.
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+                      "requests_per_unit: 1, quota_mode: true}\n"),
+              HasSubstr("rl.yaml: descriptors[0].rate_limit.quota_mode: unknown key"));
+}
+
+TEST(RateLimitFileTest, ShareThresholdNeedsAWildcardValue) {
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    value: v\n"
+                    "    share_threshold: true\n"),
+            "rl.yaml: descriptors[0].share_threshold: only a wildcard value (one containing '*') "
+            "can share its threshold");
+  EXPECT_THAT(ErrorOf("domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n"),
+              HasSubstr("only a wildcard value"));
+  const RateLimitFile file = Parse(
+      "domain: d\ndescriptors:\n  - key: k\n    value: a*b\n    share_threshold: true\n"
+      "  - key: j\n    value: v\n    share_threshold: false\n");
+  EXPECT_TRUE(file.descriptors[0].share_threshold);
 }
 
 TEST(RateLimitFileTest, EveryUnitOfTheFormat) {

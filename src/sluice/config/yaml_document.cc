@@ -71,9 +71,10 @@ class DocumentBuilder : public YAML::EventHandler {
     Count(mark, it->second.size);
     Add(it->second.value);
   }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& text) override {
-    Leaf(mark, anchor, Value::Kind::kScalar, text);
+    Value* value = Leaf(mark, anchor, Value::Kind::kScalar, text);
+    value->plain = tag == "?";  // yaml-cpp's tag of a plain scalar ("!" when quoted)
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
@@ -127,13 +128,14 @@ class DocumentBuilder : public YAML::EventHandler {
       parent.key = nullptr;
     }
   }
-  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind,
-            const std::string& text) {
+  Value* Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind,
+              const std::string& text) {
     Count(mark, 1);
     Value* value = New(kind);
     value->scalar = text;
     if (anchor != YAML::NullAnchor) anchors_[anchor] = {value, 1};
     Add(value);
+    return value;
   }
   void Open(const YAML::Mark& mark, YAML::anchor_t anchor, Value::Kind kind) {
     if (open_.size() >= limits_.max_depth) {

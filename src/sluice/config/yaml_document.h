@@ -34,7 +34,10 @@ struct Value {
   enum class Kind { kUndefined, kNull, kScalar, kSequence, kMap };
 
   Kind kind = Kind::kUndefined;
-  std::string scalar;                                        // kScalar
+  std::string scalar;  // kScalar
+  // kScalar: written in YAML's plain style (no quotes, no tag), so a reader may type it (YAML 1.1
+  // reads `yes` as a boolean, `0x10` as a number); a quoted or tagged one is a string.
+  bool plain = false;
   std::vector<const Value*> items;                           // kSequence
   std::vector<std::pair<const Value*, const Value*>> pairs;  // kMap: in file order, repeats kept
 

@@ -32,6 +32,15 @@ absl::Status Assign(size_t descriptor, std::string_view key, std::string_view va
   return absl::OkStatus();
 }
 
+// What a status reports as left: nothing when the call is over the limit, or when the limit
+// (a shadow one) would have denied it — a denied call counted nothing, so `remaining` may still
+// be more than 0 there, but not enough for this call — else the quota less what is used.
+uint32_t StatusRemaining(rlsv3::RateLimitResponse::Code code, const LimitDecision& limit) {
+  if (code == rlsv3::RateLimitResponse::OVER_LIMIT || limit.would_deny) return 0;
+  return static_cast<uint32_t>(
+      std::clamp<int64_t>(limit.remaining, 0, std::numeric_limits<uint32_t>::max()));
+}
+
 void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit,
                  size_t descriptors, rlsv3::RateLimitResponse* res) {
   res->set_overall_code(code);
@@ -40,8 +49,7 @@ void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit
     status->set_code(code);
     if (limit == nullptr) continue;
     *status->mutable_current_limit() = CurrentLimit(*limit);
-    status->set_limit_remaining(static_cast<uint32_t>(
-        std::min<int64_t>(limit->remaining, std::numeric_limits<uint32_t>::max())));
+    status->set_limit_remaining(StatusRemaining(code, *limit));
     status->mutable_duration_until_reset()->set_seconds(limit->reset_after);
   }
 }
@@ -68,7 +76,8 @@ absl::Status CheckBounds(const rlsv3::RateLimitRequest& req) {
   }
   for (size_t i = 0; i < static_cast<size_t>(req.descriptors_size()); ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
-    if (descriptor.entries_size() == 0) return Invalid(i, "entries: at least one is required");
+    // A descriptor without entries is read as envoyproxy/ratelimit reads it: it names nothing,
+    // so nothing limits it (its status is OK).
     if (static_cast<size_t>(descriptor.entries_size()) > kMaxEntriesPerDescriptor) {
       return Invalid(i, absl::StrCat("entries: at most ", kMaxEntriesPerDescriptor, ", got ",
                                      descriptor.entries_size()));
@@ -260,8 +269,7 @@ void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std
         w.Varint(2, CurrentUnit(*reported));
         w.Bytes(3, reported->limit->name);
       });
-      w.Varint(3, static_cast<uint32_t>(std::min<int64_t>(reported->remaining,
-                                                          std::numeric_limits<uint32_t>::max())));
+      w.Varint(3, StatusRemaining(rlsv3::RateLimitResponse::OK, *reported));
       w.Message(4, [&] { w.Varint(1, static_cast<uint64_t>(reported->reset_after)); });
     });
   }

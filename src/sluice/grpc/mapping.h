@@ -27,8 +27,8 @@ inline constexpr size_t kMaxEntriesPerDescriptor = 16;
 inline constexpr size_t kMaxEntryKeyLength = config::kMaxRlEntryKeyLength;  // 128
 inline constexpr size_t kMaxEntryValueLength = 1024;
 
-// The bounds above, on every descriptor of `req` (at least one descriptor, each with at least one
-// entry): InvalidArgument naming the descriptor and entry.
+// The bounds above, on every descriptor of `req` (at least one descriptor; a descriptor may have
+// no entry): InvalidArgument naming the descriptor and entry.
 [[nodiscard]] absl::Status CheckBounds(const rlsv3::RateLimitRequest& req);
 
 // What a RateLimitRequest asks: an API key, or a subject and (optionally) a plan; and a cost.
@@ -63,7 +63,9 @@ struct Decided {
 };
 
 // The answer to a decision: OK or OVER_LIMIT overall and in each of `descriptors` statuses (the
-// violated limit, else the tightest: its limit, remaining and time until reset), the IETF
+// violated limit, else the tightest: its limit, remaining and time until reset; the remaining is
+// 0 in an OVER_LIMIT status, as there is no room for the call, whatever the counter has left
+// below its cost — a denial counts nothing), the IETF
 // RateLimit headers, Retry-After when denied, Sluice-Subject/-Plan (and Sluice-Degraded when the
 // store failed) as response_headers_to_add, Sluice-Subject/-Plan as request_headers_to_add when
 // allowed (for the upstream), and on OVER_LIMIT a problem+json raw_body like the

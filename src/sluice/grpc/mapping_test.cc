@@ -141,9 +141,17 @@ TEST_F(ParseRequestTest, BoundsAreEnforced) {
   req_.Clear();
   Add({{"api_key", std::string(kMaxEntryValueLength + 1, 'k')}});
   EXPECT_EQ(ErrorOf(), "descriptors[0]: entries[0].value: longer than 1024 bytes");
+}
+
+TEST_F(ParseRequestTest, ADescriptorWithoutEntriesNamesNothing) {
+  req_.add_descriptors();
+  Add({{"api_key", "k-1"}});
+  const Query q = Parsed();
+  EXPECT_EQ(q.api_key, "k-1");
+  EXPECT_EQ(q.descriptors, 2u);
   req_.Clear();
   req_.add_descriptors();
-  EXPECT_EQ(ErrorOf(), "descriptors[0]: entries: at least one is required");
+  EXPECT_EQ(ErrorOf(), "descriptors: no entry \"api_key\" or \"subject\"");
 }
 
 class ResponseTest : public ::testing::Test {
@@ -225,6 +233,25 @@ TEST_F(ResponseTest, ADeniedDecisionIsOverLimitWithTheViolatedLimitAndA429Body) 
   EXPECT_EQ(res.request_headers_to_add_size(), 0);
 }
 
+TEST_F(ResponseTest, AnOverLimitStatusHasNothingRemaining) {
+  // A call of 25 against 60 a minute with 40 used: 20 left, but none for this call.
+  Decision d = Denied();
+  d.limits[0].used = 40;
+  d.limits[0].remaining = 20;
+  const rlsv3::RateLimitResponse res = Respond(d, 2, {"user-1", "free"});
+  ASSERT_EQ(res.statuses_size(), 2);
+  for (const auto& s : res.statuses()) {
+    EXPECT_EQ(s.code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+    EXPECT_EQ(s.current_limit().name(), "per_minute");
+    EXPECT_EQ(s.limit_remaining(), 0u);
+  }
+  // A store failure under deny: the counters are unknown, and the call had no room either.
+  Decision degraded = Allowed();
+  degraded.allowed = false;
+  degraded.degraded = true;
+  EXPECT_EQ(Respond(degraded, 1, {"user-1", "free"}).statuses(0).limit_remaining(), 0u);
+}
+
 TEST_F(ResponseTest, ADegradedDenialSaysTheStoreFailed) {
   Decision d = Allowed();
   d.allowed = false;
@@ -288,8 +315,15 @@ TEST_F(ResponseTest, AnAdmissionsWireBytesAreTheSerializedResponse) {
   Decision alone{.plan = &plan_, .allowed = true};
   alone.limits.push_back(
       {.limit = &big, .used = 1, .remaining = int64_t{1} << 40, .reset_after = 100000});
+  // A shadow limit alone is reported; it would have denied, so nothing remains for the call.
+  Limit shadow{.name = "shadowed", .quota = 10, .window = *config::ParseWindow("1m")};
+  shadow.shadow = true;
+  Decision shadow_only{.plan = &plan_, .allowed = true};
+  shadow_only.limits.push_back(
+      {.limit = &shadow, .used = 8, .remaining = 2, .reset_after = 5, .would_deny = true});
+  EXPECT_EQ(Respond(shadow_only, 1, {"user-1", "free"}).statuses(0).limit_remaining(), 0u);
   const std::string long_subject(300, 's');
-  for (const Decision& d : {Allowed(), shadowed, degraded, none, edges, alone}) {
+  for (const Decision& d : {Allowed(), shadowed, degraded, none, edges, alone, shadow_only}) {
     for (const size_t descriptors : {size_t{0}, size_t{1}, size_t{3}}) {
       for (const Decided who : {Decided{"user-1", "free"}, Decided{long_subject, ""}}) {
         std::string wire;

@@ -32,18 +32,81 @@ bool SameLimit(const Plan& a, const Plan& b) {
   return true;
 }
 
-void SetStatus(const LimitDecision& limit, rlsv3::RateLimitResponse::DescriptorStatus* status) {
-  status->set_code(limit.violated ? rlsv3::RateLimitResponse::OVER_LIMIT
-                                  : rlsv3::RateLimitResponse::OK);
+// A descriptor's status: OVER_LIMIT when `over`; its limit, what is left (0 when over, or when a
+// shadow limit would have denied: no room for this call either way) and the time until reset.
+void SetStatus(const LimitDecision& limit, bool over,
+               rlsv3::RateLimitResponse::DescriptorStatus* status) {
+  status->set_code(over ? rlsv3::RateLimitResponse::OVER_LIMIT : rlsv3::RateLimitResponse::OK);
   *status->mutable_current_limit() = CurrentLimit(limit);
+  const int64_t remaining = over || limit.would_deny ? 0 : limit.remaining;
   status->set_limit_remaining(static_cast<uint32_t>(
-      std::clamp<int64_t>(limit.remaining, 0, std::numeric_limits<uint32_t>::max())));
+      std::clamp<int64_t>(remaining, 0, std::numeric_limits<uint32_t>::max())));
   status->mutable_duration_until_reset()->set_seconds(limit.reset_after);
+}
+
+// Go's protobuf text of an override (RateLimitOverride), as envoyproxy/ratelimit writes it into
+// the dynamic metadata: fields at their default are left out.
+std::string OverrideText(
+    const ::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor::RateLimitOverride&
+        limit) {
+  std::string out;
+  if (limit.requests_per_unit() != 0) {
+    absl::StrAppend(&out, "requests_per_unit:", limit.requests_per_unit());
+  }
+  if (limit.unit() != 0) {
+    if (!out.empty()) out.push_back(' ');
+    const std::string& name = ::envoy::type::v3::RateLimitUnit_Name(limit.unit());
+    absl::StrAppend(&out,
+                    "unit:", name.empty() ? absl::StrCat(static_cast<int>(limit.unit())) : name);
+  }
+  return out;
+}
+
+// What the dynamic metadata says of `req` (RlRequestOptions::dynamic_metadata).
+google::protobuf::Struct RequestMetadata(const rlsv3::RateLimitRequest& req) {
+  google::protobuf::Struct out;
+  auto& fields = *out.mutable_fields();
+  fields["domain"].set_string_value(req.domain());
+  google::protobuf::ListValue* descriptors = fields["descriptors"].mutable_list_value();
+  for (const auto& descriptor : req.descriptors()) {
+    auto& d = *descriptors->add_values()->mutable_struct_value()->mutable_fields();
+    google::protobuf::ListValue* entries = d["entries"].mutable_list_value();
+    for (const auto& entry : descriptor.entries()) {
+      entries->add_values()->set_string_value(absl::StrCat(entry.key(), "=", entry.value()));
+    }
+    if (descriptor.has_limit()) d["limit"].set_string_value(OverrideText(descriptor.limit()));
+    if (descriptor.has_hits_addend()) {
+      d["hitsAddend"].set_number_value(static_cast<double>(descriptor.hits_addend().value()));
+    }
+  }
+  if (req.hits_addend() != 0) fields["hitsAddend"].set_number_value(req.hits_addend());
+  return out;
+}
+
+// Adds `from`'s fields to `to`: a key `to` has stays (two maps under one key are merged the same
+// way), the others are copied.
+void MergeMetadata(const google::protobuf::Struct& from, google::protobuf::Struct* to) {
+  auto& fields = *to->mutable_fields();
+  for (const auto& [key, value] : from.fields()) {
+    const auto it = fields.find(key);
+    if (it == fields.end()) {
+      fields[key] = value;
+    } else if (it->second.has_struct_value() && value.has_struct_value()) {
+      MergeMetadata(value.struct_value(), it->second.mutable_struct_value());
+    }
+  }
 }
 
 }  // namespace
 
-absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const RlRuleSet& rules) {
+bool PartOverLimit(const RlQuery& q, size_t part, const Decision& d) {
+  if (d.limits.empty()) return false;
+  const LimitDecision& limit = d.limits.front();
+  return limit.violated || (q.parts[part].spent && limit.would_deny);
+}
+
+absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const RlRuleSet& rules,
+                                       RlRequestOptions options) {
   if (absl::Status s = CheckBounds(req); !s.ok()) return s;
   if (req.hits_addend() > static_cast<uint64_t>(kMaxCost)) {
     return absl::InvalidArgumentError(
@@ -140,7 +203,31 @@ absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const
     q.descriptor_part[i] = q.parts.size();
     q.parts.push_back(std::move(part));
   }
+  if (options.dynamic_metadata) q.dynamic_metadata = RequestMetadata(req);
   return q;
+}
+
+bool RetryWithoutSpentQuotas(RlQuery& q, const std::vector<Decision>& decisions) {
+  if (decisions.empty() || decisions.front().allowed || decisions.front().degraded) return false;
+  std::vector<size_t> denied;
+  bool room_left = false;  // some quota rule of the call did not deny
+  for (size_t i = 0; i < q.parts.size(); ++i) {
+    const RlPart& part = q.parts[i];
+    const bool quota = part.rule != nullptr && part.rule->quota;
+    const bool violated = !decisions[i].limits.empty() && decisions[i].limits.front().violated;
+    if (violated && !quota) return false;  // a rule that is not in quota mode denied the call
+    if (violated) {
+      denied.push_back(i);
+    } else if (quota && !part.spent) {
+      room_left = true;
+    }
+  }
+  if (denied.empty() || !room_left) return false;
+  for (const size_t i : denied) {
+    q.parts[i].spent = true;
+    q.parts[i].plan = &q.parts[i].rule->spent_plan;
+  }
+  return true;
 }
 
 std::vector<GroupPart> GroupParts(const RlQuery& q) {
@@ -164,15 +251,19 @@ static std::string ShownName(const RlPart& part, const Limit& limit) {
   return name;
 }
 
-Decision Combined(const std::vector<Decision>& decisions) {
+Decision Combined(const RlQuery& q, const std::vector<Decision>& decisions) {
   Decision out;
   out.plan = decisions.front().plan;
   out.allowed = decisions.front().allowed;
   out.degraded = decisions.front().degraded;
   out.failure = decisions.front().failure;
   out.retry_after = decisions.front().retry_after;
-  for (const Decision& d : decisions) {
-    out.limits.insert(out.limits.end(), d.limits.begin(), d.limits.end());
+  for (size_t part = 0; part < decisions.size(); ++part) {
+    const size_t from = out.limits.size();
+    out.limits.insert(out.limits.end(), decisions[part].limits.begin(),
+                      decisions[part].limits.end());
+    if (!q.parts[part].spent) continue;
+    for (size_t k = from; k < out.limits.size(); ++k) out.limits[k].would_deny = false;
   }
   return out;
 }
@@ -192,17 +283,32 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
     }
     const Decision& d = decisions[part];
     if (d.limits.empty()) continue;
-    SetStatus(d.limits.front(), status);
     // Denied because the store failed (on_store_error: deny): no limit was violated, but the
     // descriptors counted are what was refused; an OK beside OVER_LIMIT would contradict it.
-    if (!allowed && d.degraded) status->set_code(rlsv3::RateLimitResponse::OVER_LIMIT);
+    SetStatus(d.limits.front(), PartOverLimit(q, part, d) || (!allowed && d.degraded), status);
     // Envoy's RateLimit.name is the rule's `name` (none for an override), not sluice's limit.
     const RlRule* rule = q.parts[part].rule;
     status->mutable_current_limit()->set_name(rule != nullptr ? rule->name : "");
   }
+  if (q.dynamic_metadata.has_value()) {
+    google::protobuf::Struct* metadata = res.mutable_dynamic_metadata();
+    *metadata = *q.dynamic_metadata;
+    google::protobuf::Struct passed;
+    for (size_t i = 0; i < q.descriptor_part.size(); ++i) {
+      const size_t part = q.descriptor_part[i];
+      if (part == RlQuery::kNoPart || q.parts[part].rule == nullptr ||
+          res.statuses(static_cast<int>(i)).code() != rlsv3::RateLimitResponse::OK) {
+        continue;
+      }
+      MergeMetadata(q.parts[part].rule->metadata, &passed);
+    }
+    if (!passed.fields().empty()) {
+      *(*metadata->mutable_fields())["metadata"].mutable_struct_value() = std::move(passed);
+    }
+  }
   if (decisions.empty()) return res;
 
-  Decision all = Combined(decisions);
+  Decision all = Combined(q, decisions);
   // The same limits under the names the client can tell apart (copies that live for this call).
   std::vector<Limit> shown;
   shown.reserve(all.limits.size());

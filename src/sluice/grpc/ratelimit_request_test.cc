@@ -1,5 +1,6 @@
 #include "sluice/grpc/ratelimit_request.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,20 @@ descriptors:
   - key: path
     value: /b
     rate_limit: {unit: hour, requests_per_unit: 5, replaces: [{name: a_limit}]}
+  - key: path
+    value: /beta
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: bucket
+    value: gold
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {bucket: {name: gold}, tier: gold}
+  - key: bucket
+    value: silver
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata: {bucket: {name: silver, spare: 1}, tier: silver, region: eu}
 )";
 
 class ParseRlRequestTest : public ::testing::Test {
@@ -60,6 +75,35 @@ class ParseRlRequestTest : public ::testing::Test {
     absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
     EXPECT_FALSE(q.ok());
     return q.ok() ? "" : std::string(q.status().message());
+  }
+
+  // The decision of part `i` of `q`: its one limit with `used` after the call (the counter as it
+  // was when the call was denied), violated or would-deny as the store would report it.
+  static Decision Decided(const RlQuery& q, size_t i, bool allowed, int64_t used) {
+    const Limit& limit = q.parts[i].plan->limits[0];
+    Decision d{.plan = q.parts[i].plan, .allowed = allowed};
+    const bool over = allowed ? used > limit.quota : used + q.parts[i].cost > limit.quota;
+    d.limits.push_back({.limit = &limit,
+                        .used = used,
+                        .remaining = std::max<int64_t>(limit.quota - used, 0),
+                        .reset_after = 30,
+                        .violated = !limit.shadow && !allowed && over,
+                        .would_deny = limit.shadow && over});
+    return d;
+  }
+  // Every part of `q` decided by a store that holds `used` (per part, before the call): admitted
+  // iff every enforced limit fits, as a group decision is.
+  static std::vector<Decision> DecideAll(const RlQuery& q, const std::vector<int64_t>& used) {
+    bool allowed = true;
+    for (size_t i = 0; i < q.parts.size(); ++i) {
+      const Limit& limit = q.parts[i].plan->limits[0];
+      if (!limit.shadow && used[i] + q.parts[i].cost > limit.quota) allowed = false;
+    }
+    std::vector<Decision> out;
+    for (size_t i = 0; i < q.parts.size(); ++i) {
+      out.push_back(Decided(q, i, allowed, allowed ? used[i] + q.parts[i].cost : used[i]));
+    }
+    return out;
   }
 
   std::shared_ptr<const RlRuleSet> rules_;
@@ -147,9 +191,6 @@ TEST_F(ParseRlRequestTest, AnOverrideLimitsEvenWithoutARule) {
 
 TEST_F(ParseRlRequestTest, BadRequestsNameTheDescriptor) {
   EXPECT_EQ(ErrorOf(), "descriptors: at least one is required");
-  Add({});
-  EXPECT_EQ(ErrorOf(), "descriptors[0]: entries: at least one is required");
-  req_.clear_descriptors();
   Add({{"remote_address", std::string(1025, 'x')}});
   EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[0]: entries[0].value: longer than 1024 bytes"));
   req_.clear_descriptors();
@@ -171,6 +212,174 @@ TEST_F(ParseRlRequestTest, BadRequestsNameTheDescriptor) {
   d.mutable_limit()->set_requests_per_unit(9);
   d.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
   EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[1]: names the counter of an earlier descriptor"));
+}
+
+TEST_F(ParseRlRequestTest, ADescriptorWithoutEntriesIsAnsweredOkWithoutALimit) {
+  Add({});
+  Add({{"remote_address", "10.0.0.1"}});
+  const RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 1u);
+  EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{RlQuery::kNoPart, 0}));
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {0}));
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  ASSERT_EQ(res.statuses_size(), 2);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_FALSE(res.statuses(0).has_current_limit());
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 2u);
+}
+
+TEST_F(ParseRlRequestTest, AnOverLimitStatusHasNothingRemainingTheOthersWhatTheyHave) {
+  // 3 a minute: a call of 4 cannot fit, though nothing is used. The other descriptor's counter
+  // took nothing from the denied call: its status says what it still has.
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(4);
+  Add({{"path", "/b"}});
+  const RlQuery q = Parsed();
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {0, 1}));
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(res.statuses(0).current_limit().requests_per_unit(), 3u);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 4u);
+}
+
+TEST_F(ParseRlRequestTest, AShadowRuleThatWouldHaveDeniedIsOkWithNothingRemaining) {
+  // 5 an hour, 4 used, a call of 3: 1 is left, but not for this call. (The call is denied by the
+  // other descriptor, so the shadow counter did not move.)
+  Add({{"path", "/beta"}}).mutable_hits_addend()->set_value(3);
+  Add({{"remote_address", "10.0.0.1"}}).mutable_hits_addend()->set_value(4);
+  const RlQuery q = Parsed();
+  const std::vector<Decision> decisions = DecideAll(q, {4, 0});
+  ASSERT_TRUE(decisions[0].limits[0].would_deny);
+  ASSERT_EQ(decisions[0].limits[0].remaining, 1);
+  const rlsv3::RateLimitResponse res = RlResponse(q, decisions);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+}
+
+TEST_F(ParseRlRequestTest, QuotaRulesDenyOnlyWhenEveryOneIsSpent) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  Add({{"remote_address", "10.0.0.1"}});
+  RlQuery q = Parsed();
+  ASSERT_EQ(q.parts.size(), 3u);
+  // Gold (1 a minute) is used up, silver (2) is not: the denial is gold's alone, so the call is
+  // decided again with gold spent.
+  std::vector<Decision> first = DecideAll(q, {1, 0, 0});
+  ASSERT_FALSE(first[0].allowed);
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, first));
+  EXPECT_TRUE(q.parts[0].spent);
+  EXPECT_FALSE(q.parts[1].spent);
+  EXPECT_EQ(q.parts[0].plan, &q.parts[0].rule->spent_plan);
+  EXPECT_TRUE(GroupParts(q)[0].plan->limits[0].shadow);
+  // The second decision admits the call; gold is counted as a shadow limit and answered over.
+  const std::vector<Decision> second = DecideAll(q, {1, 0, 0});
+  ASSERT_TRUE(second[0].allowed);
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, second));
+  const rlsv3::RateLimitResponse res = RlResponse(q, second);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OK);
+  EXPECT_EQ(res.statuses(1).limit_remaining(), 1u);
+  EXPECT_EQ(res.statuses(2).code(), rlsv3::RateLimitResponse::OK);
+  // A spent quota rule is no shadow denial.
+  for (const auto& h : res.response_headers_to_add()) EXPECT_NE(h.key(), "Sluice-Shadow-Denied");
+  EXPECT_FALSE(Combined(q, second).limits[0].would_deny);
+  EXPECT_TRUE(PartOverLimit(q, 0, second[0]));
+  EXPECT_FALSE(PartOverLimit(q, 1, second[1]));
+}
+
+TEST_F(ParseRlRequestTest, EveryQuotaRuleSpentDeniesTheCall) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  RlQuery q = Parsed();
+  const std::vector<Decision> both = DecideAll(q, {1, 2});
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, both));
+  EXPECT_FALSE(q.parts[0].spent || q.parts[1].spent);
+  rlsv3::RateLimitResponse res = RlResponse(q, both);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  // Spent in an earlier decision, then the last one runs out: denied, both over.
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0})));
+  const std::vector<Decision> last = DecideAll(q, {1, 2});
+  EXPECT_FALSE(last[0].allowed);
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, last));
+  res = RlResponse(q, last);
+  EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(0).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(res.statuses(1).code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+}
+
+TEST_F(ParseRlRequestTest, ARuleNotInQuotaModeDeniesWhateverTheQuotasSay) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  Add({{"remote_address", "10.0.0.1"}});
+  RlQuery q = Parsed();
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0, 3})));
+  EXPECT_FALSE(q.parts[0].spent);
+  // A single quota rule over its limit: no other has room, so the call is denied.
+  req_.clear_descriptors();
+  Add({{"bucket", "gold"}});
+  q = Parsed();
+  EXPECT_FALSE(RetryWithoutSpentQuotas(q, DecideAll(q, {1})));
+}
+
+TEST_F(ParseRlRequestTest, DynamicMetadataDescribesTheRequestAndMergesPassingRules) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}}).mutable_hits_addend()->set_value(1);
+  auto& overridden = Add({{"remote_address", "10.0.0.1"}, {"x", "y"}});
+  overridden.mutable_limit()->set_requests_per_unit(10);
+  overridden.mutable_limit()->set_unit(::envoy::type::v3::RateLimitUnit::MINUTE);
+  Add({{"path", "/health"}});
+  req_.set_hits_addend(1);
+  absl::StatusOr<RlQuery> parsed = ParseRlRequest(req_, *rules_, {.dynamic_metadata = true});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  RlQuery q = *std::move(parsed);
+  // Gold is spent: its metadata is not sent, silver's is.
+  ASSERT_TRUE(RetryWithoutSpentQuotas(q, DecideAll(q, {1, 0, 0})));
+  const rlsv3::RateLimitResponse res = RlResponse(q, DecideAll(q, {1, 0, 0}));
+  ASSERT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OK);
+  const auto& fields = res.dynamic_metadata().fields();
+  EXPECT_EQ(fields.at("domain").string_value(), "edge");
+  EXPECT_EQ(fields.at("hitsAddend").number_value(), 1);
+  const auto& descriptors = fields.at("descriptors").list_value();
+  ASSERT_EQ(descriptors.values_size(), 4);
+  const auto& first = descriptors.values(0).struct_value().fields();
+  EXPECT_EQ(first.at("entries").list_value().values(0).string_value(), "bucket=gold");
+  EXPECT_EQ(first.count("limit"), 0u);
+  EXPECT_EQ(first.count("hitsAddend"), 0u);
+  EXPECT_EQ(descriptors.values(1).struct_value().fields().at("hitsAddend").number_value(), 1);
+  const auto& third = descriptors.values(2).struct_value().fields();
+  EXPECT_EQ(third.at("entries").list_value().values(1).string_value(), "x=y");
+  EXPECT_EQ(third.at("limit").string_value(), "requests_per_unit:10 unit:MINUTE");
+  const auto& metadata = fields.at("metadata").struct_value().fields();
+  EXPECT_EQ(metadata.at("tier").string_value(), "silver");
+  EXPECT_EQ(metadata.at("region").string_value(), "eu");
+  EXPECT_EQ(metadata.at("bucket").struct_value().fields().at("name").string_value(), "silver");
+}
+
+TEST_F(ParseRlRequestTest, MetadataOfSeveralRulesIsMergedEarliestFirst) {
+  Add({{"bucket", "gold"}});
+  Add({{"bucket", "silver"}});
+  absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_, {.dynamic_metadata = true});
+  ASSERT_TRUE(q.ok()) << q.status();
+  const rlsv3::RateLimitResponse res = RlResponse(*q, DecideAll(*q, {0, 0}));
+  const auto& metadata = res.dynamic_metadata().fields().at("metadata").struct_value().fields();
+  EXPECT_EQ(metadata.at("tier").string_value(), "gold");  // set first, kept
+  EXPECT_EQ(metadata.at("region").string_value(), "eu");
+  const auto& bucket = metadata.at("bucket").struct_value().fields();
+  EXPECT_EQ(bucket.at("name").string_value(), "gold");
+  EXPECT_EQ(bucket.at("spare").number_value(), 1);  // maps under one key are merged
+  // The rules' own metadata is left as it was.
+  EXPECT_EQ(q->parts[0].rule->metadata.fields().at("bucket").struct_value().fields().size(), 1u);
+  // Without the option, no dynamic metadata; and none but the request's when no rule passes.
+  EXPECT_FALSE(RlResponse(Parsed(), DecideAll(Parsed(), {0, 0})).has_dynamic_metadata());
+  const rlsv3::RateLimitResponse denied = RlResponse(*q, DecideAll(*q, {1, 2}));
+  EXPECT_EQ(denied.dynamic_metadata().fields().count("metadata"), 0u);
+  EXPECT_EQ(denied.dynamic_metadata().fields().count("domain"), 1u);
 }
 
 }  // namespace

@@ -90,7 +90,84 @@ Plan OneLimitPlan(std::string name, uint32_t quota, RlUnit unit, const config::W
   return plan;
 }
 
+// A metadata value of the files as protobuf's Value (what envoyproxy/ratelimit sends).
+void ToProto(const config::RlMetadataValue& in, google::protobuf::Value* out) {
+  using Kind = config::RlMetadataValue::Kind;
+  switch (in.kind) {
+    case Kind::kNull:
+      out->set_null_value(google::protobuf::NULL_VALUE);
+      return;
+    case Kind::kBool:
+      out->set_bool_value(in.boolean);
+      return;
+    case Kind::kNumber:
+      out->set_number_value(in.number);
+      return;
+    case Kind::kString:
+      out->set_string_value(in.string);
+      return;
+    case Kind::kList: {
+      google::protobuf::ListValue* list = out->mutable_list_value();
+      for (const config::RlMetadataValue& item : in.list) ToProto(item, list->add_values());
+      return;
+    }
+    case Kind::kMap: {
+      google::protobuf::Struct* fields = out->mutable_struct_value();
+      for (const config::RlMetadataField& field : in.map) {
+        ToProto(field.value, &(*fields->mutable_fields())[field.key]);
+      }
+      return;
+    }
+  }
+}
+
 }  // namespace
+
+RlWildcard::RlWildcard(std::string_view pattern) {
+  const size_t first = pattern.find('*');
+  const size_t last = pattern.rfind('*');
+  head_ = std::string(pattern.substr(0, first));
+  tail_ = std::string(pattern.substr(last + 1));
+  fixed_ = head_.size() + tail_.size();
+  for (size_t at = first + 1; at <= last;) {
+    const size_t end = pattern.find('*', at);
+    if (end > at) {
+      Text& text = middle_.emplace_back();
+      text.bytes = std::string(pattern.substr(at, end - at));
+      text.border.assign(text.bytes.size(), 0);
+      for (size_t i = 1, k = 0; i < text.bytes.size(); ++i) {
+        while (k > 0 && text.bytes[i] != text.bytes[k]) k = text.border[k - 1];
+        if (text.bytes[i] == text.bytes[k]) ++k;
+        text.border[i] = static_cast<uint32_t>(k);
+      }
+      fixed_ += text.bytes.size();
+    }
+    at = end + 1;
+  }
+}
+
+size_t RlWildcard::Find(const Text& text, std::string_view value, size_t from) {
+  const std::string& t = text.bytes;
+  for (size_t i = from, k = 0; i < value.size(); ++i) {
+    while (k > 0 && value[i] != t[k]) k = text.border[k - 1];
+    if (value[i] == t[k]) ++k;
+    if (k == t.size()) return i + 1 - t.size();
+  }
+  return std::string_view::npos;
+}
+
+bool RlWildcard::Matches(std::string_view value) const {
+  if (value.size() < fixed_ || !value.starts_with(head_) || !value.ends_with(tail_)) return false;
+  // The middle texts lie between the head and the tail, which may not overlap them.
+  const std::string_view between = value.substr(0, value.size() - tail_.size());
+  size_t at = head_.size();
+  for (const Text& text : middle_) {
+    const size_t found = Find(text, between, at);
+    if (found == std::string_view::npos) return false;
+    at = found + text.bytes.size();
+  }
+  return true;
+}
 
 absl::StatusOr<config::WindowSpec> WindowForUnit(RlUnit unit) {
   switch (unit) {
@@ -179,11 +256,13 @@ class RlRuleSet::Builder {
       node.has_children = true;
       if (d.value.empty()) {
         node.any_value.try_emplace(d.key, index);
-      } else if (absl::EndsWith(d.value, "*")) {
-        node.wildcard[d.key].emplace_back(d.value.substr(0, d.value.size() - 1), index);
-        if (d.share_threshold) set_.nodes_[index].shared_value = d.value;
       } else {
+        // A wildcard is also found as written, before any wildcard is tried, as there.
         node.exact[d.key].try_emplace(d.value, index);
+        if (absl::StrContains(d.value, '*')) {
+          node.wildcard[d.key].emplace_back(RlWildcard(d.value), index);
+          if (d.share_threshold) set_.nodes_[index].shared_value = d.value;
+        }
       }
       const std::string child_stat =
           absl::StrCat(stat, ".", d.key, d.value.empty() ? "" : "_", d.value);
@@ -194,6 +273,12 @@ class RlRuleSet::Builder {
         rule->name = d.rate_limit->name;
         rule->unlimited = d.rate_limit->unlimited;
         rule->shadow = d.shadow_mode;
+        rule->quota = d.quota_mode && !d.rate_limit->unlimited;
+        if (d.metadata.has_value()) {
+          google::protobuf::Value metadata;
+          ToProto(*d.metadata, &metadata);
+          rule->metadata = metadata.struct_value();
+        }
         rule->detailed_metric = d.detailed_metric;
         rule->replaces = d.rate_limit->replaces;
         rule->requests_per_unit = d.rate_limit->requests_per_unit;
@@ -211,6 +296,10 @@ class RlRuleSet::Builder {
           }
           rule->plan = OneLimitPlan(rule->path, rule->requests_per_unit, rule->unit, *window);
           rule->plan.limits[0].shadow = rule->shadow;  // counted and reported, never denying
+          if (rule->quota) {
+            rule->spent_plan = rule->plan;
+            rule->spent_plan.limits[0].shadow = true;
+          }
         }
         set_.nodes_[index].rule = rule.get();
         set_.rules_.push_back(std::move(rule));
@@ -260,8 +349,8 @@ const RlRuleSet::Node* RlRuleSet::Pick(const Node& node, std::string_view key,
     }
   }
   if (const auto by_key = node.wildcard.find(ToAbsl(key)); by_key != node.wildcard.end()) {
-    for (const auto& [prefix, index] : by_key->second) {
-      if (value.starts_with(prefix)) return &nodes_[index];
+    for (const auto& [wildcard, index] : by_key->second) {
+      if (wildcard.Matches(value)) return &nodes_[index];
     }
   }
   if (const auto it = node.any_value.find(ToAbsl(key)); it != node.any_value.end()) {

@@ -4,11 +4,12 @@
 //
 // Matching one request descriptor (its entries in order) walks the domain's tree one entry per
 // level. At each level the entry (key, value) picks, in this order: the descriptor with that key
-// and exactly that value; else the first descriptor, in file order, with that key and a wildcard
-// value ("prefix*") the value starts with; else the descriptor with that key and no value. The
-// walk stops where nothing is picked or the picked descriptor has no children. The rule of the
-// descriptor picked for the LAST entry applies, if it has a rate_limit; a rate_limit met earlier
-// on the way does not (a request with more entries than the tree is deep matches nothing).
+// and exactly that value (a wildcard's pattern included, written out); else the first descriptor,
+// in file order, with that key and a wildcard value that matches the value (RlWildcard: "/api/*",
+// "/api/*/action", "a*b*c"); else the descriptor with that key and no value. The walk stops where
+// nothing is picked or the picked descriptor has no children. The rule of the descriptor picked
+// for the LAST entry applies, if it has a rate_limit; a rate_limit met earlier on the way does not
+// (a request with more entries than the tree is deep matches nothing, and so does one with none).
 //
 // Thread-safety: an RlRuleSet is immutable once built; share it through shared_ptr<const>.
 #ifndef SLUICE_GRPC_RATELIMIT_RULES_H_
@@ -25,11 +26,41 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "google/protobuf/struct.pb.h"
 #include "sluice/config/config.h"
 #include "sluice/config/ratelimit_file.h"
 #include "sluice/limiter/plan.h"
 
 namespace sluice::rls {
+
+// A wildcard value of the files: each '*' stands for any run of bytes, none included, and every
+// other byte for itself, the whole value matched ("/api/*/action" matches "/api/v1/action" and
+// "/api//action", not "/api/v1/other"). Matching takes time linear in the value and the pattern
+// whatever either holds: the value must start with the text before the first '*' and end with the
+// text after the last, and the texts between are then found left to right, each at its first
+// place after the one before (Knuth-Morris-Pratt): taking the first place never loses a match,
+// since a later '*' can absorb whatever an earlier choice leaves. No backtracking, so a hostile
+// value cannot make a pattern of many '*' cost more than one pass.
+class RlWildcard {
+ public:
+  // REQUIRES: `pattern` contains a '*'.
+  explicit RlWildcard(std::string_view pattern);
+
+  [[nodiscard]] bool Matches(std::string_view value) const;
+
+ private:
+  struct Text {
+    std::string bytes;
+    std::vector<uint32_t> border;  // KMP: longest proper border of each prefix of `bytes`
+  };
+  // The first place at or after `from` in `value` where `text` starts, or npos.
+  static size_t Find(const Text& text, std::string_view value, size_t from);
+
+  std::string head_;          // before the first '*'
+  std::string tail_;          // after the last '*'
+  std::vector<Text> middle_;  // between two '*', non-empty, in order
+  size_t fixed_ = 0;          // bytes of head, tail and middle: the shortest value that matches
+};
 
 // One rate_limit of a tree.
 struct RlRule {
@@ -40,7 +71,13 @@ struct RlRule {
   std::string path;
   std::string name;  // rate_limit.name, or ""
   bool unlimited = false;
-  bool shadow = false;           // shadow_mode: decided and counted, reported, never denied
+  bool shadow = false;  // shadow_mode: decided and counted, reported, never denied
+  // quota_mode, as envoyproxy/ratelimit means it: the rules of one call in quota mode are
+  // alternatives. A call is denied for them only when every one is over its limit; while any has
+  // room, the call is admitted (if its other rules allow it), the ones over their limit are still
+  // counted (as shadow limits: `spent_plan`) and answered OVER_LIMIT in their own status. Never
+  // with `unlimited`. A rule in shadow mode as well never denies: quota mode changes nothing.
+  bool quota = false;
   bool detailed_metric = false;  // kept from the file (sluice counts per value regardless)
   std::vector<std::string> replaces;
   config::RlUnit unit = config::RlUnit::kSecond;  // meaningless when unlimited
@@ -51,6 +88,12 @@ struct RlRule {
   // cost > 0), so only a peek (cost 0) is allowed. No limits at all when `unlimited`: nothing is
   // counted. The plan's name is `path`.
   Plan plan;
+  // With `quota`: `plan` with its limit in shadow (same counter), what the rule is decided by once
+  // it is known to be over its limit in a call (ratelimit_request.h, RetryWithoutSpentQuotas).
+  Plan spent_plan;
+  // The descriptor's `metadata` (an empty Struct when it has none), merged into the response's
+  // dynamic_metadata when this rule lets a call pass (ratelimit_request.h).
+  google::protobuf::Struct metadata;
 };
 
 // The window of a unit: second 1s, minute 1m, hour 1h; day, week (from Monday), month and year
@@ -101,13 +144,14 @@ class RlRuleSet {
 
  private:
   struct Node {
-    // Children by key, then value (exact values); wildcard prefixes in file order; key-only.
+    // Children by key, then value (every value written, wildcards too); wildcards in file
+    // order; key-only.
     absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, size_t>> exact;
-    absl::flat_hash_map<std::string, std::vector<std::pair<std::string, size_t>>> wildcard;
+    absl::flat_hash_map<std::string, std::vector<std::pair<RlWildcard, size_t>>> wildcard;
     absl::flat_hash_map<std::string, size_t> any_value;
     const RlRule* rule = nullptr;
     bool has_children = false;
-    // share_threshold on a wildcard: the value counters are keyed by (the file's "prefix*").
+    // share_threshold on a wildcard: the value counters are keyed by (the file's pattern).
     std::string shared_value;
   };
   class Builder;

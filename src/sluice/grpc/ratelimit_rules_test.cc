@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/common/subject.h"
@@ -116,6 +118,10 @@ descriptors:
   - key: path
     value: /apart/*
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: /mid/*/end
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
 )"});
   ASSERT_NE(set, nullptr);
   std::string a, b;
@@ -123,9 +129,164 @@ descriptors:
   ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/shared/y"}}, &b), nullptr);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, RlCounterKey("d", std::vector<RlEntry>{{"path", "/shared/*"}}));
+  // A star in the middle shares its counter too, keyed by the pattern.
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/mid/x/end"}}, &a), nullptr);
+  ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/mid/y/end"}}, &b), nullptr);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, RlCounterKey("d", std::vector<RlEntry>{{"path", "/mid/*/end"}}));
   ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/apart/x"}}, &a), nullptr);
   ASSERT_NE(set->Match("d", std::vector<RlEntry>{{"path", "/apart/y"}}, &b), nullptr);
   EXPECT_NE(a, b);
+}
+
+TEST(RlWildcardTest, AStarAnywhereStandsForAnyRunOfBytes) {
+  const RlWildcard middle("/api/*/action");
+  EXPECT_TRUE(middle.Matches("/api/123/action"));
+  EXPECT_TRUE(middle.Matches("/api/a/b/action"));
+  EXPECT_TRUE(middle.Matches("/api//action"));  // a run of none
+  EXPECT_FALSE(middle.Matches("/api/123/other"));
+  EXPECT_FALSE(middle.Matches("/api/action"));  // head and tail may not overlap
+  EXPECT_FALSE(middle.Matches("x/api/1/action"));
+  const RlWildcard two("bar*b");
+  EXPECT_TRUE(two.Matches("barb"));
+  EXPECT_TRUE(two.Matches("bar-b"));
+  EXPECT_TRUE(two.Matches("bar*b"));
+  EXPECT_FALSE(two.Matches("bar"));
+  EXPECT_FALSE(two.Matches("bar-bx"));
+  const RlWildcard many("foo*bar*baz");
+  EXPECT_TRUE(many.Matches("foobarbaz"));
+  EXPECT_TRUE(many.Matches("foo-1-bar-2-baz"));
+  EXPECT_TRUE(many.Matches("foobarbarbaz"));
+  EXPECT_FALSE(many.Matches("foobazbar"));  // in order
+  EXPECT_FALSE(many.Matches("foo-baz"));
+  // The first place of a middle text is the one to take, even where a later one also fits.
+  const RlWildcard repeats("*ab*abc*");
+  EXPECT_TRUE(repeats.Matches("xxabyyabcab"));
+  EXPECT_FALSE(repeats.Matches("abcab"));
+  const RlWildcard overlapping("a*aab*b");
+  EXPECT_TRUE(overlapping.Matches("aaaabb"));
+  EXPECT_FALSE(overlapping.Matches("aabb"));
+  // Trailing, leading, alone, doubled.
+  EXPECT_TRUE(RlWildcard("user-*").Matches("user-"));
+  EXPECT_FALSE(RlWildcard("user-*").Matches("use"));
+  EXPECT_TRUE(RlWildcard("*.pdf").Matches("a.pdf"));
+  EXPECT_FALSE(RlWildcard("*.pdf").Matches("a.pdfx"));
+  EXPECT_TRUE(RlWildcard("*").Matches(""));
+  EXPECT_TRUE(RlWildcard("a**b").Matches("ab"));
+  EXPECT_TRUE(RlWildcard("a**b").Matches("a-b"));
+}
+
+TEST(RlWildcardTest, AHostileValueCostsOnePass) {
+  // A backtracking glob takes exponential time on this pair; this one scans the value once per
+  // middle text at most, so the loop ends at once.
+  std::string pattern;
+  for (int i = 0; i < 300; ++i) pattern += "*a";
+  pattern += "*b";
+  const RlWildcard wildcard(pattern);
+  const std::string value(1024, 'a');
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(wildcard.Matches(value));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(wildcard.Matches(value + "b"));
+}
+
+TEST(RlRuleSetTest, AWildcardMatchesWithAStarAnywhere) {
+  auto set = Rules({R"(
+domain: w
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: path
+    value: /api/v1/action
+    rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 40}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: multi
+    value: foo*bar*baz
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    value: r*
+    descriptors:
+      - key: method
+        value: G*T
+        rate_limit: {unit: second, requests_per_unit: 1}
+)"});
+  ASSERT_NE(set, nullptr);
+  // The exact value first, then wildcards in file order, then the key alone.
+  EXPECT_EQ(PathOf(*set, "w", {{"path", "/api/v1/action"}}), "w.path_/api/v1/action");
+  EXPECT_EQ(PathOf(*set, "w", {{"path", "/api/v2/action"}}), "w.path_/api/*/action");
+  EXPECT_EQ(PathOf(*set, "w", {{"path", "/api/v2/other"}}), "w.path_/api/*");
+  EXPECT_EQ(PathOf(*set, "w", {{"path", "/other"}}), "w.path");
+  // A value that is a pattern as written is that descriptor's, before any wildcard is tried.
+  EXPECT_EQ(PathOf(*set, "w", {{"path", "/api/*"}}), "w.path_/api/*");
+  EXPECT_EQ(PathOf(*set, "w", {{"multi", "foo1bar2baz"}}), "w.multi_foo*bar*baz");
+  EXPECT_EQ(PathOf(*set, "w", {{"multi", "foo1baz2bar"}}), "none");
+  EXPECT_EQ(PathOf(*set, "w", {{"route", "r1"}, {"method", "GET"}}), "w.route_r*.method_G*T");
+  EXPECT_EQ(PathOf(*set, "w", {{"route", "r1"}, {"method", "PUT"}}), "none");
+  // Each value has a counter of its own.
+  std::string a, b;
+  ASSERT_NE(set->Match("w", std::vector<RlEntry>{{"multi", "foo1bar2baz"}}, &a), nullptr);
+  ASSERT_NE(set->Match("w", std::vector<RlEntry>{{"multi", "foobarbaz"}}, &b), nullptr);
+  EXPECT_NE(a, b);
+}
+
+TEST(RlRuleSetTest, ADescriptorWithoutEntriesMatchesNothing) {
+  auto set = Rules({R"(
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"});
+  ASSERT_NE(set, nullptr);
+  std::string key = "unchanged";
+  EXPECT_EQ(set->Match("d", {}, &key), nullptr);
+  EXPECT_EQ(key, "unchanged");
+}
+
+TEST(RlRuleSetTest, QuotaModeAndMetadataCarryOver) {
+  auto set = Rules({R"(
+domain: q
+descriptors:
+  - key: bucket
+    value: gold
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata: {bucket: {name: gold}, weight: 3, on: yes}
+  - key: bucket
+    value: free
+    quota_mode: true
+    rate_limit: {unlimited: true}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"});
+  ASSERT_NE(set, nullptr);
+  const RlRule* gold = set->Match("q", std::vector<RlEntry>{{"bucket", "gold"}}, nullptr);
+  ASSERT_NE(gold, nullptr);
+  EXPECT_TRUE(gold->quota);
+  EXPECT_FALSE(gold->plan.limits[0].shadow);
+  // Once spent, the same counter, decided as a shadow limit.
+  ASSERT_EQ(gold->spent_plan.limits.size(), 1u);
+  EXPECT_TRUE(gold->spent_plan.limits[0].shadow);
+  EXPECT_EQ(gold->spent_plan.limits[0].tag, gold->plan.limits[0].tag);
+  EXPECT_EQ(gold->spent_plan.limits[0].quota, 2);
+  EXPECT_EQ(gold->spent_plan.name, gold->plan.name);
+  const auto& fields = gold->metadata.fields();
+  ASSERT_EQ(fields.size(), 3u);
+  EXPECT_EQ(fields.at("bucket").struct_value().fields().at("name").string_value(), "gold");
+  EXPECT_EQ(fields.at("weight").number_value(), 3);
+  EXPECT_TRUE(fields.at("true").bool_value());  // the key `on` is YAML 1.1's true
+  // Quota mode means nothing for an unlimited rule; a rule without metadata has none.
+  const RlRule* free = set->Match("q", std::vector<RlEntry>{{"bucket", "free"}}, nullptr);
+  ASSERT_NE(free, nullptr);
+  EXPECT_FALSE(free->quota);
+  const RlRule* other = set->Match("q", std::vector<RlEntry>{{"bucket", "x"}}, nullptr);
+  ASSERT_NE(other, nullptr);
+  EXPECT_FALSE(other->quota);
+  EXPECT_TRUE(other->metadata.fields().empty());
 }
 
 TEST(RlRuleSetTest, RulesCarryTheirLimitAsAPlan) {

@@ -301,7 +301,8 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
   std::shared_ptr<const http::Frontend> fe = frontend_->Get();
   if (std::shared_ptr<const RlRuleSet> rules = rules_.load();
       rules != nullptr && rules->HasDomain(req.domain())) {
-    absl::StatusOr<RlQuery> query = ParseRlRequest(req, *rules);
+    absl::StatusOr<RlQuery> query =
+        ParseRlRequest(req, *rules, {.dynamic_metadata = fe->envoy.response_dynamic_metadata});
     if (!query.ok()) {
       invalid_.Inc();
       call.Fail(GrpcCode::kInvalidArgument, ToStd(query.status().message()));
@@ -312,9 +313,11 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
       call.Reply(RlResponse(*query, {}));
       return;
     }
-    DecideRules(std::move(call),
-                std::make_shared<RlDecision>(RlDecision{
-                    .fe = std::move(fe), .rules = std::move(rules), .query = *std::move(query)}));
+    DecideRules(std::move(call), std::make_shared<RlDecision>(
+                                     RlDecision{.fe = std::move(fe),
+                                                .rules = std::move(rules),
+                                                .query = *std::move(query),
+                                                .start = std::chrono::steady_clock::now()}));
     return;
   }
   absl::StatusOr<Query> query = ParseRequest(req, fe->envoy.descriptor_keys);
@@ -386,11 +389,17 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Fron
 }
 
 void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision> state) {
-  state->start = std::chrono::steady_clock::now();
   const std::vector<GroupPart> parts = GroupParts(state->query);
   state->fe->limiter->DecideGroup(
       state->query.group, parts,
       [this, call, state](absl::StatusOr<std::vector<sluice::Decision>> decisions) {
+        // Denied by rules in quota mode while another still has room: decided again without them
+        // (the denial counted nothing). Bounded by the call's quota rules. The call's decision
+        // is the last one, and its time runs from the first.
+        if (decisions.ok() && RetryWithoutSpentQuotas(state->query, *decisions)) {
+          DecideRules(call, state);
+          return;
+        }
         http_metrics_->ObserveDecisionSeconds(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
         if (!decisions.ok()) {
@@ -399,7 +408,8 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
           }
           return;
         }
-        http_metrics_->CountDecision(*state->fe, state->query.group, Combined(*decisions));
+        http_metrics_->CountDecision(*state->fe, state->query.group,
+                                     Combined(state->query, *decisions));
         CountRules(state->query, *decisions);
         if (call.Reply(RlResponse(state->query, *decisions))) {
           ((*decisions)[0].allowed ? ok_ : over_limit_).Inc();
@@ -534,11 +544,12 @@ void RateLimitServiceImpl::CountRules(const RlQuery& q,
     const RlPart& part = q.parts[i];
     if (part.rule == nullptr || decisions[i].limits.empty()) continue;
     const LimitDecision& l = decisions[i].limits.front();
-    // A call denied by another descriptor's rule counted nothing here: "not_counted".
-    const std::string_view result = l.violated              ? "over_limit"
-                                    : !decisions[i].allowed ? "not_counted"
-                                    : l.would_deny          ? "shadow_over_limit"
-                                                            : "ok";
+    // A call denied by another descriptor's rule counted nothing here: "not_counted". A spent
+    // quota rule over its limit is "over_limit", whether or not another quota rule admitted it.
+    const std::string_view result = PartOverLimit(q, i, decisions[i]) ? "over_limit"
+                                    : !decisions[i].allowed           ? "not_counted"
+                                    : l.would_deny                    ? "shadow_over_limit"
+                                                                      : "ok";
     rule_hits_.WithLabels({q.domain, part.rule->path, result}).Inc();
   }
 }
