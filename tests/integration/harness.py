@@ -252,3 +252,37 @@ class GatewayUpstream:
 
     def stop(self):
         self._stop()
+
+
+def burst(ports, n, path, payload):
+    """`n` clients that each send one POST `path` with the JSON `payload` (round-robin over `ports`)
+    at once: every connection is opened first, then all requests are written together. Returns
+    the decoded JSON bodies, in client order."""
+    import asyncio
+    import json
+
+    body = json.dumps(payload).encode()
+    request = (f"POST {path} HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+    async def all_at_once():
+        go = asyncio.Event()
+        opened = asyncio.Semaphore(0)
+
+        async def one(port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            opened.release()
+            await go.wait()
+            writer.write(request)
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            return json.loads(data.partition(b"\r\n\r\n")[2])
+
+        tasks = [asyncio.create_task(one(ports[i % len(ports)])) for i in range(n)]
+        for _ in range(n):
+            await asyncio.wait_for(opened.acquire(), 30)
+        go.set()
+        return await asyncio.gather(*tasks)
+
+    return asyncio.run(all_at_once())

@@ -60,6 +60,28 @@ metrics::HistogramFamily& RegisterRoundTrips(metrics::Registry& r) {
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1});
 }
 
+// The degraded ledger's counts (a store that can fail: Redis).
+void RegisterLedger(metrics::Registry& r, const DegradedLedger* ledger,
+                    const DegradedLedgerStats* stats) {
+  r.AddCallbackCounter(
+      "sluice_degraded_ledger_admitted_total",
+      "Decisions the store could not answer, admitted against what this instance knows of the "
+      "subject's usage (on_store_error: allow).",
+      [stats] { return static_cast<double>(stats->admitted.load()); });
+  r.AddCallbackCounter(
+      "sluice_degraded_ledger_denied_total",
+      "Decisions denied because what this instance knows of the subject's usage (the counter the "
+      "store last reported, plus what it admitted while the store failed) left no room.",
+      [stats] { return static_cast<double>(stats->denied.load()); });
+  r.AddCallbackCounter(
+      "sluice_degraded_ledger_full_total",
+      "Observations not kept, or degraded admissions denied, because the ledger was full.",
+      [stats] { return static_cast<double>(stats->full.load()); });
+  r.AddCallbackGauge("sluice_degraded_ledger_subjects",
+                     "Subjects whose usage the degraded ledger holds.",
+                     [ledger] { return static_cast<double>(ledger->size()); });
+}
+
 void Register(metrics::Registry& r, StoreGauges g, const registry::Index* index,
               const OverLimitCacheStats* overlimit) {
   r.AddCallbackGauge("sluice_memory_subjects", "Subjects with live counters in the memory store.",
@@ -375,7 +397,8 @@ class RedisBackend final : public StoreBackend {
   LimiterOptions limiter_options(config::OnStoreError on_store_error) override {
     return LimiterOptions{.on_store_error = on_store_error,
                           .overlimit_cache_capacity = kOverLimitCacheCapacity,
-                          .overlimit_stats = &overlimit_stats_};
+                          .overlimit_stats = &overlimit_stats_,
+                          .degraded_ledger = &ledger_};
   }
   registry::Index* index() override { return &index_; }
   registry::Backend* registry_backend() override { return registry_.get(); }
@@ -415,6 +438,7 @@ class RedisBackend final : public StoreBackend {
       return sum;
     };
     Register(registry, std::move(g), &index_, &overlimit_stats_);
+    RegisterLedger(registry, &ledger_, &ledger_stats_);
     metrics::HistogramFamily& round_trips = RegisterRoundTrips(registry);
     for (int i = 0; i < redis::kRedisCommandKinds; ++i) {
       round_trips_[i].store(&round_trips.WithLabels({redis::RedisCommandKindName(
@@ -461,6 +485,10 @@ class RedisBackend final : public StoreBackend {
   std::unique_ptr<redis::ClockSync> clock_sync_;
   absl::Notification answered_;
   OverLimitCacheStats overlimit_stats_;
+  // What this instance knows of its subjects' usage when Redis fails (on_store_error: allow);
+  // outlives reloads.
+  DegradedLedgerStats ledger_stats_;
+  DegradedLedger ledger_{DegradedLedger::kDefaultCapacity, &ledger_stats_};
   registry::Index index_;
   std::unique_ptr<registry::Backend> registry_;
   const redis::RedisRegistry* redis_registry_ = nullptr;  // registry_, when opened

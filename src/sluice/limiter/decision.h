@@ -28,8 +28,10 @@ struct LimitDecision {
 struct Decision {
   const Plan* plan = nullptr;
   bool allowed = false;
-  // True when the store failed and the answer follows on_store_error; `limits` then carries quotas
-  // and windows but used = 0 and remaining = quota, since the counters are unknown.
+  // True when the store failed and the answer follows on_store_error. Under `allow` with a
+  // degraded ledger (the Redis store), the decision was made against what this instance knows of
+  // the subject's usage, and `limits` carry that usage (degraded_ledger.h); otherwise they carry
+  // quotas and windows, but used = 0 and remaining = quota, since the counters are unknown.
   bool degraded = false;
   StoreFailure failure = StoreFailure::kOther;  // why, when degraded
   // Denial: seconds until every violated limit has reset; else 0. Shadow limits never count.

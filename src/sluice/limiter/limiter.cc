@@ -118,10 +118,29 @@ struct Pending {
   // asynchronous path (the answer reads them through CopiedTerms).
   PlanQuotas plan;
   OverLimitCache* cache = nullptr;
+  // The degraded ledger under on_store_error: allow (null otherwise).
+  DegradedLedger* ledger = nullptr;
   uint64_t store_shrinks = 0;
-  std::string subject;  // only when there is a cache
+  std::string subject;  // only when there is a cache or a ledger
   Windows windows;      // likewise
 };
+
+// A decision the store could not answer, decided against the ledger (on_store_error: allow, some
+// limit enforced): admitted iff this instance's known usage leaves room for the cost.
+template <typename Terms>
+void DecideFromLedger(const absl::Status& failure, const Pending& p, const Terms& terms,
+                      std::string_view subject, absl::Span<const WindowBounds> windows,
+                      Decision& d) {
+  const DegradedLedger::Part part{
+      .subject = subject, .plan = &p.plan, .windows = windows, .cost = p.cost};
+  absl::InlinedVector<int64_t, 4> used[1];
+  StoreResult result;
+  result.allowed = p.ledger->AdmitDegraded(absl::MakeConstSpan(&part, 1), p.now, used);
+  result.used = std::move(used[0]);
+  ApplyCounters(result, p.cost, terms, d);
+  d.degraded = true;
+  d.failure = StoreFailureOf(failure);
+}
 
 // Turns the store's answer into the decision and hands it to `done`; remembers a denial in
 // `p.cache` (when there is one) so that the same request is refused without the store next time.
@@ -132,11 +151,20 @@ void Finish(absl::StatusOr<StoreResult> result, Decision& skeleton, const Pendin
             const Terms& terms, std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
   if (!result.ok()) {
-    Degrade(result.status(), p.policy, Enforces(terms, skeleton.limits.size()), skeleton);
+    const bool enforced = Enforces(terms, skeleton.limits.size());
+    if (p.ledger != nullptr && enforced) {
+      DecideFromLedger(result.status(), p, terms, subject, windows, skeleton);
+    } else {
+      Degrade(result.status(), p.policy, enforced, skeleton);
+    }
     std::move(done)(std::move(skeleton));
     return;
   }
   ApplyCounters(*result, p.cost, terms, skeleton);
+  if (p.ledger != nullptr) {
+    p.ledger->Observe({.subject = subject, .plan = &p.plan, .windows = windows, .cost = p.cost},
+                      result->used, p.now);
+  }
   if (!skeleton.allowed && p.cache != nullptr) {
     absl::Time until = absl::InfinitePast();
     for (const LimitDecision& l : skeleton.limits) {
@@ -206,28 +234,35 @@ absl::Status ValidateGroup(std::string_view group, absl::Span<const GroupPart> p
   return absl::OkStatus();
 }
 
-// Finishes a group decision: every part's counters as for a single decision (ApplyCounters), the
-// group's verdict and retry_after on each. `costs` and `quotas` are copies, part by part.
-void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> decisions,
-                 absl::Span<const int64_t> costs, absl::Span<const PlanQuotas> quotas,
-                 config::OnStoreError policy, GroupDecisionCallback done) {
-  if (!result.ok() || result->parts.size() != decisions.size()) {
-    const absl::Status failure =
-        result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
-                    : result.status();
-    bool enforced = false;  // the group's verdict: one enforced limit anywhere lets policy decide
-    for (size_t p = 0; p < decisions.size(); ++p) {
-      enforced = enforced || Enforces(CopiedTerms{quotas[p]}, decisions[p].limits.size());
+// What finishing a group decision needs, copied part by part (the request is the caller's).
+struct GroupPending {
+  std::vector<int64_t> costs;
+  std::vector<PlanQuotas> quotas;
+  config::OnStoreError policy = config::OnStoreError::kAllow;
+  absl::Time now;
+  DegradedLedger* ledger = nullptr;   // as Pending::ledger
+  std::vector<std::string> subjects;  // only with a ledger
+  std::vector<Windows> windows;       // likewise
+
+  // The ledger's view of the parts (valid while this lives).
+  [[nodiscard]] std::vector<DegradedLedger::Part> LedgerParts() const {
+    std::vector<DegradedLedger::Part> parts;
+    for (size_t p = 0; p < subjects.size(); ++p) {
+      parts.push_back(
+          {.subject = subjects[p], .plan = &quotas[p], .windows = windows[p], .cost = costs[p]});
     }
-    for (Decision& d : decisions) Degrade(failure, policy, enforced, d);
-    std::move(done)(std::move(decisions));
-    return;
+    return parts;
   }
-  bool allowed = result->allowed;
+};
+
+// Applies every part's counters (ApplyCounters: the store's, or the ledger's), then the group's
+// verdict and retry_after on each.
+void ApplyGroup(std::vector<StoreResult>& parts, bool allowed, const GroupPending& g,
+                std::vector<Decision>& decisions) {
   int64_t retry_after = 0;
   for (size_t p = 0; p < decisions.size(); ++p) {
-    result->parts[p].allowed = result->allowed;
-    ApplyCounters(result->parts[p], costs[p], CopiedTerms{quotas[p]}, decisions[p]);
+    parts[p].allowed = allowed;
+    ApplyCounters(parts[p], g.costs[p], CopiedTerms{g.quotas[p]}, decisions[p]);
     allowed = allowed && decisions[p].allowed;
     retry_after = std::max(retry_after, decisions[p].retry_after);
   }
@@ -235,9 +270,54 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
     d.allowed = allowed;
     d.retry_after = retry_after;
   }
-  std::move(done)(std::move(decisions));
 }
 
+// The ledger's counters of a group, as store results.
+std::vector<StoreResult> LedgerResults(absl::Span<absl::InlinedVector<int64_t, 4>> used) {
+  std::vector<StoreResult> results(used.size());
+  for (size_t p = 0; p < used.size(); ++p) results[p].used = std::move(used[p]);
+  return results;
+}
+
+// Finishes a group decision: every part's counters as for a single decision (ApplyCounters), the
+// group's verdict and retry_after on each.
+void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> decisions,
+                 const GroupPending& g, GroupDecisionCallback done) {
+  if (!result.ok() || result->parts.size() != decisions.size()) {
+    const absl::Status failure =
+        result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
+                    : result.status();
+    bool enforced = false;  // the group's verdict: one enforced limit anywhere lets policy decide
+    for (size_t p = 0; p < decisions.size(); ++p) {
+      enforced = enforced || Enforces(CopiedTerms{g.quotas[p]}, decisions[p].limits.size());
+    }
+    if (g.ledger != nullptr && enforced) {
+      std::vector<absl::InlinedVector<int64_t, 4>> used(decisions.size());
+      const std::vector<DegradedLedger::Part> parts = g.LedgerParts();
+      const bool allowed = g.ledger->AdmitDegraded(parts, g.now, absl::MakeSpan(used));
+      std::vector<StoreResult> results = LedgerResults(absl::MakeSpan(used));
+      ApplyGroup(results, allowed, g, decisions);
+      for (Decision& d : decisions) {
+        d.degraded = true;
+        d.failure = StoreFailureOf(failure);
+      }
+    } else {
+      for (Decision& d : decisions) Degrade(failure, g.policy, enforced, d);
+    }
+    std::move(done)(std::move(decisions));
+    return;
+  }
+  if (g.ledger != nullptr) {
+    const std::vector<DegradedLedger::Part> parts = g.LedgerParts();
+    for (size_t p = 0; p < parts.size(); ++p) {
+      g.ledger->Observe(parts[p], result->parts[p].used, g.now);
+    }
+  }
+  std::vector<StoreResult> results(std::make_move_iterator(result->parts.begin()),
+                                   std::make_move_iterator(result->parts.end()));
+  ApplyGroup(results, result->allowed, g, decisions);
+  std::move(done)(std::move(decisions));
+}
 }  // namespace
 
 Limiter::Limiter(PlanSet plans, Store* store, const Clock* clock, LimiterOptions options)
@@ -270,13 +350,30 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   pending.policy = options_.on_store_error;
   pending.now = clock_->Now();
   pending.cache = cache_.get();
+  if (options_.on_store_error == config::OnStoreError::kAllow) {
+    pending.ledger = options_.degraded_ledger;
+  }
   // Read before the store is asked: a shrink that completes after this invalidates what the
   // answer would teach the cache.
   pending.store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
   Windows windows = WindowsFor(*plan, pending.now);
   Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
+  if (cache_ != nullptr || pending.ledger != nullptr) pending.plan = PlanQuotas::Of(*plan);
+  if (pending.ledger != nullptr) {
+    // What this instance admitted while the store failed is not in the store's counters: a
+    // subject it used up is denied here until its window ends.
+    const DegradedLedger::Part part{
+        .subject = req.subject, .plan = &pending.plan, .windows = windows, .cost = req.cost};
+    absl::InlinedVector<int64_t, 4> used[1];
+    if (pending.ledger->DeniesAfterDegraded(absl::MakeConstSpan(&part, 1), pending.now, used)) {
+      StoreResult result{.allowed = false};
+      result.used = std::move(used[0]);
+      ApplyCounters(result, req.cost, LiveTerms{*plan}, skeleton);
+      std::move(done)(std::move(skeleton));
+      return;
+    }
+  }
   if (cache_ != nullptr) {
-    pending.plan = PlanQuotas::Of(*plan);
     OverLimitCache::Entry known;
     if (cache_->CertainDenial(pending.plan, req.subject, req.cost, pending.now, windows, &known,
                               pending.store_shrinks)) {
@@ -303,8 +400,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   }
   // The answer needs the quotas, and remembering a denial the subject and windows, once it
   // arrives (the request and an effective plan may be gone by then).
-  if (cache_ == nullptr) pending.plan = PlanQuotas::Of(*plan);
-  if (cache_ != nullptr) {
+  if (cache_ == nullptr && pending.ledger == nullptr) pending.plan = PlanQuotas::Of(*plan);
+  if (cache_ != nullptr || pending.ledger != nullptr) {
     pending.subject = std::string(req.subject);
     pending.windows = windows;
   }
@@ -321,35 +418,49 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
     std::move(done)(std::move(s));
     return;
   }
-  const absl::Time now = clock_->Now();
   const size_t n = parts.size();
-  std::vector<Windows> windows(n);
+  GroupPending g;
+  g.now = clock_->Now();
+  g.policy = options_.on_store_error;
+  if (g.policy == config::OnStoreError::kAllow) g.ledger = options_.degraded_ledger;
+  g.windows.resize(n);
+  g.costs.resize(n);
+  g.quotas.resize(n);
   std::vector<Decision> decisions;
   std::vector<StoreRequest> requests(n);
-  std::vector<int64_t> costs(n);
-  std::vector<PlanQuotas> quotas(n);
   decisions.reserve(n);
   for (size_t p = 0; p < n; ++p) {
     const Plan& plan = *parts[p].plan;
-    windows[p] = WindowsFor(plan, now);
-    decisions.push_back(SkeletonDecision(plan, windows[p], now));
-    costs[p] = parts[p].cost;
-    quotas[p] = PlanQuotas::Of(plan);
+    g.windows[p] = WindowsFor(plan, g.now);
+    decisions.push_back(SkeletonDecision(plan, g.windows[p], g.now));
+    g.costs[p] = parts[p].cost;
+    g.quotas[p] = PlanQuotas::Of(plan);
+    if (g.ledger != nullptr) g.subjects.emplace_back(parts[p].subject);
+  }
+  for (size_t p = 0; p < n; ++p) {
     requests[p] = {.subject = parts[p].subject,
                    .group = group,
-                   .plan = &plan,
+                   .plan = parts[p].plan,
                    .cost = parts[p].cost,
-                   .now = now,
-                   .windows = windows[p]};
+                   .now = g.now,
+                   .windows = g.windows[p]};
   }
   // The over-limit cache is not consulted: it knows single subjects, and a group is denied or
-  // admitted as a whole.
+  // admitted as a whole. The ledger is: a part this instance used up while the store failed
+  // denies the group here until its window ends.
+  if (g.ledger != nullptr) {
+    std::vector<absl::InlinedVector<int64_t, 4>> used(n);
+    if (g.ledger->DeniesAfterDegraded(g.LedgerParts(), g.now, absl::MakeSpan(used))) {
+      std::vector<StoreResult> results = LedgerResults(absl::MakeSpan(used));
+      ApplyGroup(results, false, g, decisions);
+      std::move(done)(std::move(decisions));
+      return;
+    }
+  }
   store_->DecideGroup({.group = group, .parts = requests},
-                      [decisions = std::move(decisions), costs = std::move(costs),
-                       quotas = std::move(quotas), policy = options_.on_store_error,
+                      [decisions = std::move(decisions), g = std::move(g),
                        done = std::move(done)](absl::StatusOr<StoreGroupResult> result) mutable {
-                        FinishGroup(std::move(result), std::move(decisions), costs, quotas, policy,
-                                    std::move(done));
+                        FinishGroup(std::move(result), std::move(decisions), g, std::move(done));
                       });
 }
 
@@ -433,6 +544,7 @@ void Limiter::ResetOf(std::string_view subject, const Plan& plan, std::string_vi
   }
   // Counters follow the subject: a denial learnt under any plan may rest on what is reset here.
   if (cache_ != nullptr) cache_->Forget(subject);
+  if (options_.degraded_ledger != nullptr) options_.degraded_ledger->Forget(subject);
   const absl::Time now = clock_->Now();
   Windows windows = WindowsFor(plan, now);
   store_->Reset({.subject = subject, .plan = &plan, .cost = 0, .now = now, .windows = windows},

@@ -15,6 +15,7 @@
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter/decision.h"
+#include "sluice/limiter/degraded_ledger.h"
 #include "sluice/limiter/overlimit_cache.h"
 #include "sluice/limiter/plan.h"
 #include "sluice/limiter/store.h"
@@ -53,6 +54,11 @@ struct LimiterOptions {
   // remote: a denied client that keeps asking is then answered without a round trip.
   size_t overlimit_cache_capacity = 0;
   OverLimitCacheStats* overlimit_stats = nullptr;  // may be null; must outlive the Limiter
+  // Under on_store_error: allow, what this instance knows of its subjects' usage: a decision the
+  // store cannot answer is decided against it instead of admitted (degraded_ledger.h). Shared by
+  // the Limiters of a service's reloads; may be null (a store that cannot fail needs none); must
+  // outlive the Limiter.
+  DegradedLedger* degraded_ledger = nullptr;
 };
 
 // Thread-safe and immutable; a reload builds a new Limiter. `store` and `clock` must outlive it.

@@ -21,6 +21,7 @@ PlanQuotas PlanQuotas::Of(const Plan& plan) {
   bool any_shadow = false;
   for (const Limit& limit : plan.limits) {
     pq.quotas.push_back(limit.quota);
+    pq.tags.push_back(limit.tag);
     any_shadow = any_shadow || limit.shadow;
   }
   // Left empty when no limit is shadow (nearly every plan): a decision copies this.

@@ -55,6 +55,8 @@ struct PlanQuotas {
   // Per limit: a shadow limit (Limit::shadow), which never denies; missing: enforced (Of leaves
   // it empty for a plan without shadow limits).
   absl::InlinedVector<bool, 4> shadow;
+  // Per limit: Limit::tag (what the limit's counters are known by, whatever the plan).
+  absl::InlinedVector<uint32_t, 4> tags;
 
   [[nodiscard]] static PlanQuotas Of(const Plan& plan);
   friend bool operator==(const PlanQuotas&, const PlanQuotas&) = default;

@@ -10,62 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "sluice/limiter/limiter.h"
+#include "sluice/limiter/test_counting_store.h"
 
 namespace sluice {
 namespace {
 
-// A store with exact all-or-nothing counters (no alerts, no expiry) that counts its calls, or
-// fails every call with `failure` when set.
-class CountingStore final : public Store {
- public:
-  void Decide(const StoreRequest& req, DecideCallback done) override {
-    ++decides;
-    if (failure.has_value()) {
-      std::move(done)(WithStoreFailure(absl::UnavailableError("down"), *failure));
-      return;
-    }
-    std::vector<int64_t>& used = Counters(req);
-    StoreResult result{.allowed = true};
-    for (size_t i = 0; i < used.size(); ++i) {
-      if (used[i] + req.cost > req.plan->limits[i].quota) result.allowed = false;
-    }
-    for (size_t i = 0; i < used.size(); ++i) {
-      if (result.allowed) used[i] += req.cost;
-      result.used.push_back(used[i]);
-    }
-    std::move(done)(std::move(result));
-  }
-  void Usage(const StoreRequest&, UsageCallback done) override {
-    std::move(done)(absl::UnimplementedError("not needed"));
-  }
-  void Reset(const StoreRequest& req, std::optional<size_t>, StatusCallback done) override {
-    Counters(req).assign(req.plan->limits.size(), 0);
-    std::move(done)(absl::OkStatus());
-  }
-
-  uint64_t shrinks() const override { return shrink_count; }
-  // Takes `cost` back from every counter, as RedisStore's refund of a late admission does.
-  void Refund(int64_t cost) {
-    for (auto& [key, used] : counters_) {
-      for (int64_t& u : used) u -= cost;
-    }
-    ++shrink_count;
-  }
-
-  int decides = 0;
-  uint64_t shrink_count = 0;
-  std::optional<StoreFailure> failure;
-
- private:
-  std::vector<int64_t>& Counters(const StoreRequest& req) {
-    std::string key = std::string(req.subject);
-    for (const WindowBounds& w : req.windows) key += ":" + std::to_string(w.id);
-    std::vector<int64_t>& used = counters_[key];
-    used.resize(req.plan->limits.size());
-    return used;
-  }
-  std::map<std::string, std::vector<int64_t>> counters_;
-};
+using testing_util::CountingStore;
 
 class OverLimitCacheTest : public ::testing::Test {
  protected:
