@@ -145,6 +145,29 @@ class ClusterStoreTest(ClusterCase):
         self.assertIn("cannot be set together with store.redis.url", out.stderr)
 
 
+class ClusterBurstTest(ClusterCase):
+    """Hundreds of requests for one subject at once, on a cluster just made (no script loaded on
+    any master: the first commands find none and share one load), with the default timeout."""
+
+    def rounds(self, services, rounds=3, n=400):
+        for r in range(rounds):
+            harness.clear_of_window_end(60, 10)
+            if r == 0:
+                for port in self.cluster.masters():
+                    self.cluster.call(port, "SCRIPT", "FLUSH")
+            bodies = harness.burst([s.port for s in services], n, "/v1/check",
+                                   {"subject": f"burst-{r}-{time.time_ns()}", "plan": "free"})
+            allowed = sum(1 for b in bodies if b["allowed"])
+            degraded = sum(1 for b in bodies if b["degraded"])
+            self.assertEqual((allowed, degraded), (60, 0), f"round {r}: (allowed, degraded)")
+
+    def test_one_instance_decides_a_burst_exactly(self):
+        self.rounds([self.service(timeout="20ms")])
+
+    def test_two_instances_decide_a_burst_exactly(self):
+        self.rounds([self.service(timeout="20ms"), self.service(timeout="20ms")])
+
+
 class Load:
     """Clients sending decisions to `services` (round robin) for `subjects` until stop(); every
     answer is kept as (monotonic time, subject, status, allowed, degraded, seconds taken)."""
