@@ -72,6 +72,9 @@ int CheckConfig(const std::string& path) {
     return config::kExitConfigError;
   }
   if (!note.empty()) std::cerr << note << "\n";
+  if (const std::string redis = server::RedisNote(*cfg); !redis.empty()) {
+    std::cerr << redis << "\n";
+  }
   size_t limits = 0;
   for (const config::PlanConfig& p : cfg->plans) limits += p.limits.size();
   auto count = [](size_t n, const char* noun) {

@@ -354,6 +354,26 @@ class RedisAuthTest(RedisCase):
         self.assertLess(waited.total_seconds(), 3.5)
 
 
+class RedisDatabaseTest(RedisCase):
+    def test_a_database_the_server_does_not_have_is_said_plainly_at_start(self):
+        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+        self.addCleanup(d.cleanup)
+        yaml = redis_yaml(self.redis.port).replace(f"{self.redis.port}/0", f"{self.redis.port}/20")
+        path = harness.write_config(d.name, "server:\n  admin_token: t0ken-t0ken\n" + yaml + PLANS)
+        # check-config connects to nothing, and says what only the server can tell.
+        check = harness.run("check-config", "-c", path)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertIn("note: store.redis.url selects database 20", check.stderr)
+        self.assertIn("redis.conf `databases`, 16 by default", check.stderr)
+        svc = harness.Service(yaml + PLANS, d.name)
+        svc.__enter__()
+        self.addCleanup(svc.__exit__)
+        line = json.loads(svc.server.wait_for_line("redis connection failed"))
+        self.assertEqual(line["level"], "error")
+        self.assertIn("SELECT 20 refused", line["error"])
+        self.assertIn("the server has no database 20", line["error"])
+
+
 class ReadinessTest(RedisCase):
     """/readyz against each way Redis can fail: under allow it stays 200 and says the store is
     failing (all replicas unready at once would turn fail-open into an outage); under deny it is

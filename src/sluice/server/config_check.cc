@@ -331,4 +331,16 @@ absl::Status CheckRegistryFile(const config::Config& cfg, std::string* note) {
   return CheckPlansInUse(cfg, index);
 }
 
+std::string RedisNote(const config::Config& cfg) {
+  if (cfg.store.type != config::StoreType::kRedis || !cfg.store.redis.cluster_nodes.empty()) {
+    return "";
+  }
+  absl::StatusOr<redis::ConnectionOptions> url = redis::ParseRedisUrl(cfg.store.redis.url);
+  if (!url.ok() || url->db == 0) return "";
+  return absl::StrCat("note: ", cfg.store.redis.url_source, " selects database ", url->db,
+                      ": the Redis server must have more than ", url->db,
+                      " databases (redis.conf `databases`, 16 by default); check-config does not "
+                      "connect to it");
+}
+
 }  // namespace sluice::server

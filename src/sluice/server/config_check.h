@@ -52,6 +52,12 @@ struct AdminTokenSource {
 [[nodiscard]] absl::Status CheckRegistryFile(const config::Config& cfg,
                                              std::string* note = nullptr);
 
+// For `check-config`, which connects to nothing: what only the Redis server can tell, as a note
+// ("note: ..."), or "" when there is nothing to say. Today: a URL that selects a database other
+// than 0 needs a server with more databases than its index (redis.conf `databases`, 16 by
+// default); serve says at start, plainly, when the server refuses it.
+[[nodiscard]] std::string RedisNote(const config::Config& cfg);
+
 }  // namespace sluice::server
 
 #endif  // SLUICE_SERVER_CONFIG_CHECK_H_

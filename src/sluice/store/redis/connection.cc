@@ -585,7 +585,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     }
     uint64_t held_back = 0;
     if (!connect_failures_.Allow(&held_back)) return;
-    Log(LogLevel::kWarn, "redis connection failed")
+    // FailedPrecondition: the configuration and the server disagree (a database the server does
+    // not have); retrying will not heal it.
+    Log(absl::IsFailedPrecondition(status) ? LogLevel::kError : LogLevel::kWarn,
+        "redis connection failed")
         .Str("host", options_.host)
         .Int("port", options_.port)
         .Error(status)
@@ -700,9 +703,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       }
       ++expected;
     }
+    int select_reply = -1;  // which reply is SELECT's
     if (options_.db != 0) {
       handshake += EncodeCommand({"SELECT", std::to_string(options_.db)});
-      ++expected;
+      select_reply = expected++;
     }
     handshake += EncodeCommand({"PING"});
     ++expected;
@@ -712,7 +716,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
       co_return absl::UnavailableError(
           absl::StrCat("redis: write: ", ec.message(), DroppedHint(ec)));
     }
-    while (expected > 0) {
+    for (int index = 0; index < expected;) {
       auto next = reader_.Next();
       if (!next.ok()) co_return next.status();
       if (!next->has_value()) {
@@ -739,10 +743,20 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
           co_return absl::UnavailableError(
               absl::StrCat("redis: handshake: AUTH refused (", ToAbsl(code), ")"));
         }
+        if (index == select_reply) {
+          // Typically "ERR DB index is out of range": the URL's /db is not below the server's
+          // `databases` (16 unless redis.conf says otherwise), which no configuration check can
+          // know. Said plainly, since it never heals by itself.
+          co_return absl::FailedPreconditionError(
+              absl::StrCat("redis: SELECT ", options_.db, " refused (", (*next)->str,
+                           "): the server has no database ", options_.db,
+                           " (its `databases` setting, 16 by default, must be above it); use a "
+                           "smaller /db in the URL"));
+        }
         co_return absl::UnavailableError(absl::StrCat("redis: handshake: ", (*next)->str));
       }
       auth_pending = false;
-      --expected;
+      ++index;
     }
     co_return absl::OkStatus();
   }

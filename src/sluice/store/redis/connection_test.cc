@@ -148,6 +148,34 @@ TEST_F(ConnectionTest, AuthenticatesAsTheUrlsUserWithTheDecodedPassword) {
   EXPECT_FALSE(wrong.connected());
 }
 
+TEST(ConnectionLogTest, ADatabaseTheServerDoesNotHaveIsRefusedPlainlyAsAnError) {
+  const uint16_t port = FreePort();
+  RedisServer server;
+  ASSERT_TRUE(server.Start(port, {"--databases", "4"}));
+  std::optional<StderrCapture> capture(std::in_place);
+  boost::asio::io_context io;
+  {
+    Connection conn(io, ConnectionOptions{.port = port,
+                                          .db = 4,
+                                          .command_timeout = 1s,
+                                          .reconnect_min = 10ms,
+                                          .reconnect_max = 100ms});
+    conn.Start();
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (capture->Text().find("redis connection failed") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      io.run_one_for(10ms);
+    }
+    EXPECT_FALSE(conn.connected());
+    conn.Stop();
+  }
+  const std::string log = capture->Text();
+  capture.reset();
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("level":"error")"));
+  EXPECT_THAT(log, ::testing::HasSubstr("SELECT 4 refused"));
+  EXPECT_THAT(log, ::testing::HasSubstr("the server has no database 4"));
+}
+
 TEST(ConnectionLogTest, ARefusedAuthNeverLogsThePassword) {
   // With AUTH renamed away, Redis's error reply quotes the command's arguments: the password.
   const uint16_t port = FreePort();
