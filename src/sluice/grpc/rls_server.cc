@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "google/protobuf/arena.h"
+#include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/grpc/h2_session.h"
 #include "sluice/grpc/mapping.h"
@@ -528,10 +529,16 @@ void RateLimitServiceImpl::FinishShutdown() {
       for (H2Connection* c : open) c->Close();
     });
   }
-  // Decisions still in flight end on the loops (each within the store timeout), and the objects of
-  // closed connections go once their last handler has run.
-  WaitUntil([this] { return in_flight_.load() == 0 && objects_.load() == 0; },
-            std::chrono::steady_clock::time_point::max());
+  // Decisions still in flight end on the loops (each within the store's wait), and the objects of
+  // closed connections go once their last handler has run. Bounded all the same: a store that
+  // broke its bound must not hold the process at SIGTERM forever.
+  const auto bound = std::chrono::steady_clock::now() +
+                     absl::ToChronoMilliseconds(options_.shutdown_decisions_wait);
+  if (!WaitUntil([this] { return in_flight_.load() == 0 && objects_.load() == 0; }, bound)) {
+    Log(LogLevel::kWarn, "gRPC calls still being decided at shutdown are abandoned")
+        .Int("in_flight", in_flight_.load())
+        .Double("waited_s", absl::ToDoubleSeconds(options_.shutdown_decisions_wait));
+  }
   OnEveryLoop([](Loop& l) {
     l.acceptor.reset();
     l.pause.reset();

@@ -48,6 +48,10 @@ struct RlsServerOptions {
   absl::Duration request_timeout = absl::Seconds(10);
   // Counted when set (must outlive the server): connections refused at max_connections.
   metrics::Counter* refused = nullptr;
+  // At shutdown, how long decisions still in flight once the connections are closed are waited
+  // for: the store's longest wait (store.redis.max_wait) and a margin. What is left then is
+  // abandoned (logged), as the HTTP planes abandon theirs.
+  absl::Duration shutdown_decisions_wait = absl::Seconds(61);
 };
 
 class RlsServer {
@@ -71,8 +75,9 @@ class RlsServer {
   // once. Idempotent.
   void BeginShutdown(absl::Time deadline);
   // Ends the shutdown (beginning it with an immediate deadline if it was not) and waits for it:
-  // connections still open at the deadline are closed, and decisions in flight are waited for (each
-  // is bounded by the store timeout). REQUIRES: the loops still run.
+  // connections still open at the deadline are closed, and decisions in flight are waited for, at
+  // most RlsServerOptions::shutdown_decisions_wait (each is bounded by the store's wait, so they
+  // normally end well before). REQUIRES: the loops still run.
   void FinishShutdown();
 
   [[nodiscard]] int64_t in_flight() const;

@@ -412,8 +412,14 @@ int Serve(const std::string& config_path) {
   std::optional<rls::RlsServer> rls_server;
   if (!cfg.server.grpc_listen.empty()) {
     rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs,
-                       rls::RlsServerOptions{.max_connections = cfg.server.max_connections,
-                                             .refused = &refused.WithLabels({"grpc"})});
+                       rls::RlsServerOptions{
+                           .max_connections = cfg.server.max_connections,
+                           .refused = &refused.WithLabels({"grpc"}),
+                           // A decision waits for Redis at most max_wait (restart to change it).
+                           .shutdown_decisions_wait = (cfg.store.type == config::StoreType::kRedis
+                                                           ? cfg.store.redis.EffectiveMaxWait()
+                                                           : absl::ZeroDuration()) +
+                                                      absl::Seconds(1)});
     rls_server->SetRules(*std::move(initial_rules));
     if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
       Log(LogLevel::kError, "cannot start the gRPC rate limit service").Error(s);
