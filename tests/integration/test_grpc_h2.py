@@ -173,6 +173,23 @@ def frames(data):
     return out
 
 
+def raw_headers(sid, fields, end_stream=False):
+    """A HEADERS frame (END_HEADERS) of `fields` as HPACK literals without indexing: it leaves
+    both ends' dynamic tables as they were, so h2 can go on framing the connection after it."""
+    block = b""
+    for name, value in fields:
+        name, value = name.encode(), value.encode()
+        block += b"\0" + bytes([len(name)]) + name + bytes([len(value)]) + value
+    flags = 0x4 | (0x1 if end_stream else 0)
+    return (struct.pack(">I", len(block))[1:] + bytes([1, flags]) + struct.pack(">I", sid)
+            + block)
+
+
+def call_fields():
+    return [(":method", "POST"), (":scheme", "http"), (":authority", "sluice"), (":path", METHOD),
+            ("content-type", "application/grpc"), ("te", "trailers")]
+
+
 class H2Case(unittest.TestCase):
     def start(self, body=PLANS, extra_server=""):
         d = harness.tempdir()
@@ -231,6 +248,19 @@ class OddRequestsTest(H2Case):
         c.pump(lambda: False)
         self.assertTrue(c.closed)
         self.assertEqual(c.goaway, PROTOCOL_ERROR)
+
+    def test_a_call_on_a_stream_id_below_one_used_gets_goaway_protocol_error(self):
+        c = self.client()
+        c.h2.send_headers(5, call_fields())
+        c.streams[5] = Stream()
+        c.send(5, message())
+        self.assertEqual(c.wait(5).grpc(), (0, ""))
+        # Stream 3 was skipped, so it is closed (RFC 9113 §5.1.1): a call on it is a connection
+        # error, not a call that waits out its deadline unanswered. (h2 refuses to send it: raw.)
+        c.sock.sendall(raw_headers(3, call_fields()))
+        c.pump(lambda: c.closed, timeout=5)
+        self.assertEqual(c.goaway, PROTOCOL_ERROR)
+        self.assert_serving()
 
     def test_a_get_is_405(self):
         s = self.client().call(b"", method="GET")

@@ -30,6 +30,10 @@ constexpr Clock::duration kLinger = std::chrono::seconds(1);
 // Closed streams kept for reuse per connection, unless their body buffer grew past this.
 constexpr size_t kSpareStreams = 8;
 constexpr size_t kKeptBufferBytes = 4 * 1024;
+// Stream ids this side reset that a connection remembers (the latest): frames the client sent on
+// them before it saw the RST_STREAM are ignored, as RFC 9113 §5.1 requires, for as long as the id
+// is remembered. More than the streams one connection may have open at once by default.
+constexpr size_t kRememberedResets = 128;
 
 constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
 
@@ -258,6 +262,26 @@ struct H2Connection::Stream {
 struct H2Connection::Callbacks {
   static H2Connection* Self(void* user_data) { return static_cast<H2Connection*>(user_data); }
 
+  // A client's HEADERS on a stream id at or below the last stream it opened, for a stream that is
+  // not open, is no new stream (RFC 9113 §5.1.1: a new stream's id is above every id used before;
+  // a skipped id is closed) and no trailers of an open one: a connection error, PROTOCOL_ERROR.
+  // nghttp2 itself drops such a header block without a word (it cannot tell a reused id from a
+  // frame the client sent before it saw our RST_STREAM); the client then waits for an answer that
+  // never comes. Streams this side reset are remembered, and frames on them ignored. Even ids
+  // (the server's) nghttp2 refuses itself.
+  static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
+    if (hd->type != NGHTTP2_HEADERS || hd->stream_id % 2 == 0) return 0;
+    H2Connection* self = Self(user_data);
+    if (hd->stream_id <= nghttp2_session_get_last_proc_stream_id(session) &&
+        nghttp2_session_find_stream(session, hd->stream_id) == nullptr &&
+        std::find(self->reset_ids_.begin(), self->reset_ids_.end(), hd->stream_id) ==
+            self->reset_ids_.end()) {
+      self->connection_error_ = NGHTTP2_PROTOCOL_ERROR;
+      return NGHTTP2_ERR_CALLBACK_FAILURE;  // stops nghttp2 at once; OnRead sends the GOAWAY
+    }
+    return 0;
+  }
+
   static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     H2Connection* self = Self(user_data);
@@ -340,8 +364,11 @@ struct H2Connection::Callbacks {
   // Once an answer given before the request ended is out (nghttp2 would drop a response still
   // queued behind an RST_STREAM): RST_STREAM NO_ERROR, the client need not send the rest (RFC
   // 9113 §8.1).
-  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
-                         void* /*user_data*/) {
+  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+      Self(user_data)->RememberReset(frame->hd.stream_id);
+      return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
       return 0;
     }
@@ -442,6 +469,7 @@ H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
       in_(kReadBytes) {
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks, &Callbacks::OnBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, &Callbacks::OnBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, &Callbacks::OnHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Callbacks::OnFrameRecv);
@@ -559,11 +587,22 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
   const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
   in_recv_ = false;
   if (rv < 0) {
-    // A bad connection preface, a flood, or the like: GOAWAY, then close once it is written.
-    nghttp2_session_terminate_session(session_, NGHTTP2_PROTOCOL_ERROR);
+    // A bad connection preface, a flood, an error a callback found, or the like: GOAWAY, then
+    // close once it is written.
+    nghttp2_session_terminate_session(
+        session_, connection_error_ != 0 ? connection_error_ : uint32_t{NGHTTP2_PROTOCOL_ERROR});
   }
   Flush();
   StartRead();
+}
+
+void H2Connection::RememberReset(int32_t stream_id) {
+  if (reset_ids_.size() < kRememberedResets) {
+    reset_ids_.push_back(stream_id);
+  } else {
+    reset_ids_[next_reset_] = stream_id;
+    next_reset_ = (next_reset_ + 1) % kRememberedResets;
+  }
 }
 
 void H2Connection::DecisionDone() {

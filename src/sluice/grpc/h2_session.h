@@ -12,7 +12,11 @@
 // (INVALID_ARGUMENT), a grpc-timeout already past (DEADLINE_EXCEEDED). A call still being decided
 // when its grpc-timeout passes is answered DEADLINE_EXCEEDED then; the decision's answer is
 // dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
-// sends it) and the socket is closed once it is written.
+// sends it) and the socket is closed once it is written; so does a HEADERS on a stream id at or
+// below the last one the client opened, for a stream not open (a reused or skipped id: GOAWAY
+// PROTOCOL_ERROR, which nghttp2 alone would drop unanswered), unless this side reset that stream
+// (one of the latest 128 RST_STREAMs sent): what the client sent before it saw the reset is
+// ignored.
 //
 // Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 refuses a stream beyond it with RST_STREAM
 // REFUSED_STREAM before the client has acknowledged the setting, and ends the connection with
@@ -199,6 +203,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnStreamClose(int32_t stream_id, uint32_t error_code);
   // A call handed to the service was answered or abandoned: reading resumes if it had paused.
   void DecisionDone();
+  // An RST_STREAM went out for `stream_id`: kept among the last resets (h2_session.cc).
+  void RememberReset(int32_t stream_id);
 
   void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
   void AnswerSerialized(Stream& s, std::string_view message);
@@ -233,6 +239,11 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::chrono::steady_clock::time_point goaway_deadline_;
   // Calls handed to the service and not yet answered, whether or not their stream is still open.
   uint32_t decisions_pending_ = 0;
+  // The stream ids of the latest RST_STREAMs sent (a ring; next_reset_ is the oldest once full).
+  std::vector<int32_t> reset_ids_;
+  size_t next_reset_ = 0;
+  // The GOAWAY's error code when a callback has found a connection error (0: none found).
+  uint32_t connection_error_ = 0;
   bool handshake_done_ = false;
   bool lingering_ = false;
   std::chrono::steady_clock::time_point

@@ -450,6 +450,73 @@ TEST_F(H2ConnectionTest, AHeaderListPastTheBoundIsResetEnhanceYourCalm) {
   EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
 }
 
+// RFC 9113 §5.1.1: a new stream's id must be above every id the client has used. A HEADERS on a
+// lower one (stream 5, then a call on stream 3) is a connection error, not dropped unanswered.
+TEST_F(H2ConnectionTest, AHeadersOnAStreamIdBelowOneAlreadyUsedGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(5));
+  ASSERT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+  Send(Call(3));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 1);
+}
+
+// A stream id used and closed is not a new stream either: a call on it again is a connection error.
+TEST_F(H2ConnectionTest, AHeadersOnAClosedStreamGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  service_.reply = true;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1));
+  Send(Frame(6, 0, 0, "12345678"));
+  ASSERT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  ASSERT_EQ(service_.calls, 1);  // answered, both ends closed: the stream is gone
+  Send(Call(1));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 1);
+}
+
+// Even stream ids are the server's (RFC 9113 §5.1.1): a client's HEADERS on one is a connection
+// error.
+TEST_F(H2ConnectionTest, AHeadersOnAServerInitiatedStreamIdGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(2));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 0);
+}
+
+// What the client sent on a stream before it saw the server's RST_STREAM (here trailers after a
+// header list past the bound) is ignored (RFC 9113 §5.1), not taken for a reused stream id.
+TEST_F(H2ConnectionTest, TrailersOnAStreamTheServerResetAreIgnored) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.max_header_list_bytes = 400;
+  service_.reply = true;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1, /*with_message=*/false, std::string(120, 'x')));
+  ASSERT_TRUE(RunUntil([&] { return HasRst(wire_, 1, 11); }, std::chrono::seconds(5)));
+  Send(Call(3, /*with_message=*/false));  // a later stream: 1 is now below the last one
+  Send(Frame(0, 0, 1, std::string_view("\0\0\0\0\0", 5)) +
+       Frame(1, 0x5, 1, std::string_view("\0\1x\1v", 5)));  // DATA, trailers (END_STREAM)
+  Send(Frame(0, 0x1, 3, std::string_view("\0\0\0\0\0", 5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+  Send(Frame(6, 0, 0, "12345678"));
+  EXPECT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  EXPECT_FALSE(HasGoAway(wire_, 1));
+  EXPECT_FALSE(service_.closed);
+}
+
 // A connection ended while the peer still sends (a bad preface followed by more bytes) shuts its
 // sending side and reads on until the peer's EOF: the peer gets the GOAWAY and a clean EOF, not a
 // reset for the input left unread.
