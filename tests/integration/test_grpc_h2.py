@@ -173,13 +173,26 @@ def frames(data):
     return out
 
 
-def raw_headers(sid, fields, end_stream=False):
-    """A HEADERS frame (END_HEADERS) of `fields` as HPACK literals without indexing: it leaves
-    both ends' dynamic tables as they were, so h2 can go on framing the connection after it."""
-    block = b""
-    for name, value in fields:
-        name, value = name.encode(), value.encode()
-        block += b"\0" + bytes([len(name)]) + name + bytes([len(value)]) + value
+def hpack_literal(name, value, indexed=False):
+    """An HPACK literal field with a new name, with incremental indexing (into the dynamic table)
+    or without."""
+    def string(b):
+        if len(b) < 127:
+            return bytes([len(b)])
+        n, out = len(b) - 127, bytearray([127])
+        while n >= 128:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+    name, value = name.encode(), value.encode()
+    return bytes([0x40 if indexed else 0]) + string(name) + name + string(value) + value
+
+
+def raw_headers(sid, fields, end_stream=False, more=b""):
+    """A HEADERS frame (END_HEADERS) of `fields` as HPACK literals without indexing, then the
+    block bytes `more`. Without `more` it leaves both ends' dynamic tables as they were, so h2 can
+    go on framing the connection after it."""
+    block = b"".join(hpack_literal(name, value) for name, value in fields) + more
     flags = 0x4 | (0x1 if end_stream else 0)
     return (struct.pack(">I", len(block))[1:] + bytes([1, flags]) + struct.pack(">I", sid)
             + block)
@@ -352,6 +365,29 @@ class OddRequestsTest(H2Case):
         self.assertIsNone(s.headers)
         self.assertEqual(c.call(message()).grpc(), (0, ""))
         self.assertEqual(self.counts().get("resource_exhausted"), 1)
+
+    def test_an_hpack_bomb_is_reset_and_the_ninth_gets_goaway_enhance_your_calm(self):
+        sock = socket.create_connection(("127.0.0.1", self.grpc_port), timeout=10)
+        self.addCleanup(sock.close)
+        # Stream 1 puts one field of 4,040 bytes into the dynamic table (index 62); every later
+        # stream's block refers to it 2,000 times: 8 MB of header list from 2 KB.
+        out = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\4\0\0\0\0\0" +
+               raw_headers(1, call_fields(), more=hpack_literal("x-bomb", "a" * 4002, True)) +
+               b"\0\0\0\0\1" + struct.pack(">I", 1))  # an empty DATA frame ending stream 1
+        for sid in range(3, 3 + 2 * 9, 2):
+            out += raw_headers(sid, call_fields(), end_stream=True, more=b"\xbe" * 2000)
+        sock.sendall(out)
+        got = frames(read_until_closed(sock))
+        # ENHANCE_YOUR_CALM (11) for the first eight, those not still queued when the ninth ends
+        # the connection (a GOAWAY that ends it goes out first, and nothing after it).
+        resets = {f[2]: struct.unpack(">I", f[3])[0] for f in got if f[0] == 3}
+        self.assertTrue(resets)
+        self.assertEqual(resets, {sid: 11 for sid in resets})
+        self.assertLess(max(resets), 19)
+        goaways = [struct.unpack(">I", f[3][4:8])[0] for f in got if f[0] == GOAWAY]
+        self.assertEqual(goaways, [11])
+        self.assertEqual(self.counts().get("resource_exhausted"), 9)
+        self.assert_serving()
 
     def test_grpc_timeout_already_past_is_deadline_exceeded_and_a_long_one_is_kept(self):
         c = self.client()
