@@ -204,12 +204,12 @@ def call_fields():
 
 
 class H2Case(unittest.TestCase):
-    def start(self, body=PLANS, extra_server=""):
+    def start(self, body=PLANS, extra_server="", args=()):
         d = harness.tempdir()
         self.addCleanup(d.cleanup)
         self.grpc_port = harness.free_port()
         self.svc = harness.Service(body, d.name, extra_server=(
-            f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n' + extra_server))
+            f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n' + extra_server), args=args)
         self.svc.__enter__()
         self.addCleanup(self.svc.__exit__)
 
@@ -489,6 +489,38 @@ class RedisPendingTest(H2Case):
         self.assertEqual(s.grpc(), (0, ""))
         counts = self.counts()
         self.assertEqual((counts.get("cancelled"), counts.get("ok")), (1, 1), counts)
+
+
+class TimeoutsTest(H2Case):
+    def test_a_configured_idle_timeout_closes_an_idle_connection(self):
+        self.start(extra_server="  grpc_idle_timeout: 2s\n", args=("--log-level", "debug"))
+        summary = json.loads(self.svc.server.wait_for_line('"msg":"configuration summary"'))
+        self.assertEqual(summary["grpc_idle_timeout"], "2s")
+        c = self.client()
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+        idle_since = time.monotonic()  # the call's stream is closed: idle from here
+        c.pump(lambda: c.closed, timeout=20)
+        took = time.monotonic() - idle_since
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway, 0)  # GOAWAY NO_ERROR, then the close
+        # Idle connections are looked at once a second: closed within a second or so of the 2 s,
+        # not before, and not at the default of 5 minutes.
+        self.assertGreaterEqual(took, 1.5)
+        self.assertLess(took, 10)
+        self.assert_serving()
+
+
+    def test_a_reload_warns_that_changed_timeouts_need_a_restart(self):
+        self.start()
+        self.svc.rewrite(PLANS, extra_server="  grpc_idle_timeout: 2s\n"
+                                              "  grpc_write_timeout: 5s\n")
+        before = len(self.svc.server.lines)
+        self.svc.server.proc.send_signal(signal.SIGHUP)
+        self.svc.server.wait_for_line("configuration reloaded")
+        warned = [json.loads(line)["field"] for line in self.svc.server.lines[before:]
+                  if "reload ignores a changed setting" in line]
+        self.assertEqual(warned, ["server.grpc_idle_timeout", "server.grpc_write_timeout"])
+        self.assert_serving()
 
 
 class ShutdownTest(H2Case):

@@ -132,6 +132,19 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.server.listen != after.server.listen) warn("server.listen");
   if (before.server.admin_listen != after.server.admin_listen) warn("server.admin_listen");
   if (before.server.grpc_listen != after.server.grpc_listen) warn("server.grpc_listen");
+  // The gRPC listener's connections were given their timeouts when it started.
+  if (before.server.grpc_handshake_timeout != after.server.grpc_handshake_timeout) {
+    warn("server.grpc_handshake_timeout");
+  }
+  if (before.server.grpc_idle_timeout != after.server.grpc_idle_timeout) {
+    warn("server.grpc_idle_timeout");
+  }
+  if (before.server.grpc_request_timeout != after.server.grpc_request_timeout) {
+    warn("server.grpc_request_timeout");
+  }
+  if (before.server.grpc_write_timeout != after.server.grpc_write_timeout) {
+    warn("server.grpc_write_timeout");
+  }
   if (before.server.threads != after.server.threads) warn("server.threads");
   if (before.server.max_connections != after.server.max_connections) {
     warn("server.max_connections");
@@ -413,6 +426,10 @@ int Serve(const std::string& config_path) {
   if (!cfg.server.grpc_listen.empty()) {
     rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs,
                        rls::RlsServerOptions{.max_connections = cfg.server.max_connections,
+                                             .handshake_timeout = cfg.server.grpc_handshake_timeout,
+                                             .idle_timeout = cfg.server.grpc_idle_timeout,
+                                             .request_timeout = cfg.server.grpc_request_timeout,
+                                             .write_timeout = cfg.server.grpc_write_timeout,
                                              .refused = &refused.WithLabels({"grpc"})});
     rls_server->SetRules(*std::move(initial_rules));
     if (absl::Status s = rls_server->Start(cfg.server.grpc_listen); !s.ok()) {
