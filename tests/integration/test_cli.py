@@ -105,6 +105,14 @@ class CheckConfigTest(unittest.TestCase):
                 path = harness.write_config(self.dir.name, f"server:\n  {key}: {value}\n" + VALID)
                 self.check_78(path, f"server.{key}: {message}")
 
+    def test_a_grpc_timeout_out_of_bounds_is_refused_naming_the_key(self):
+        path = harness.write_config(self.dir.name,
+                                    "server:\n  grpc_idle_timeout: 500ms\n" + VALID)
+        self.check_78(path, "server.grpc_idle_timeout: must be at least 1s, got 500ms")
+        served = harness.run("serve", "-c", path, timeout=20)
+        self.assertEqual(served.returncode, 78, served.stderr)
+        self.assertIn("server.grpc_idle_timeout: must be at least 1s", served.stderr)
+
     def test_bad_redis_percent_escape_fails_check_config_as_serve_does(self):
         path = harness.write_config(self.dir.name, VALID + """
 store:

@@ -173,13 +173,43 @@ def frames(data):
     return out
 
 
+def hpack_literal(name, value, indexed=False):
+    """An HPACK literal field with a new name, with incremental indexing (into the dynamic table)
+    or without."""
+    def string(b):
+        if len(b) < 127:
+            return bytes([len(b)])
+        n, out = len(b) - 127, bytearray([127])
+        while n >= 128:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+    name, value = name.encode(), value.encode()
+    return bytes([0x40 if indexed else 0]) + string(name) + name + string(value) + value
+
+
+def raw_headers(sid, fields, end_stream=False, more=b""):
+    """A HEADERS frame (END_HEADERS) of `fields` as HPACK literals without indexing, then the
+    block bytes `more`. Without `more` it leaves both ends' dynamic tables as they were, so h2 can
+    go on framing the connection after it."""
+    block = b"".join(hpack_literal(name, value) for name, value in fields) + more
+    flags = 0x4 | (0x1 if end_stream else 0)
+    return (struct.pack(">I", len(block))[1:] + bytes([1, flags]) + struct.pack(">I", sid)
+            + block)
+
+
+def call_fields():
+    return [(":method", "POST"), (":scheme", "http"), (":authority", "sluice"), (":path", METHOD),
+            ("content-type", "application/grpc"), ("te", "trailers")]
+
+
 class H2Case(unittest.TestCase):
-    def start(self, body=PLANS, extra_server=""):
+    def start(self, body=PLANS, extra_server="", args=()):
         d = harness.tempdir()
         self.addCleanup(d.cleanup)
         self.grpc_port = harness.free_port()
         self.svc = harness.Service(body, d.name, extra_server=(
-            f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n' + extra_server))
+            f'  grpc_listen: "127.0.0.1:{self.grpc_port}"\n' + extra_server), args=args)
         self.svc.__enter__()
         self.addCleanup(self.svc.__exit__)
 
@@ -231,6 +261,19 @@ class OddRequestsTest(H2Case):
         c.pump(lambda: False)
         self.assertTrue(c.closed)
         self.assertEqual(c.goaway, PROTOCOL_ERROR)
+
+    def test_a_call_on_a_stream_id_below_one_used_gets_goaway_protocol_error(self):
+        c = self.client()
+        c.h2.send_headers(5, call_fields())
+        c.streams[5] = Stream()
+        c.send(5, message())
+        self.assertEqual(c.wait(5).grpc(), (0, ""))
+        # Stream 3 was skipped, so it is closed (RFC 9113 §5.1.1): a call on it is a connection
+        # error, not a call that waits out its deadline unanswered. (h2 refuses to send it: raw.)
+        c.sock.sendall(raw_headers(3, call_fields()))
+        c.pump(lambda: c.closed, timeout=5)
+        self.assertEqual(c.goaway, PROTOCOL_ERROR)
+        self.assert_serving()
 
     def test_a_get_is_405(self):
         s = self.client().call(b"", method="GET")
@@ -322,6 +365,29 @@ class OddRequestsTest(H2Case):
         self.assertIsNone(s.headers)
         self.assertEqual(c.call(message()).grpc(), (0, ""))
         self.assertEqual(self.counts().get("resource_exhausted"), 1)
+
+    def test_an_hpack_bomb_is_reset_and_the_ninth_gets_goaway_enhance_your_calm(self):
+        sock = socket.create_connection(("127.0.0.1", self.grpc_port), timeout=10)
+        self.addCleanup(sock.close)
+        # Stream 1 puts one field of 4,040 bytes into the dynamic table (index 62); every later
+        # stream's block refers to it 2,000 times: 8 MB of header list from 2 KB.
+        out = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\4\0\0\0\0\0" +
+               raw_headers(1, call_fields(), more=hpack_literal("x-bomb", "a" * 4002, True)) +
+               b"\0\0\0\0\1" + struct.pack(">I", 1))  # an empty DATA frame ending stream 1
+        for sid in range(3, 3 + 2 * 9, 2):
+            out += raw_headers(sid, call_fields(), end_stream=True, more=b"\xbe" * 2000)
+        sock.sendall(out)
+        got = frames(read_until_closed(sock))
+        # ENHANCE_YOUR_CALM (11) for the first eight, those not still queued when the ninth ends
+        # the connection (a GOAWAY that ends it goes out first, and nothing after it).
+        resets = {f[2]: struct.unpack(">I", f[3])[0] for f in got if f[0] == 3}
+        self.assertTrue(resets)
+        self.assertEqual(resets, {sid: 11 for sid in resets})
+        self.assertLess(max(resets), 19)
+        goaways = [struct.unpack(">I", f[3][4:8])[0] for f in got if f[0] == GOAWAY]
+        self.assertEqual(goaways, [11])
+        self.assertEqual(self.counts().get("resource_exhausted"), 9)
+        self.assert_serving()
 
     def test_grpc_timeout_already_past_is_deadline_exceeded_and_a_long_one_is_kept(self):
         c = self.client()
@@ -423,6 +489,38 @@ class RedisPendingTest(H2Case):
         self.assertEqual(s.grpc(), (0, ""))
         counts = self.counts()
         self.assertEqual((counts.get("cancelled"), counts.get("ok")), (1, 1), counts)
+
+
+class TimeoutsTest(H2Case):
+    def test_a_configured_idle_timeout_closes_an_idle_connection(self):
+        self.start(extra_server="  grpc_idle_timeout: 2s\n", args=("--log-level", "debug"))
+        summary = json.loads(self.svc.server.wait_for_line('"msg":"configuration summary"'))
+        self.assertEqual(summary["grpc_idle_timeout"], "2s")
+        c = self.client()
+        self.assertEqual(c.call(message()).grpc(), (0, ""))
+        idle_since = time.monotonic()  # the call's stream is closed: idle from here
+        c.pump(lambda: c.closed, timeout=20)
+        took = time.monotonic() - idle_since
+        self.assertTrue(c.closed)
+        self.assertEqual(c.goaway, 0)  # GOAWAY NO_ERROR, then the close
+        # Idle connections are looked at once a second: closed within a second or so of the 2 s,
+        # not before, and not at the default of 5 minutes.
+        self.assertGreaterEqual(took, 1.5)
+        self.assertLess(took, 10)
+        self.assert_serving()
+
+
+    def test_a_reload_warns_that_changed_timeouts_need_a_restart(self):
+        self.start()
+        self.svc.rewrite(PLANS, extra_server="  grpc_idle_timeout: 2s\n"
+                                              "  grpc_write_timeout: 5s\n")
+        before = len(self.svc.server.lines)
+        self.svc.server.proc.send_signal(signal.SIGHUP)
+        self.svc.server.wait_for_line("configuration reloaded")
+        warned = [json.loads(line)["field"] for line in self.svc.server.lines[before:]
+                  if "reload ignores a changed setting" in line]
+        self.assertEqual(warned, ["server.grpc_idle_timeout", "server.grpc_write_timeout"])
+        self.assert_serving()
 
 
 class ShutdownTest(H2Case):

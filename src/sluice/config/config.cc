@@ -506,17 +506,23 @@ absl::Status ParseAccessLog(const Field& field, AccessLogConfig& log) {
 
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(
-      ReadFields(field,
-                 {"listen", "admin_listen", "admin_token", "threads", "api_key_header",
-                  "deny_status", "anonymous_plan", "anonymous_ipv4_prefix", "anonymous_ipv6_prefix",
-                  "trusted_proxies", "max_connections", "admin_max_connections", "shutdown_delay",
-                  "admin_tokens", "authorize_prefix", "access_log", "grpc_listen"},
-                 f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      field,
+      {"listen", "admin_listen", "admin_token", "threads", "api_key_header", "deny_status",
+       "anonymous_plan", "anonymous_ipv4_prefix", "anonymous_ipv6_prefix", "trusted_proxies",
+       "max_connections", "admin_max_connections", "shutdown_delay", "admin_tokens",
+       "authorize_prefix", "access_log", "grpc_listen", "grpc_handshake_timeout",
+       "grpc_idle_timeout", "grpc_request_timeout", "grpc_write_timeout"},
+      f));
   SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_listen"), server.admin_listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("grpc_listen"), server.grpc_listen));
+  SLUICE_RETURN_IF_ERROR(
+      ReadDuration(f.Get("grpc_handshake_timeout"), server.grpc_handshake_timeout));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("grpc_idle_timeout"), server.grpc_idle_timeout));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("grpc_request_timeout"), server.grpc_request_timeout));
+  SLUICE_RETURN_IF_ERROR(ReadDuration(f.Get("grpc_write_timeout"), server.grpc_write_timeout));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_token"), server.admin_token));
   SLUICE_RETURN_IF_ERROR(ReadInt(f.Get("threads"), 0, 1024, server.threads));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("api_key_header"), server.api_key_header));
@@ -1001,6 +1007,15 @@ absl::Status ValidateAdminTokens(const std::vector<AdminTokenConfig>& tokens) {
   return absl::OkStatus();
 }
 
+// The gRPC listener's timeouts (docs/configuration.md). A connection checks them about once a
+// second, so less than a second would not be kept; the upper bounds keep a unit mix-up (5h for
+// 5s) from holding a stalled connection for hours.
+constexpr absl::Duration kMinGrpcTimeout = absl::Seconds(1);
+constexpr absl::Duration kMaxGrpcHandshakeTimeout = absl::Minutes(5);
+constexpr absl::Duration kMaxGrpcIdleTimeout = absl::Hours(24);
+constexpr absl::Duration kMaxGrpcRequestTimeout = absl::Minutes(10);
+constexpr absl::Duration kMaxGrpcWriteTimeout = absl::Minutes(10);
+
 absl::Status ValidateServer(const ServerConfig& server) {
   SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.listen", server.listen));
   SLUICE_RETURN_IF_ERROR(CheckListenAddress("server.admin_listen", server.admin_listen));
@@ -1014,6 +1029,15 @@ absl::Status ValidateServer(const ServerConfig& server) {
       return Error("server.grpc_listen", "must differ from server.listen and server.admin_listen");
     }
   }
+  SLUICE_RETURN_IF_ERROR(CheckDuration("server.grpc_handshake_timeout",
+                                       server.grpc_handshake_timeout, kMinGrpcTimeout,
+                                       kMaxGrpcHandshakeTimeout));
+  SLUICE_RETURN_IF_ERROR(CheckDuration("server.grpc_idle_timeout", server.grpc_idle_timeout,
+                                       kMinGrpcTimeout, kMaxGrpcIdleTimeout));
+  SLUICE_RETURN_IF_ERROR(CheckDuration("server.grpc_request_timeout", server.grpc_request_timeout,
+                                       kMinGrpcTimeout, kMaxGrpcRequestTimeout));
+  SLUICE_RETURN_IF_ERROR(CheckDuration("server.grpc_write_timeout", server.grpc_write_timeout,
+                                       kMinGrpcTimeout, kMaxGrpcWriteTimeout));
   if (!AllOf(server.admin_token, IsVisibleAscii)) {
     return Error("server.admin_token", "must be printable ASCII without spaces");
   }

@@ -45,6 +45,17 @@ struct ServerConfig {
   std::string admin_listen = "127.0.0.1:9090";
   // The Envoy Rate Limit Service (gRPC) listener, ip:port like `listen`; "": off.
   std::string grpc_listen;
+  // Its HTTP/2 connections' timeouts, each from 1s to its bound (docs/configuration.md); a
+  // connection checks them about once a second. A connection whose client preface and SETTINGS
+  // have not come this long after it was accepted is closed.
+  absl::Duration grpc_handshake_timeout = absl::Seconds(10);
+  // A connection without a stream this long (from its start or its last stream's end): GOAWAY.
+  absl::Duration grpc_idle_timeout = absl::Minutes(5);
+  // A request not complete this long after its headers, or a stream still open this long after
+  // its answer (a client that does not open flow control), is reset.
+  absl::Duration grpc_request_timeout = absl::Seconds(10);
+  // A write not complete after this (a client that stopped reading) closes the connection.
+  absl::Duration grpc_write_timeout = absl::Seconds(10);
   std::string admin_token;  // a read-write token named "admin"; "" here and in SLUICE_ADMIN_TOKEN
                             // and no admin_tokens: the admin plane refuses all
   std::vector<AdminTokenConfig> admin_tokens;

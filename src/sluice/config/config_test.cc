@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -269,6 +270,47 @@ TEST_F(ConfigTest, ShutdownDelayMayBeZeroInAnyUnitAndIsBounded) {
   EXPECT_EQ(Parse(WithPlan(""))->server.shutdown_delay, absl::Seconds(5));
   EXPECT_EQ(ErrorOf(WithPlan("server:\n  shutdown_delay: 11m\n")),
             "test.yaml: server.shutdown_delay: must be at most 10m, got 11m");
+}
+
+TEST_F(ConfigTest, GrpcTimeoutsHaveDefaultsAndAreRead) {
+  absl::StatusOr<Config> defaults = Parse(WithPlan(""));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->server.grpc_handshake_timeout, absl::Seconds(10));
+  EXPECT_EQ(defaults->server.grpc_idle_timeout, absl::Minutes(5));
+  EXPECT_EQ(defaults->server.grpc_request_timeout, absl::Seconds(10));
+  EXPECT_EQ(defaults->server.grpc_write_timeout, absl::Seconds(10));
+  absl::StatusOr<Config> set =
+      Parse(WithPlan("server:\n  grpc_handshake_timeout: 3s\n  grpc_idle_timeout: 1h\n"
+                     "  grpc_request_timeout: 1500ms\n  grpc_write_timeout: 2m\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->server.grpc_handshake_timeout, absl::Seconds(3));
+  EXPECT_EQ(set->server.grpc_idle_timeout, absl::Hours(1));
+  EXPECT_EQ(set->server.grpc_request_timeout, absl::Milliseconds(1500));
+  EXPECT_EQ(set->server.grpc_write_timeout, absl::Minutes(2));
+}
+
+TEST_F(ConfigTest, GrpcTimeoutsAreBoundedInclusively) {
+  // The key, its largest value, and one just past it as written and as the error shows it.
+  for (const auto& [name, max, over, over_text] :
+       {std::tuple{"grpc_handshake_timeout", "5m", "301s", "5m1s"},
+        std::tuple{"grpc_idle_timeout", "24h", "1441m", "24h1m"},
+        std::tuple{"grpc_request_timeout", "10m", "601s", "10m1s"},
+        std::tuple{"grpc_write_timeout", "10m", "601s", "10m1s"}}) {
+    const auto with = [&](const char* value) {
+      return WithPlan(absl::StrCat("server:\n  ", name, ": ", value, "\n"));
+    };
+    EXPECT_TRUE(Parse(with("1s")).ok()) << name;
+    EXPECT_TRUE(Parse(with(max)).ok()) << name;
+    EXPECT_EQ(ErrorOf(with("999ms")),
+              absl::StrCat("test.yaml: server.", name, ": must be at least 1s, got 999ms"));
+    EXPECT_EQ(ErrorOf(with(over)), absl::StrCat("test.yaml: server.", name, ": must be at most ",
+                                                max, ", got ", over_text));
+    EXPECT_EQ(ErrorOf(with("0s")),
+              absl::StrCat("test.yaml: server.", name,
+                           ": bad duration \"0s\" (must be greater than zero)"));
+    EXPECT_EQ(ErrorOf(with("[1s]")),
+              absl::StrCat("test.yaml: server.", name, ": expected a duration, got a list"));
+  }
 }
 
 TEST_F(ConfigTest, AdminTokensAreNamedAndReadOnlyByDefault) {
@@ -1709,6 +1751,14 @@ TEST_F(ValidateTest, AlertPercentagesMustBeInRangeAndIncreasing) {
   EXPECT_EQ(ErrorOf(), "plans.free.limits[0].alert_at[1]: duplicate percentage 80");
   cfg_.plans[0].limits[0].alert_at = {100, 80};
   EXPECT_EQ(ErrorOf(), "plans.free.limits[0].alert_at[1]: percentages must be in increasing order");
+}
+
+TEST_F(ValidateTest, GrpcTimeoutsAreChecked) {
+  cfg_.server.grpc_idle_timeout = absl::ZeroDuration();
+  EXPECT_EQ(ErrorOf(), "server.grpc_idle_timeout: must be at least 1s, got 0");
+  cfg_.server.grpc_idle_timeout = absl::Minutes(5);
+  cfg_.server.grpc_write_timeout = absl::Hours(1);
+  EXPECT_EQ(ErrorOf(), "server.grpc_write_timeout: must be at most 10m, got 1h");
 }
 
 TEST_F(ValidateTest, StoreSettingsAreChecked) {

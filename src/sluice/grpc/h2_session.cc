@@ -30,6 +30,18 @@ constexpr Clock::duration kLinger = std::chrono::seconds(1);
 // Closed streams kept for reuse per connection, unless their body buffer grew past this.
 constexpr size_t kSpareStreams = 8;
 constexpr size_t kKeptBufferBytes = 4 * 1024;
+// Stream ids this side reset that a connection remembers (the latest): frames the client sent on
+// them before it saw the RST_STREAM are ignored, as RFC 9113 §5.1 requires, for as long as the id
+// is remembered. More than the streams one connection may have open at once by default.
+constexpr size_t kRememberedResets = 128;
+// Header bytes (name + value + 32 per field) one turn of the loop hands over at most: nghttp2
+// checks every field before it hands it over, and a field can be a one-byte reference to a 4 KB
+// entry of the HPACK table, so what a read of 8 KiB costs is bounded by this, not by its size.
+// Past it the rest of the read is fed to nghttp2 next turn, after the loop's other work. About
+// 200 usual calls (300 bytes each).
+constexpr size_t kHeaderBytesPerTurn = 64 * 1024;
+// Header lists past max_header_list_bytes a connection may send; one more is a connection error.
+constexpr uint32_t kMaxOversizedHeaderLists = 8;
 
 constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
 
@@ -258,6 +270,26 @@ struct H2Connection::Stream {
 struct H2Connection::Callbacks {
   static H2Connection* Self(void* user_data) { return static_cast<H2Connection*>(user_data); }
 
+  // A client's HEADERS on a stream id at or below the last stream it opened, for a stream that is
+  // not open, is no new stream (RFC 9113 §5.1.1: a new stream's id is above every id used before;
+  // a skipped id is closed) and no trailers of an open one: a connection error, PROTOCOL_ERROR.
+  // nghttp2 itself drops such a header block without a word (it cannot tell a reused id from a
+  // frame the client sent before it saw our RST_STREAM); the client then waits for an answer that
+  // never comes. Streams this side reset are remembered, and frames on them ignored. Even ids
+  // (the server's) nghttp2 refuses itself.
+  static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user_data) {
+    if (hd->type != NGHTTP2_HEADERS || hd->stream_id % 2 == 0) return 0;
+    H2Connection* self = Self(user_data);
+    if (hd->stream_id <= nghttp2_session_get_last_proc_stream_id(session) &&
+        nghttp2_session_find_stream(session, hd->stream_id) == nullptr &&
+        std::find(self->reset_ids_.begin(), self->reset_ids_.end(), hd->stream_id) ==
+            self->reset_ids_.end()) {
+      self->connection_error_ = NGHTTP2_PROTOCOL_ERROR;
+      return NGHTTP2_ERR_CALLBACK_FAILURE;  // stops nghttp2 at once; OnRead sends the GOAWAY
+    }
+    return 0;
+  }
+
   static int OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     H2Connection* self = Self(user_data);
@@ -282,39 +314,39 @@ struct H2Connection::Callbacks {
     auto* s =
         static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
     if (s == nullptr) return 0;
-    s->header_bytes += namelen + valuelen + 32;
-    if (s->header_bytes > self->options_->max_header_list_bytes) {
-      if (s->state != Stream::State::kAnswered) {
-        // RST_STREAM ENHANCE_YOUR_CALM, which gRPC clients report as RESOURCE_EXHAUSTED, as it
-        // is counted (failing the callback would reset with INTERNAL_ERROR). The rest of the
-        // block is still decoded (HPACK state) and ignored.
-        s->state = Stream::State::kAnswered;
-        s->answered_at = Clock::now();
-        s->reset_sent = true;
-        self->service_->Count("resource_exhausted");
-        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_ENHANCE_YOUR_CALM);
-      }
-      return 0;
+    const size_t bytes = namelen + valuelen + 32;
+    s->header_bytes += bytes;
+    self->header_bytes_received_ += bytes;
+    self->turn_header_bytes_ += bytes;
+    if (s->header_bytes > self->options_->max_header_list_bytes) return self->RefuseHeaderList(*s);
+    if (s->state == Stream::State::kHeaders) {  // else trailers of the request: not read
+      ReadField(*self, *s, View(name, namelen), View(value, valuelen));
     }
-    if (s->state != Stream::State::kHeaders) return 0;  // trailers of the request: not read
-    const std::string_view n = View(name, namelen);
-    const std::string_view v = View(value, valuelen);
+    if (self->turn_header_bytes_ >= kHeaderBytesPerTurn) {
+      // nghttp2_session_mem_recv returns here; Receive feeds it the rest of the read next turn.
+      self->paused_ = true;
+      return NGHTTP2_ERR_PAUSE;
+    }
+    return 0;
+  }
+
+  static void ReadField(const H2Connection& self, Stream& s, std::string_view n,
+                        std::string_view v) {
     if (n == ":method") {
-      s->post = v == "POST";
+      s.post = v == "POST";
     } else if (n == ":path") {
-      s->path_served = v == self->options_->method;
+      s.path_served = v == self.options_->method;
     } else if (n == "content-type") {
-      s->grpc_type = IsGrpcContentType(v);
+      s.grpc_type = IsGrpcContentType(v);
     } else if (n == "grpc-timeout") {
       // A malformed one is ignored (as if absent), as gRPC's own servers do.
       if (std::optional<std::chrono::nanoseconds> t = ParseGrpcTimeout(v)) {
-        s->has_deadline = true;
-        s->deadline = Clock::now() +
-                      std::chrono::duration_cast<Clock::duration>(
-                          std::min<std::chrono::nanoseconds>(*t, std::chrono::hours(24 * 365)));
+        s.has_deadline = true;
+        s.deadline = Clock::now() +
+                     std::chrono::duration_cast<Clock::duration>(
+                         std::min<std::chrono::nanoseconds>(*t, std::chrono::hours(24 * 365)));
       }
     }
-    return 0;
   }
 
   static int OnFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
@@ -340,8 +372,11 @@ struct H2Connection::Callbacks {
   // Once an answer given before the request ended is out (nghttp2 would drop a response still
   // queued behind an RST_STREAM): RST_STREAM NO_ERROR, the client need not send the rest (RFC
   // 9113 §8.1).
-  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
-                         void* /*user_data*/) {
+  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+      Self(user_data)->RememberReset(frame->hd.stream_id);
+      return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
       return 0;
     }
@@ -442,6 +477,7 @@ H2Connection::H2Connection(asio::ip::tcp::socket socket, GrpcService* service,
       in_(kReadBytes) {
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks, &Callbacks::OnBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, &Callbacks::OnBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, &Callbacks::OnHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &Callbacks::OnFrameRecv);
@@ -525,7 +561,8 @@ H2Connection::Stream* H2Connection::Find(int32_t stream_id) {
 }
 
 void H2Connection::StartRead() {
-  if (closed_ || reading_ || lingering_) return;
+  // While paused, the read buffer still holds input for nghttp2.
+  if (closed_ || reading_ || lingering_ || paused_) return;
   if (nghttp2_session_want_read(session_) == 0) {
     MaybeFinish();
     return;
@@ -555,15 +592,67 @@ void H2Connection::OnRead(const boost::system::error_code& ec, size_t n) {
                                                         size_t m) { self->OnRead(e, m); });
     return;
   }
+  in_begin_ = 0;
+  in_end_ = n;
+  Receive();
+}
+
+void H2Connection::Receive() {
   in_recv_ = true;
-  const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
+  paused_ = false;
+  turn_header_bytes_ = 0;
+  const ssize_t rv =
+      nghttp2_session_mem_recv(session_, in_.data() + in_begin_, in_end_ - in_begin_);
   in_recv_ = false;
   if (rv < 0) {
-    // A bad connection preface, a flood, or the like: GOAWAY, then close once it is written.
-    nghttp2_session_terminate_session(session_, NGHTTP2_PROTOCOL_ERROR);
+    // A bad connection preface, a flood, an error a callback found, or the like: GOAWAY, then
+    // close once it is written.
+    paused_ = false;
+    nghttp2_session_terminate_session(
+        session_, connection_error_ != 0 ? connection_error_ : uint32_t{NGHTTP2_PROTOCOL_ERROR});
+  } else {
+    in_begin_ += static_cast<size_t>(rv);
   }
   Flush();
+  if (paused_ && !closed_) {
+    // This turn's header work is done: the rest of the read (even none: nghttp2 may still have to
+    // end the header block it paused in) after what else the loop has to do.
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (!self->closed_ && !self->lingering_) self->Receive();
+    });
+    return;
+  }
   StartRead();
+}
+
+int H2Connection::RefuseHeaderList(Stream& s) {
+  if (!s.reset_sent) {
+    // RST_STREAM ENHANCE_YOUR_CALM, which gRPC clients report as RESOURCE_EXHAUSTED, as it is
+    // counted. A request already answered (trailers past the bound) is reset too: what is left of
+    // its answer is dropped.
+    if (s.state != Stream::State::kAnswered) service_->Count("resource_exhausted");
+    s.state = Stream::State::kAnswered;
+    s.answered_at = Clock::now();
+    s.reset_sent = true;
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id, NGHTTP2_ENHANCE_YOUR_CALM);
+    if (++oversized_header_lists_ > kMaxOversizedHeaderLists) {
+      connection_error_ = NGHTTP2_ENHANCE_YOUR_CALM;
+      return NGHTTP2_ERR_CALLBACK_FAILURE;  // stops nghttp2 at once; OnRead sends the GOAWAY
+    }
+  }
+  // nghttp2 decodes the rest of the block (the HPACK table must stay in step) but neither checks
+  // nor hands over its fields: an HPACK bomb's references cost a table lookup each, not a check
+  // of a 4 KB value. It would reset the stream INTERNAL_ERROR, but not one with a reset queued.
+  return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
+void H2Connection::RememberReset(int32_t stream_id) {
+  if (reset_ids_.size() < kRememberedResets) {
+    reset_ids_.push_back(stream_id);
+  } else {
+    reset_ids_[next_reset_] = stream_id;
+    next_reset_ = (next_reset_ + 1) % kRememberedResets;
+  }
 }
 
 void H2Connection::DecisionDone() {

@@ -12,7 +12,11 @@
 // (INVALID_ARGUMENT), a grpc-timeout already past (DEADLINE_EXCEEDED). A call still being decided
 // when its grpc-timeout passes is answered DEADLINE_EXCEEDED then; the decision's answer is
 // dropped. A protocol error or a bad connection preface ends the connection with GOAWAY (nghttp2
-// sends it) and the socket is closed once it is written.
+// sends it) and the socket is closed once it is written; so does a HEADERS on a stream id at or
+// below the last one the client opened, for a stream not open (a reused or skipped id: GOAWAY
+// PROTOCOL_ERROR, which nghttp2 alone would drop unanswered), unless this side reset that stream
+// (one of the latest 128 RST_STREAMs sent): what the client sent before it saw the reset is
+// ignored.
 //
 // Bounds: SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 refuses a stream beyond it with RST_STREAM
 // REFUSED_STREAM before the client has acknowledged the setting, and ends the connection with
@@ -21,7 +25,12 @@
 // are unanswered, whether or not their streams are still open: resetting a stream does not end its
 // decision), partial request messages buffered per connection (max_buffered_request_bytes; the
 // request that would pass it is RESOURCE_EXHAUSTED), a header list of at most max_header_list_bytes
-// (a longer one resets the stream), output buffered per connection (reading pauses while more than
+// (a longer one resets the stream, and the rest of its block is decoded for the HPACK table only,
+// neither checked nor handed over; the ninth such list ends the connection with GOAWAY
+// ENHANCE_YOUR_CALM), header work per turn of the loop (at most 64 KiB of header list is handed
+// over per turn, a field being checked before: a one-byte reference to a 4 KB table entry costs a
+// 4 KB check; the rest of the read waits for a later turn, after the loop's other connections),
+// output buffered per connection (reading pauses while more than
 // max_buffered_output waits for a peer that does not read), a request that has not ended
 // request_timeout after it began is reset, and so is a stream still open request_timeout after its
 // answer was submitted (a client that does not open flow control), a write not complete after
@@ -161,6 +170,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void Close();
 
   [[nodiscard]] size_t loop() const { return loop_; }
+  // Header bytes (name + value + 32 per field) nghttp2 has checked and handed over since the
+  // start: what decoding headers has cost this connection's loop.
+  [[nodiscard]] uint64_t header_bytes_received() const { return header_bytes_received_; }
 
   // Implementation details (h2_session.cc): the nghttp2 callbacks.
   struct Callbacks;
@@ -171,6 +183,9 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 
   void StartRead();
   void OnRead(const boost::system::error_code& ec, size_t n);
+  // Feeds the read's bytes not yet fed to nghttp2, for one turn's header work at most (paused_:
+  // the rest goes next turn), then reads again.
+  void Receive();
   // Drains nghttp2's output into the write buffer and starts a write if none is in flight.
   void Flush();
   // Flushes now unless inside nghttp2_session_mem_recv (the read path flushes after it) or a flush
@@ -199,6 +214,11 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   void OnStreamClose(int32_t stream_id, uint32_t error_code);
   // A call handed to the service was answered or abandoned: reading resumes if it had paused.
   void DecisionDone();
+  // An RST_STREAM went out for `stream_id`: kept among the last resets (h2_session.cc).
+  void RememberReset(int32_t stream_id);
+  // `s`'s header list has passed max_header_list_bytes: resets the stream, or ends the connection
+  // if it has done so too often. Returns what the header callback returns to nghttp2.
+  int RefuseHeaderList(Stream& s);
 
   void AnswerMessage(Stream& s, const google::protobuf::MessageLite& message);
   void AnswerSerialized(Stream& s, std::string_view message);
@@ -224,6 +244,8 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::vector<std::unique_ptr<Stream>> streams_;  // open, in no particular order
   std::vector<std::unique_ptr<Stream>> spare_;    // closed, kept for reuse
   std::vector<uint8_t> in_;
+  size_t in_begin_ = 0;  // in_[in_begin_, in_end_): read, not yet fed to nghttp2 (paused_)
+  size_t in_end_ = 0;
   std::string out_;      // produced, not yet being written
   std::string writing_;  // the write in flight
   std::chrono::steady_clock::time_point started_;
@@ -233,6 +255,15 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
   std::chrono::steady_clock::time_point goaway_deadline_;
   // Calls handed to the service and not yet answered, whether or not their stream is still open.
   uint32_t decisions_pending_ = 0;
+  // The stream ids of the latest RST_STREAMs sent (a ring; next_reset_ is the oldest once full).
+  std::vector<int32_t> reset_ids_;
+  size_t next_reset_ = 0;
+  // The GOAWAY's error code when a callback has found a connection error (0: none found).
+  uint32_t connection_error_ = 0;
+  uint32_t oversized_header_lists_ = 0;  // header lists past max_header_list_bytes so far
+  uint64_t header_bytes_received_ = 0;
+  size_t turn_header_bytes_ = 0;  // handed over in this turn's nghttp2_session_mem_recv
+  bool paused_ = false;           // that turn stopped at kHeaderBytesPerTurn
   bool handshake_done_ = false;
   bool lingering_ = false;
   std::chrono::steady_clock::time_point

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -61,8 +63,9 @@ TEST(ParseGrpcTimeoutTest, MalformedIsNullopt) {
 // else keeps it in `held` unanswered (a decision still waiting for Redis).
 class RecordingService final : public GrpcService {
  public:
-  void OnCall(GrpcCall call, std::string_view /*message*/) override {
+  void OnCall(GrpcCall call, std::string_view message) override {
     ++calls;
+    messages.emplace_back(message);
     if (reply) {
       call.Reply(envoy::service::ratelimit::v3::RateLimitResponse());
     } else {
@@ -75,6 +78,7 @@ class RecordingService final : public GrpcService {
   void ConnectionClosed(H2Connection* /*conn*/) override { closed = true; }
   void ConnectionDestroyed() override { destroyed = true; }
   int calls = 0;
+  std::vector<std::string> messages;  // of every call, in the order they came
   std::string last_outcome;
   bool closed = false;
   bool destroyed = false;
@@ -84,25 +88,33 @@ class H2ConnectionTest : public ::testing::Test {
  protected:
   // A served connection and the client's end of it, on loopback.
   // `small_buffers`: socket buffers of a few KiB, so that a peer not reading stalls a write soon.
-  void Connect(bool small_buffers = false) {
+  void Connect(bool small_buffers = false) { conn_ = ConnectOn(client_, small_buffers); }
+  // A served connection whose client end is `client`; weak: the connection's own handlers keep it.
+  std::weak_ptr<H2Connection> ConnectOn(boost::asio::ip::tcp::socket& client,
+                                        bool small_buffers = false) {
     namespace ip = boost::asio::ip;
     ip::tcp::acceptor acceptor(io_, ip::tcp::endpoint(ip::address_v4::loopback(), 0));
-    client_.open(ip::tcp::v4());
-    if (small_buffers) client_.set_option(boost::asio::socket_base::receive_buffer_size(4096));
-    client_.connect(acceptor.local_endpoint());
+    client.open(ip::tcp::v4());
+    if (small_buffers) client.set_option(boost::asio::socket_base::receive_buffer_size(4096));
+    client.connect(acceptor.local_endpoint());
     ip::tcp::socket server = acceptor.accept();
     if (small_buffers) server.set_option(boost::asio::socket_base::send_buffer_size(4096));
     auto conn = std::make_shared<H2Connection>(std::move(server), &service_, &options_, 0);
     conn->Start();
-    conn_ = conn;  // weak: the connection's own handlers keep it
+    return conn;
   }
   void TearDown() override {
-    // Nothing may outlive the fixture's options and service: end the connection first.
+    // Nothing may outlive the fixture's options and service: end the connections first.
     service_.held.clear();
     boost::system::error_code ignored;
     client_.close(ignored);
+    other_client_.close(ignored);
     if (auto conn = conn_.lock()) conn->Close();
-    RunUntilClosed(std::chrono::seconds(5));
+    if (auto conn = other_conn_.lock()) conn->Close();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((!conn_.expired() || !other_conn_.expired()) && std::chrono::steady_clock::now() < end) {
+      io_.run_one_for(std::chrono::milliseconds(50));
+    }
   }
   // Runs the loop until `done`, at most `limit`; returns done().
   template <typename Done>
@@ -162,6 +174,46 @@ class H2ConnectionTest : public ::testing::Test {
     std::string out = Frame(1, 0x4, stream, block);  // END_HEADERS
     if (with_message) out += Frame(0, 0x1, stream, std::string_view("\0\0\0\0\0", 5));
     return out;
+  }
+  // An HPACK literal field with a new name, with incremental indexing (it enters the dynamic
+  // table) if `indexed`. Lengths of up to 126 and of 127..254 (one continuation byte).
+  static std::string Literal(std::string_view name, std::string_view value, bool indexed) {
+    const auto length = [](size_t n) {
+      std::string out;
+      if (n < 127) {
+        out += static_cast<char>(n);
+      } else {
+        out += static_cast<char>(127);
+        for (n -= 127; n >= 128; n >>= 7) out += static_cast<char>((n & 0x7F) | 0x80);
+        out += static_cast<char>(n);
+      }
+      return out;
+    };
+    return std::string(1, indexed ? '\x40' : '\0') + length(name.size()) + std::string(name) +
+           length(value.size()) + std::string(value);
+  }
+  // A HEADERS frame of a call of the served method (literals without indexing, then `more`)
+  // followed by `refs` references to dynamic table entry 62 (the latest inserted), and a DATA
+  // frame of the one-byte message `message` ending the stream.
+  std::string CallWithRefs(uint32_t stream, int refs, char message = 'x',
+                           std::string_view more = {}) const {
+    std::string block;
+    for (const auto& [n, v] : {std::pair<std::string_view, std::string_view>{":method", "POST"},
+                               {":scheme", "http"},
+                               {":path", options_.method},
+                               {":authority", "x"},
+                               {"content-type", "application/grpc"}}) {
+      block += Literal(n, v, /*indexed=*/false);
+    }
+    block += more;
+    block += std::string(static_cast<size_t>(refs), '\xbe');  // indexed field 62
+    const char body[6] = {0, 0, 0, 0, 1, message};
+    return Frame(1, 0x4, stream, block) + Frame(0, 0x1, stream, std::string_view(body, 6));
+  }
+  // Stream `stream`: a call that puts one field of 4,040 bytes (name + value + 32) into the
+  // dynamic table as entry 62, then every reference to it costs 4,040 bytes of header list.
+  std::string CallInsertingBomb(uint32_t stream) const {
+    return CallWithRefs(stream, 0, 'x', Literal("x-bomb", std::string(4002, 'a'), true));
   }
   static std::string Rst(uint32_t stream, uint32_t code) {
     const char p[4] = {static_cast<char>(code >> 24), static_cast<char>(code >> 16),
@@ -240,6 +292,8 @@ class H2ConnectionTest : public ::testing::Test {
   RecordingService service_;
   H2Options options_{.method = "/pkg.Service/Method", .idle_timeout = std::chrono::milliseconds(1)};
   std::weak_ptr<H2Connection> conn_;
+  boost::asio::ip::tcp::socket other_client_{io_};  // a second connection's client end, if any
+  std::weak_ptr<H2Connection> other_conn_;
   char chunk_[4096];
   std::string wire_;
   std::optional<boost::system::error_code> wire_end_;  // how the client's reading ended
@@ -448,6 +502,141 @@ TEST_F(H2ConnectionTest, AHeaderListPastTheBoundIsResetEnhanceYourCalm) {
   EXPECT_EQ(service_.calls, 0);
   Send(Call(3));
   EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+}
+
+// RFC 9113 §5.1.1: a new stream's id must be above every id the client has used. A HEADERS on a
+// lower one (stream 5, then a call on stream 3) is a connection error, not dropped unanswered.
+TEST_F(H2ConnectionTest, AHeadersOnAStreamIdBelowOneAlreadyUsedGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(5));
+  ASSERT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+  Send(Call(3));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 1);
+}
+
+// A stream id used and closed is not a new stream either: a call on it again is a connection error.
+TEST_F(H2ConnectionTest, AHeadersOnAClosedStreamGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  service_.reply = true;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1));
+  Send(Frame(6, 0, 0, "12345678"));
+  ASSERT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  ASSERT_EQ(service_.calls, 1);  // answered, both ends closed: the stream is gone
+  Send(Call(1));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 1);
+}
+
+// Even stream ids are the server's (RFC 9113 §5.1.1): a client's HEADERS on one is a connection
+// error.
+TEST_F(H2ConnectionTest, AHeadersOnAServerInitiatedStreamIdGetsGoAwayProtocolError) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(2));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 1); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+  EXPECT_EQ(service_.calls, 0);
+}
+
+// What the client sent on a stream before it saw the server's RST_STREAM (here trailers after a
+// header list past the bound) is ignored (RFC 9113 §5.1), not taken for a reused stream id.
+TEST_F(H2ConnectionTest, TrailersOnAStreamTheServerResetAreIgnored) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  options_.max_header_list_bytes = 400;
+  service_.reply = true;
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(Call(1, /*with_message=*/false, std::string(120, 'x')));
+  ASSERT_TRUE(RunUntil([&] { return HasRst(wire_, 1, 11); }, std::chrono::seconds(5)));
+  Send(Call(3, /*with_message=*/false));  // a later stream: 1 is now below the last one
+  Send(Frame(0, 0, 1, std::string_view("\0\0\0\0\0", 5)) +
+       Frame(1, 0x5, 1, std::string_view("\0\1x\1v", 5)));  // DATA, trailers (END_STREAM)
+  Send(Frame(0, 0x1, 3, std::string_view("\0\0\0\0\0", 5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+  Send(Frame(6, 0, 0, "12345678"));
+  EXPECT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  EXPECT_FALSE(HasGoAway(wire_, 1));
+  EXPECT_FALSE(service_.closed);
+}
+
+// An HPACK bomb: one large field in the dynamic table, then a header block of references to it
+// (4,040 bytes of header list per byte sent). Past max_header_list_bytes the stream is reset and
+// nghttp2 hands over (and checks) no more of the block: the rest is only decoded.
+TEST_F(H2ConnectionTest, AHeaderBlockPastTheBoundIsNotCheckedFurther) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(CallInsertingBomb(1) + CallWithRefs(3, 2000));  // stream 3: 8 MB of header list
+  ASSERT_TRUE(RunUntil([&] { return HasRst(wire_, 3, 11); }, std::chrono::seconds(5)));
+  Send(Frame(6, 0, 0, "12345678"));
+  ASSERT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  const std::shared_ptr<H2Connection> conn = conn_.lock();
+  ASSERT_NE(conn, nullptr);
+  // Stream 1's list (about 4.3 KB), and stream 3's up to the first field past the bound.
+  EXPECT_LT(conn->header_bytes_received(), 2 * options_.max_header_list_bytes);
+  EXPECT_EQ(service_.calls, 1);
+  EXPECT_EQ(service_.last_outcome, "resource_exhausted");
+}
+
+// A client whose header lists keep passing the bound is no client that misjudged one request: past
+// kMaxOversizedHeaderLists (8) of them the connection gets GOAWAY ENHANCE_YOUR_CALM.
+TEST_F(H2ConnectionTest, AConnectionWhoseHeaderListsKeepPassingTheBoundGetsGoAwayEnhanceYourCalm) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(CallInsertingBomb(1));
+  for (uint32_t id = 3; id < 3 + 2 * 8; id += 2) Send(CallWithRefs(id, 5));
+  Send(Frame(6, 0, 0, "12345678"));
+  ASSERT_TRUE(RunUntil([&] { return HasPingAck(wire_); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(HasRst(wire_, 17, 11));
+  EXPECT_FALSE(HasGoAway(wire_, 11));  // eight: each stream reset, the connection goes on
+  Send(CallWithRefs(19, 5));
+  EXPECT_TRUE(RunUntil([&] { return HasGoAway(wire_, 11); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(RunUntil([&] { return service_.closed; }, std::chrono::seconds(5)));
+}
+
+// Header lists under the bound can still cost much per byte read (references to a large table
+// entry): one turn of the loop decodes at most kHeaderBytesPerTurn (64 KiB) of them, then the rest
+// of the read waits for the next turn, after the loop's other connections. Here 40 calls of 12 KB
+// of header list each come in one read; another connection's call, sent once the first of the 40
+// is handed over, is handed over before the last of them.
+TEST_F(H2ConnectionTest, HeaderDecodingYieldsTheLoopToOtherConnectionsBetweenTurns) {
+  options_.idle_timeout = std::chrono::minutes(5);
+  Connect();
+  ReadIntoWire();
+  Handshake();
+  Send(CallInsertingBomb(1));
+  ASSERT_TRUE(RunUntil([&] { return service_.calls == 1; }, std::chrono::seconds(5)));
+  other_conn_ = ConnectOn(other_client_);
+  const std::string preface = std::string(kPreface) + Frame(4, 0, 0, {}) + Frame(4, 0x1, 0, {});
+  boost::asio::write(other_client_, boost::asio::buffer(preface));
+  std::string many;
+  for (uint32_t id = 3; id < 3 + 2 * 40; id += 2) many += CallWithRefs(id, 3, 'a');
+  ASSERT_LT(many.size(), 8 * 1024u);  // one read
+  Send(many);
+  ASSERT_TRUE(RunUntil([&] { return service_.calls >= 2; }, std::chrono::seconds(5)));
+  const std::string other_call = CallWithRefs(1, 0, 'b');
+  boost::asio::write(other_client_, boost::asio::buffer(other_call));
+  ASSERT_TRUE(RunUntil([&] { return service_.calls == 42; }, std::chrono::seconds(5)));
+  const auto other = std::find(service_.messages.begin(), service_.messages.end(), "b");
+  ASSERT_NE(other, service_.messages.end());
+  EXPECT_LT(other - service_.messages.begin(), 41);  // not after all 40
+  EXPECT_EQ(std::count(service_.messages.begin(), service_.messages.end(), "a"), 40);
+  EXPECT_FALSE(service_.closed);
 }
 
 // A connection ended while the peer still sends (a bad preface followed by more bytes) shuts its

@@ -122,8 +122,10 @@ class RateLimitServiceImpl final : public GrpcService {
     h2_.method = std::string(kMethod);
     h2_.max_message_bytes = static_cast<size_t>(std::max(options.max_message_bytes, 0));
     h2_.max_concurrent_streams = options.max_concurrent_streams;
+    h2_.handshake_timeout = absl::ToChronoMilliseconds(options.handshake_timeout);
     h2_.idle_timeout = absl::ToChronoMilliseconds(options.idle_timeout);
     h2_.request_timeout = absl::ToChronoMilliseconds(options.request_timeout);
+    h2_.write_timeout = absl::ToChronoMilliseconds(options.write_timeout);
     for (asio::io_context* io : loops) {
       auto loop = std::make_unique<Loop>();
       loop->io = io;

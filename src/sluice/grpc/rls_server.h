@@ -42,10 +42,16 @@ struct RlsServerOptions {
   int64_t max_connections = 10'000;
   // Streams at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
   uint32_t max_concurrent_streams = 100;
+  // A connection whose client preface and SETTINGS have not come this long after it was accepted
+  // is closed.
+  absl::Duration handshake_timeout = absl::Seconds(10);
   // A connection without a stream for this long gets GOAWAY and is closed.
   absl::Duration idle_timeout = absl::Minutes(5);
-  // A request (headers to END_STREAM) not complete this long after it began is reset.
+  // A request (headers to END_STREAM) not complete this long after it began is reset, and so is
+  // a stream still open this long after its answer (flow control the client does not open).
   absl::Duration request_timeout = absl::Seconds(10);
+  // A write not complete after this (a client that stopped reading) closes the connection.
+  absl::Duration write_timeout = absl::Seconds(10);
   // Counted when set (must outlive the server): connections refused at max_connections.
   metrics::Counter* refused = nullptr;
   // At shutdown, how long decisions still in flight once the connections are closed are waited

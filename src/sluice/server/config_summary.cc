@@ -129,6 +129,13 @@ void LogConfigSummary(const config::Config& cfg, std::string_view event) {
         .Str("store", StoreName(cfg.store.type))
         .Str("on_store_error",
              cfg.on_store_error == config::OnStoreError::kDeny ? "deny" : "allow");
+    if (!cfg.server.grpc_listen.empty()) {
+      line.Str("grpc_listen", cfg.server.grpc_listen)
+          .Str("grpc_handshake_timeout", absl::FormatDuration(cfg.server.grpc_handshake_timeout))
+          .Str("grpc_idle_timeout", absl::FormatDuration(cfg.server.grpc_idle_timeout))
+          .Str("grpc_request_timeout", absl::FormatDuration(cfg.server.grpc_request_timeout))
+          .Str("grpc_write_timeout", absl::FormatDuration(cfg.server.grpc_write_timeout));
+    }
     if (cfg.store.type == config::StoreType::kRedis) {
       if (cfg.store.redis.cluster_nodes.empty()) {
         line.Str("redis_host", UrlHost(cfg.store.redis.url))

@@ -132,6 +132,19 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
   if (before.server.listen != after.server.listen) warn("server.listen");
   if (before.server.admin_listen != after.server.admin_listen) warn("server.admin_listen");
   if (before.server.grpc_listen != after.server.grpc_listen) warn("server.grpc_listen");
+  // The gRPC listener's connections were given their timeouts when it started.
+  if (before.server.grpc_handshake_timeout != after.server.grpc_handshake_timeout) {
+    warn("server.grpc_handshake_timeout");
+  }
+  if (before.server.grpc_idle_timeout != after.server.grpc_idle_timeout) {
+    warn("server.grpc_idle_timeout");
+  }
+  if (before.server.grpc_request_timeout != after.server.grpc_request_timeout) {
+    warn("server.grpc_request_timeout");
+  }
+  if (before.server.grpc_write_timeout != after.server.grpc_write_timeout) {
+    warn("server.grpc_write_timeout");
+  }
   if (before.server.threads != after.server.threads) warn("server.threads");
   if (before.server.max_connections != after.server.max_connections) {
     warn("server.max_connections");
@@ -140,12 +153,13 @@ void WarnAboutRestartOnlyChanges(const config::Config& before, const config::Con
     warn("server.admin_max_connections");
   }
   // The store is built once, at start: its type, where it is, how it is reached, its keys' prefix
-  // and its command timeout.
+  // and its command timeout and longest wait.
   if (before.store.type != after.store.type || before.store.redis.url != after.store.redis.url ||
       before.store.redis.cluster_nodes != after.store.redis.cluster_nodes ||
       before.store.redis.password != after.store.redis.password ||
       before.store.redis.username != after.store.redis.username ||
       before.store.redis.timeout != after.store.redis.timeout ||
+      before.store.redis.max_wait != after.store.redis.max_wait ||
       before.store.redis.key_prefix != after.store.redis.key_prefix ||
       before.store.redis.tls.present != after.store.redis.tls.present ||
       before.store.redis.tls.ca_file != after.store.redis.tls.ca_file ||
@@ -414,6 +428,10 @@ int Serve(const std::string& config_path) {
     rls_server.emplace(&frontend, &http_metrics, &registry_index, &registry, context_ptrs,
                        rls::RlsServerOptions{
                            .max_connections = cfg.server.max_connections,
+                           .handshake_timeout = cfg.server.grpc_handshake_timeout,
+                           .idle_timeout = cfg.server.grpc_idle_timeout,
+                           .request_timeout = cfg.server.grpc_request_timeout,
+                           .write_timeout = cfg.server.grpc_write_timeout,
                            .refused = &refused.WithLabels({"grpc"}),
                            // A decision waits for Redis at most max_wait (restart to change it).
                            .shutdown_decisions_wait = (cfg.store.type == config::StoreType::kRedis
