@@ -410,23 +410,26 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   // When commands time out (ConnectionOptions: command_timeout, max_wait). Redis answers one
   // connection's commands in order, so a command waits its turn behind those sent before it: a
   // burst of 500 decisions is 500 turns. What the timeout detects is a Redis that has stopped
-  // answering — the live command at the head of the FIFO, written, with nothing received on the
-  // connection for command_timeout since the later of its write and the last bytes read — not a
-  // long queue, and not this thread's own backlog (a command not yet written, replies not yet
-  // read). Once Redis has stalled, every command queued at least command_timeout ago times out
-  // with the head. Independently, no command is waited for longer than max_wait after it was
-  // queued (a Redis that answers, but too slowly for the queue it has).
+  // answering — the live command at the head of the FIFO, written, with nothing heard from Redis
+  // for command_timeout while this thread was listening — not a long queue, and not this thread's
+  // own backlog: a command is timed from its write, replies waiting in the socket are read before
+  // anything times out, and time this thread spent elsewhere (delivering a batch of replies, or
+  // so busy that the timer fired late) does not count as Redis's silence. Once Redis has stalled,
+  // every command queued at least command_timeout ago times out with the head. Independently, no
+  // command is waited for longer than max_wait after its write (a Redis that answers, but too
+  // slowly for the queue it has).
   //
   // The timed-out commands form the FIFO's prefix [0, expired_). One timer serves the head; it is
   // armed for the head's earliest possible time out and, when it fires, finds the current head
-  // and re-arms for it (replies that arrived meanwhile moved the head on).
+  // and re-arms for it (replies that arrived meanwhile moved the head on). A head not written yet
+  // has no timer: it is written soon (a flush is posted, or follows the write in flight), and
+  // MarkWritten arms it.
   Clock::time_point HeadDue() const {
     const Pending& head = pending_[expired_];
-    Clock::time_point due = head.queued + max_wait_;
-    if (head.written != kUnwritten) {
-      due = std::min(due, std::max(head.written, last_read_) + options_.command_timeout);
-    }
-    return due;
+    if (head.written == kUnwritten) return Clock::time_point::max();
+    return std::min(
+        head.written + max_wait_,
+        std::max({head.written, last_read_, listening_since_}) + options_.command_timeout);
   }
 
   // Arms the timer for the head, unless it is armed already for that time or earlier (it then
@@ -434,7 +437,7 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   void ArmDeadline() {
     if (expired_ >= pending_.size()) return;
     const Clock::time_point due = HeadDue();
-    if (deadline_armed_ && armed_for_ <= due) return;
+    if (due == Clock::time_point::max() || (deadline_armed_ && armed_for_ <= due)) return;
     deadline_armed_ = true;
     armed_for_ = due;
     // Setting the expiry cancels a wait already armed for later; its handler sees
@@ -460,14 +463,17 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
     if (stopped_ || expired_ >= pending_.size()) return;
     if (RepliesWaiting()) return;  // ReadLoop re-arms once it has read them
     const Clock::time_point now = Clock::now();
+    // A timer that fires late found this thread busy: it was not listening meanwhile, so Redis
+    // gets a whole command_timeout of attention from now before its silence is a stall.
+    if (now - armed_for_ > options_.command_timeout / 2) listening_since_ = now;
     const Pending& head = pending_[expired_];
-    const bool stalled = head.written != kUnwritten &&
-                         now >= std::max(head.written, last_read_) + options_.command_timeout;
+    const bool stalled =
+        head.written != kUnwritten &&
+        now >= std::max({head.written, last_read_, listening_since_}) + options_.command_timeout;
     while (expired_ < pending_.size()) {
       Pending& p = pending_[expired_];
-      if (now < p.queued + max_wait_ && !(stalled && now >= p.queued + options_.command_timeout)) {
-        break;
-      }
+      const bool waited_enough = p.written != kUnwritten && now >= p.written + max_wait_;
+      if (!waited_enough && !(stalled && now >= p.queued + options_.command_timeout)) break;
       ++expired_;
       p.cancelled = true;
       Complete(std::move(p.done), absl::DeadlineExceededError("redis: command timed out"));
@@ -799,6 +805,12 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
         if (!next->has_value()) break;  // need more bytes
         if (!Deliver(std::move(**next))) co_return "unexpected reply";
       }
+      // Delivering ran every reply's callback (answers written, new commands sent): time this
+      // thread was not listening to Redis, so it counts as heard from until now.
+      last_read_ = Clock::now();
+      // What the callbacks sent (a retry after NOSCRIPT, a refund) leaves now rather than behind
+      // the requests already queued on the loop.
+      Flush();
       ArmDeadline();  // the timer may have deferred to this read (OnDeadline)
     }
   }
@@ -819,8 +831,10 @@ class Connection::Impl : public std::enable_shared_from_this<Impl> {
   std::deque<Pending> pending_;
   size_t expired_ = 0;    // pending_[0, expired_) timed out
   size_t unwritten_ = 0;  // pending_'s last unwritten_ commands are in out_, not yet written
-  // When bytes from Redis were last read on this connection (HeadDue).
+  // When bytes from Redis were last read on this connection, and when this thread was last found
+  // too busy to have listened (HeadDue).
   Clock::time_point last_read_{};
+  Clock::time_point listening_since_{};
   std::string out_;  // encoded commands waiting for the next write
   // The last completed write's buffer, for the next one; one larger than kMaxSpareBytes (a bulk
   // load's) is let go.

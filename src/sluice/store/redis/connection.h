@@ -47,13 +47,14 @@ struct ConnectionOptions {
   std::string password;  // empty: no AUTH
   int db = 0;            // non-zero: SELECT db after connecting
   // How long Redis may stay silent while a command waits its turn: the command at the head of the
-  // FIFO, written, with nothing read on the connection for this long since the later of its write
-  // and the last bytes read, times out — and with it every command queued at least this long
+  // FIFO, written, with nothing heard from Redis for this long while this thread was listening
+  // (since the later of its write, the last bytes read, and the end of a spell when the thread
+  // was too busy to listen), times out — and with it every command queued at least this long
   // ago. A long queue that Redis keeps answering (a burst) is no stall, and neither is this
   // thread being busy: a command not yet written, or replies waiting to be read, do not count.
   std::chrono::milliseconds command_timeout{20};
-  // The longest any command is waited for, from when it is queued, however Redis is answering.
-  // At least command_timeout.
+  // The longest any command is waited for, from its write, however Redis is answering. At least
+  // command_timeout.
   std::chrono::milliseconds max_wait{200};
   std::chrono::milliseconds reconnect_min{50};
   std::chrono::milliseconds reconnect_max{2000};

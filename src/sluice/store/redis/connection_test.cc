@@ -626,6 +626,27 @@ TEST(ConnectionDeadlineTest, ARepliedCommandIsNotTimedOutBecauseTheThreadWasBusy
   EXPECT_EQ((*result)->str, "PONG");
 }
 
+// Time this thread spent elsewhere is not Redis's silence: held busy 100 ms past a 30 ms timeout,
+// the connection still gives Redis a whole timeout of attention afterwards, and the reply that
+// comes 10 ms after the thread is free is taken.
+TEST(ConnectionDeadlineTest, AStallIsNotCountedFromTimeTheThreadSpentElsewhere) {
+  asio::io_context io;
+  ScriptedPeer peer(io);
+  Connection conn(io, PeerOptions(peer.port(), 30ms, 5s));
+  conn.Start();
+  ASSERT_TRUE(PumpUntil(io, [&] { return conn.connected(); }));
+
+  std::optional<absl::StatusOr<Reply>> result;
+  conn.Send({"PING"}, [&](absl::StatusOr<Reply> r) { result = std::move(r); });
+  ASSERT_TRUE(PumpUntil(io, [&] { return peer.received() == 1; }));
+  asio::post(io, [] { std::this_thread::sleep_for(100ms); });
+  asio::steady_timer reply_timer(io);
+  reply_timer.expires_after(110ms);
+  reply_timer.async_wait([&](const boost::system::error_code&) { peer.Answer(1); });
+  ASSERT_TRUE(PumpUntil(io, [&] { return result.has_value(); }));
+  ASSERT_TRUE(result->ok()) << result->status();
+}
+
 // A peer that takes the connection but does not answer yet: the connection is not made until
 // Redis has answered the PING that ends the handshake.
 TEST(ConnectionHandshakeTest, ConnectedOnlyOnceThePingIsAnswered) {

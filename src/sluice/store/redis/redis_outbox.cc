@@ -112,10 +112,11 @@ std::vector<absl::StatusOr<Reply>> RedisOutbox::Run(std::vector<Argv> commands) 
   using SteadyClock = std::chrono::steady_clock;
   const auto timeout = options_.connection.command_timeout;
   const auto connect_deadline = SteadyClock::now() + timeout;
-  while (!connection_->connected() && SteadyClock::now() < connect_deadline) {
+  while (!ever_connected_ && !connection_->connected() && SteadyClock::now() < connect_deadline) {
     io_.restart();
     io_.run_one_for(std::chrono::milliseconds(10));
   }
+  if (connection_->connected()) ever_connected_ = true;
 
   // Shared with the callbacks: each runs exactly once, but possibly after a hard deadline here.
   struct Pending {

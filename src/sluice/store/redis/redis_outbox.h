@@ -107,7 +107,10 @@ class RedisOutbox final : public OutboxSource {
  private:
   using Argv = std::vector<std::string>;
 
-  // Sends `commands` pipelined and runs the io_context until every reply (or error) is in.
+  // Sends `commands` pipelined and runs the io_context until every reply (or error) is in. Until
+  // the connection has first been made, waits for it up to the command timeout; once it has been
+  // made, a lost connection fails the commands at once (Unavailable) rather than holding the
+  // dispatcher — and a reload or stop waiting for it — a timeout per command while Redis is down.
   std::vector<absl::StatusOr<Reply>> Run(std::vector<Argv> commands);
   absl::StatusOr<Reply> RunOne(Argv command);
   absl::Status EnsureGroups();
@@ -133,6 +136,7 @@ class RedisOutbox final : public OutboxSource {
   size_t next_claim_bucket_ = 0;
   std::vector<std::string> claim_cursor_;  // per bucket: XAUTOCLAIM start id
   uint64_t malformed_ = 0;
+  bool ever_connected_ = false;  // Run: the connection has been made once
 };
 
 }  // namespace sluice::redis

@@ -330,6 +330,22 @@ TEST_F(RedisOutboxTest, FailsCleanlyWhenRedisIsDown) {
   EXPECT_FALSE(outbox->Stats().ok());
 }
 
+// Redis gone after the outbox had its connection: every call fails at once, not after a command
+// timeout per stream (the dispatcher's thread, and a reload or stop waiting for it, would be held
+// that long: 64 streams x 2 s in production).
+TEST_F(RedisOutboxTest, ALostConnectionFailsEveryCallAtOnce) {
+  std::unique_ptr<RedisOutbox> outbox = Outbox("a");
+  ASSERT_TRUE(outbox->Fetch(10).ok());
+  server_.Kill();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(outbox->Claim(10).ok());
+    EXPECT_FALSE(outbox->Fetch(10).ok());
+  }
+  // Six calls over kBuckets streams, each of which waited for the 2 s timeout before.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
 class RecordingSink final : public alerts::Sink {
  public:
   const std::string& name() const override { return name_; }
