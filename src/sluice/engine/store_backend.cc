@@ -233,6 +233,9 @@ class MemoryBackend final : public StoreBackend {
       return static_cast<double>(st.failed + st.queue_full);
     };
     Register(registry, std::move(g), &index_, &overlimit_stats_);
+    // The memory store cannot fail, so it has no degraded ledger; its metrics exist (at zero) so
+    // that a dashboard sees the same names whichever store runs.
+    RegisterLedger(registry, &no_ledger_, &no_ledger_stats_);
     (void)RegisterRoundTrips(registry);
   }
   absl::Status SaveSnapshot() override {
@@ -302,6 +305,8 @@ class MemoryBackend final : public StoreBackend {
 
   SystemClock clock_;
   MemoryStore store_;
+  DegradedLedgerStats no_ledger_stats_;
+  DegradedLedger no_ledger_{1, &no_ledger_stats_};
   bool log_ = true;
   std::atomic<bool> stopped_{false};
   std::string snapshot_path_;
