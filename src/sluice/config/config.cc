@@ -49,6 +49,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "sluice/common/subject.h"
+#include "sluice/config/validators.h"
 #include "sluice/config/yaml_document.h"
 
 namespace sluice::config {
@@ -61,13 +62,7 @@ constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
-constexpr size_t kMaxPathLength = 4096;           // PATH_MAX
-constexpr int64_t kMaxWindowCount = 100'000'000;  // N of Ns/Nm/Nh read before the cap below
-// The longest fixed window: as long as the longest month. No window outlives a leap year (a
-// `year`), so every counter expires within 366 days and a grace period, which the memory store's
-// snapshot relies on (it drops records that claim to live longer) and which keeps every expiry
-// far inside its 32-bit seconds.
-const absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
+constexpr size_t kMaxPathLength = 4096;  // PATH_MAX
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
 
 // The variables ApplyEnvironment reads.
@@ -104,35 +99,17 @@ constexpr absl::Duration kMaxRetryMaxDelay = absl::Hours(24);
 // ---------------------------------------------------------------------------------------------
 // Plain validators.
 
-// Debian's abseil is built with its own absl::string_view (not an alias of std::string_view), which
-// absl's string functions take; config.h speaks std::string_view.
-absl::string_view FromStd(std::string_view text) { return {text.data(), text.size()}; }
-
-// User text for an error message: quoted, escaped, and cut after 80 bytes.
-std::string Quote(absl::string_view text) {
-  constexpr size_t kMaxShown = 80;
-  if (text.size() > kMaxShown) {
-    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMaxShown)), "...\"");
-  }
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
-
 bool AllOf(absl::string_view text, bool (*pred)(char)) {
   return std::all_of(text.begin(), text.end(), pred);
 }
 
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
 bool IsVisibleAscii(char c) { return c > ' ' && c < 0x7f; }
-bool IsDigit(char c) { return absl::ascii_isdigit(c); }
 bool IsLowerHex(char c) { return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f'); }
 
 // [A-Za-z0-9_.-]{1,max_length}: plan, limit and key prefix names.
 bool IsValidName(absl::string_view name, size_t max_length) {
   return !name.empty() && name.size() <= max_length && AllOf(name, IsNameChar);
-}
-
-size_t CountLeadingDigits(absl::string_view text) {
-  return static_cast<size_t>(std::find_if_not(text.begin(), text.end(), IsDigit) - text.begin());
 }
 
 bool IsIpv4(absl::string_view text) {
@@ -506,14 +483,29 @@ absl::Status ParseAccessLog(const Field& field, AccessLogConfig& log) {
 
 absl::Status ParseServer(const Field& field, ServerConfig& server) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(
-      field,
-      {"listen", "admin_listen", "admin_token", "threads", "api_key_header", "deny_status",
-       "anonymous_plan", "anonymous_ipv4_prefix", "anonymous_ipv6_prefix", "trusted_proxies",
-       "max_connections", "admin_max_connections", "shutdown_delay", "admin_tokens",
-       "authorize_prefix", "access_log", "grpc_listen", "grpc_handshake_timeout",
-       "grpc_idle_timeout", "grpc_request_timeout", "grpc_write_timeout"},
-      f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(field,
+                                    {"listen",
+                                     "admin_listen",
+                                     "admin_token",
+                                     "threads",
+                                     "api_key_header",
+                                     "deny_status",
+                                     "anonymous_plan",
+                                     "anonymous_ipv4_prefix",
+                                     "anonymous_ipv6_prefix",
+                                     "trusted_proxies",
+                                     "max_connections",
+                                     "admin_max_connections",
+                                     "shutdown_delay",
+                                     "admin_tokens",
+                                     "authorize_prefix",
+                                     "access_log",
+                                     "grpc_listen",
+                                     "grpc_handshake_timeout",
+                                     "grpc_idle_timeout",
+                                     "grpc_request_timeout",
+                                     "grpc_write_timeout"},
+                                    f));
   SLUICE_RETURN_IF_ERROR(ParseAccessLog(f.Get("access_log"), server.access_log));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("listen"), server.listen));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("admin_listen"), server.admin_listen));
@@ -1440,57 +1432,6 @@ absl::Status ApplyEnvironment(Config& cfg, const std::function<const char*(const
                  absl::StrCat("needs a password: set ", kRedisPasswordFileVariable));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<absl::Duration> ParseDuration(std::string_view std_text) {
-  const absl::string_view text = FromStd(std_text);
-  const auto bad = [text](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("bad duration ", Quote(text), " (", why, ")"));
-  };
-  const size_t digits = CountLeadingDigits(text);
-  const absl::string_view unit = text.substr(digits);
-  absl::Duration per_unit = absl::ZeroDuration();
-  if (unit == "ms") per_unit = absl::Milliseconds(1);
-  if (unit == "s") per_unit = absl::Seconds(1);
-  if (unit == "m") per_unit = absl::Minutes(1);
-  if (unit == "h") per_unit = absl::Hours(1);
-  if (digits == 0 || per_unit == absl::ZeroDuration()) {
-    return bad("want a whole number and a unit: ms, s, m or h, e.g. 20ms, 5m");
-  }
-  int64_t count = 0;
-  if (!absl::SimpleAtoi(text.substr(0, digits), &count)) return bad("too large");
-  if (count == 0) return bad("must be greater than zero");
-  const absl::Duration duration = count * per_unit;  // saturates to infinity on overflow
-  if (duration == absl::InfiniteDuration()) return bad("too large");
-  return duration;
-}
-
-absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
-  const absl::string_view text = FromStd(std_text);
-  if (text == "day") return WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"};
-  if (text == "week") return WindowSpec{.kind = WindowSpec::Kind::kWeek, .text = "week"};
-  if (text == "month") return WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"};
-  if (text == "year") return WindowSpec{.kind = WindowSpec::Kind::kYear, .text = "year"};
-  const size_t digits = CountLeadingDigits(text);
-  int64_t count = 0;
-  if (digits > 0 && digits + 1 == text.size() && absl::SimpleAtoi(text.substr(0, digits), &count) &&
-      count >= 1 && count <= kMaxWindowCount) {
-    absl::Duration unit = absl::ZeroDuration();
-    if (text.back() == 's') unit = absl::Seconds(1);
-    if (text.back() == 'm') unit = absl::Minutes(1);
-    if (text.back() == 'h') unit = absl::Hours(1);
-    if (unit != absl::ZeroDuration() && count * unit > kMaxFixedWindow) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad window ", Quote(text),
-          ": a fixed window is at most 31 days (744h); use month for a monthly quota"));
-    }
-    if (unit != absl::ZeroDuration()) {
-      return WindowSpec{
-          .kind = WindowSpec::Kind::kFixed, .length = count * unit, .text = std::string(text)};
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month or year)"));
 }
 
 }  // namespace sluice::config

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sluice/config/vocabulary.h"
 
 namespace sluice::config {
 
@@ -163,20 +164,6 @@ struct StoreConfig {
   RedisStoreConfig redis;
 };
 
-// What a decision answers when the store cannot be reached in time.
-enum class OnStoreError { kAllow, kDeny };
-
-// A limit's window as written: a fixed duration aligned to the Unix epoch, or a calendar period in
-// the plan's time zone.
-struct WindowSpec {
-  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear };
-  Kind kind = Kind::kFixed;
-  absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
-  std::string text;                              // as written: "1m", "day", "week", "month", "year"
-
-  friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
-};
-
 struct LimitConfig {
   std::string name;   // unique within its plan; [A-Za-z0-9_.-]{1,64}
   int64_t quota = 0;  // >= 1
@@ -298,13 +285,6 @@ struct Config {
 // <path>: empty". On error `cfg` may have been changed in part.
 [[nodiscard]] absl::Status ApplyEnvironment(Config& cfg,
                                             const std::function<const char*(const char*)>& getenv);
-
-// Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
-[[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
-
-// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month" or
-// "year".
-[[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
 }  // namespace sluice::config
 
