@@ -60,7 +60,6 @@ constexpr size_t kMaxAlertThresholds = 16;
 constexpr size_t kMaxNameLength = 64;
 constexpr size_t kMaxKeyPrefixLength = 32;
 constexpr size_t kMaxSubjectLength = 200;
-constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
 constexpr size_t kMaxPathLength = 4096;  // PATH_MAX
 constexpr absl::string_view kNameRule = "1-64 characters of A-Z a-z 0-9 _ . -";
@@ -1349,19 +1348,6 @@ absl::Status ValidateAlerts(const AlertsConfig& alerts) {
 }
 
 }  // namespace
-
-std::string RegistryFile(const MemoryStoreConfig& memory) {
-  if (!memory.registry_path.empty()) return memory.registry_path;
-  if (memory.snapshot_path.empty()) return "";
-  return memory.snapshot_path + std::string(kRegistryBesideSnapshotSuffix);
-}
-
-const PlanConfig* Config::FindPlan(std::string_view name) const {
-  for (const PlanConfig& plan : plans) {
-    if (plan.name == name) return &plan;
-  }
-  return nullptr;
-}
 
 absl::Status Validate(const Config& config) {
   SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
