@@ -51,6 +51,7 @@
 #include "sluice/common/subject.h"
 #include "sluice/config/validators.h"
 #include "sluice/config/yaml_document.h"
+#include "sluice/config/yaml_fields.h"
 
 namespace sluice::config {
 namespace {
@@ -97,10 +98,6 @@ constexpr absl::Duration kMaxRetryMaxDelay = absl::Hours(24);
 
 // ---------------------------------------------------------------------------------------------
 // Plain validators.
-
-bool AllOf(absl::string_view text, bool (*pred)(char)) {
-  return std::all_of(text.begin(), text.end(), pred);
-}
 
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-'; }
 bool IsVisibleAscii(char c) { return c > ' ' && c < 0x7f; }
@@ -200,185 +197,7 @@ bool IsKnownTimeZone(absl::string_view name) {
   return plausible && absl::LoadTimeZone(std::string(name), &zone);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reading YAML nodes.
-
-using yaml::kUndefinedValue;
 using yaml::Value;
-
-absl::Status Error(absl::string_view path, absl::string_view what) {
-  return absl::InvalidArgumentError(path.empty() ? std::string(what)
-                                                 : absl::StrCat(path, ": ", what));
-}
-
-// Never the scalar's text: it may be a secret written in the wrong place.
-absl::string_view KindOf(const Value& node) {
-  switch (node.kind) {
-    case Value::Kind::kMap:
-      return "a map";
-    case Value::Kind::kSequence:
-      return "a list";
-    case Value::Kind::kScalar:
-      return "a scalar";
-    default:
-      return "nothing";
-  }
-}
-
-// One value of the document and the key path that names it in errors.
-struct Field {
-  const Value* node = &kUndefinedValue;  // never null
-  std::string path;
-
-  // Left out, or written without a value (`name:` or `name: ~`): both mean "use the default".
-  [[nodiscard]] bool absent() const { return !node->IsDefined() || node->IsNull(); }
-};
-
-// The fields of one YAML map, in file order.
-struct Fields {
-  std::string path;
-  std::vector<std::pair<absl::string_view, const Value*>> items;  // names point into the document
-
-  // The field `name` (absent() if the map does not have it).
-  [[nodiscard]] Field Get(absl::string_view name) const {
-    Field field{&kUndefinedValue, path.empty() ? std::string(name) : absl::StrCat(path, ".", name)};
-    for (const auto& [item_name, node] : items) {
-      if (item_name == name) field.node = node;
-    }
-    return field;
-  }
-};
-
-// Reads the map `field` into `fields`, refusing names outside `allowed` and repeated names. An
-// absent field reads as an empty map.
-absl::Status ReadFields(const Field& field, std::initializer_list<absl::string_view> allowed,
-                        Fields& fields) {
-  fields.path = field.path;
-  if (field.absent()) return absl::OkStatus();
-  if (!field.node->IsMap()) {
-    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(*field.node)));
-  }
-  // The path of a field is built only for an error: a file with 150,000 keys reads 450,000 fields.
-  const auto path_of = [&field](absl::string_view name) {
-    const std::string escaped = absl::CHexEscape(name);
-    return field.path.empty() ? escaped : absl::StrCat(field.path, ".", escaped);
-  };
-  fields.items.reserve(field.node->pairs.size());
-  for (const auto& [key, value] : field.node->pairs) {
-    if (!key->IsScalar()) return Error(field.path, "field names must be plain strings");
-    const std::string& name = key->Scalar();
-    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      return Error(
-          path_of(name),
-          absl::StrCat("unknown field (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
-    }
-    for (const auto& item : fields.items) {
-      if (item.first == name) return Error(path_of(name), "duplicate field");
-    }
-    fields.items.emplace_back(name, value);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Require(const Field& field) {
-  return field.absent() ? Error(field.path, "missing required field") : absl::OkStatus();
-}
-
-absl::Status ReadString(const Field& field, std::string& out) {
-  if (field.absent()) return absl::OkStatus();
-  if (!field.node->IsScalar()) {
-    return Error(field.path, absl::StrCat("expected a string, got ", KindOf(*field.node)));
-  }
-  out = field.node->Scalar();
-  return absl::OkStatus();
-}
-
-absl::Status ReadInt64(const Field& field, int64_t min, int64_t max, int64_t& out) {
-  if (field.absent()) return absl::OkStatus();
-  if (!field.node->IsScalar()) {
-    return Error(field.path, absl::StrCat("expected an integer, got ", KindOf(*field.node)));
-  }
-  const std::string& text = field.node->Scalar();
-  absl::string_view digits = text;
-  absl::ConsumePrefix(&digits, "-");
-  if (digits.empty() || !AllOf(digits, IsDigit)) {
-    return Error(field.path, absl::StrCat("expected an integer, got ", Quote(text)));
-  }
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
-    return Error(field.path, absl::StrCat("must be between ", min, " and ", max, ", got ", text));
-  }
-  out = value;
-  return absl::OkStatus();
-}
-
-// `true` or `false`, nothing else (YAML 1.1's yes/no/on/off are refused: they surprise).
-absl::Status ReadBool(const Field& field, bool& out) {
-  if (field.absent()) return absl::OkStatus();
-  if (field.node->IsScalar()) {
-    const std::string& text = field.node->Scalar();
-    if (text == "true" || text == "false") {
-      out = text == "true";
-      return absl::OkStatus();
-    }
-    return Error(field.path, absl::StrCat("expected true or false, got ", Quote(text)));
-  }
-  return Error(field.path, absl::StrCat("expected true or false, got ", KindOf(*field.node)));
-}
-
-absl::Status ReadInt(const Field& field, int min, int max, int& out) {
-  int64_t value = out;
-  SLUICE_RETURN_IF_ERROR(ReadInt64(field, min, max, value));
-  out = static_cast<int>(value);
-  return absl::OkStatus();
-}
-
-absl::Status ReadDuration(const Field& field, absl::Duration& out) {
-  if (field.absent()) return absl::OkStatus();
-  if (!field.node->IsScalar()) {
-    return Error(field.path, absl::StrCat("expected a duration, got ", KindOf(*field.node)));
-  }
-  absl::StatusOr<absl::Duration> duration = ParseDuration(field.node->Scalar());
-  if (!duration.ok()) return Error(field.path, duration.status().message());
-  out = *duration;
-  return absl::OkStatus();
-}
-
-// Reads a string that must be one of `choices`; `what` names it in the error ("store type").
-template <typename E>
-absl::Status ReadEnum(const Field& field, absl::string_view what,
-                      std::initializer_list<std::pair<absl::string_view, E>> choices, E& out) {
-  std::string text;
-  if (field.absent()) return absl::OkStatus();
-  SLUICE_RETURN_IF_ERROR(ReadString(field, text));
-  std::string wanted;
-  size_t index = 0;
-  for (const auto& [name, value] : choices) {
-    if (name == text) {
-      out = value;
-      return absl::OkStatus();
-    }
-    absl::StrAppend(&wanted, index == 0 ? "" : (index + 1 == choices.size() ? " or " : ", "), name);
-    ++index;
-  }
-  return Error(field.path,
-               absl::StrCat("unknown ", what, " ", Quote(text), " (want ", wanted, ")"));
-}
-
-// Calls each(item, index) for every element of the list `field`; items are named "path[index]".
-template <typename Fn>
-absl::Status ForEachItem(const Field& field, Fn&& each) {
-  if (field.absent()) return absl::OkStatus();
-  if (!field.node->IsSequence()) {
-    return Error(field.path, absl::StrCat("expected a list, got ", KindOf(*field.node)));
-  }
-  size_t index = 0;
-  for (const Value* node : field.node->items) {
-    SLUICE_RETURN_IF_ERROR(each(Field{node, absl::StrCat(field.path, "[", index, "]")}, index));
-    ++index;
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Sections.

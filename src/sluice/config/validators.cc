@@ -7,10 +7,10 @@
 
 namespace sluice::config {
 
-std::string Quote(absl::string_view text) {
-  constexpr size_t kMaxShown = 80;
-  if (text.size() > kMaxShown) {
-    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMaxShown)), "...\"");
+std::string Quote(absl::string_view text, QuoteStyle style) {
+  if (text.size() > style.cut) {
+    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, style.cut)),
+                        style.ellipsis_inside ? "...\"" : "\"...");
   }
   return absl::StrCat("\"", absl::CHexEscape(text), "\"");
 }
