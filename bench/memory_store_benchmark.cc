@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sluice/common/clock.h"
+#include "sluice/config/config.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/store/memory/memory_store.h"
 

@@ -21,115 +21,42 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "sluice/config/validators.h"
 #include "sluice/config/yaml_document.h"
+#include "sluice/config/yaml_fields.h"
 
 namespace sluice::config {
 namespace {
 
 using yaml::Value;
 
-absl::string_view FromStd(std::string_view text) { return {text.data(), text.size()}; }
+// How messages about these files have always read: keys, values cut after 64 bytes with the "..."
+// after the quotes (a key may be 1 KiB), YAML 1.1's booleans, and no string longer than a key.
+constexpr QuoteStyle kQuote{.cut = 64, .ellipsis_inside = false};
+constexpr Dialect kRatelimitYaml{
+    .entry = "key", .quote = kQuote, .yaml11_bools = true, .max_string = kMaxRlKeyLength};
 
-// A value of the file quoted for a message (escaped, and cut if long: a key may be 1 KiB).
-std::string Quote(absl::string_view text) {
-  constexpr size_t kShown = 64;
-  if (text.size() > kShown) {
-    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kShown)), "\"...");
+// A map that must be there: unlike a section of sluice.yaml, an item written without a value is
+// refused.
+absl::Status ReadMap(const Field& field, std::initializer_list<absl::string_view> allowed,
+                     Fields& out) {
+  if (field.absent()) {
+    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(*field.node)));
   }
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+  return ReadFields(field, allowed, out);
 }
 
-absl::Status Error(absl::string_view path, absl::string_view what) {
-  return absl::InvalidArgumentError(path.empty() ? std::string(what)
-                                                 : absl::StrCat(path, ": ", what));
-}
-
-std::string Child(absl::string_view path, absl::string_view name) {
-  return path.empty() ? std::string(name) : absl::StrCat(path, ".", name);
-}
-
-bool Absent(const Value* v) { return v == nullptr || !v->IsDefined() || v->IsNull(); }
-
-absl::string_view KindOf(const Value& v) {
-  if (v.IsMap()) return "a map";
-  if (v.IsSequence()) return "a list";
-  if (v.IsScalar()) return "a scalar";
-  return "nothing";
-}
-
-// The fields of a map by name, after refusing names outside `allowed` and repeated names.
-using FieldMap = std::vector<std::pair<std::string, const Value*>>;
-
-absl::Status ReadMap(const Value& node, absl::string_view path,
-                     std::initializer_list<absl::string_view> allowed, FieldMap& out) {
-  if (!node.IsMap()) return Error(path, absl::StrCat("expected a map, got ", KindOf(node)));
-  for (const auto& [key, value] : node.pairs) {
-    if (!key->IsScalar()) return Error(path, "field names must be plain strings");
-    const std::string& name = key->Scalar();
-    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      return Error(
-          Child(path, absl::CHexEscape(name)),
-          absl::StrCat("unknown key (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
-    }
-    for (const auto& item : out) {
-      if (item.first == name) return Error(Child(path, name), "duplicate key");
-    }
-    out.emplace_back(name, value);
+absl::Status ReadUint32(const Field& field, uint32_t& out) {
+  if (!field.node->IsScalar()) {
+    return Error(field.path, absl::StrCat("expected an integer, got ", KindOf(*field.node)));
   }
-  return absl::OkStatus();
-}
-
-const Value* Get(const FieldMap& fields, absl::string_view name) {
-  for (const auto& [n, v] : fields) {
-    if (n == name) return v;
-  }
-  return nullptr;
-}
-
-// A string of 0..kMaxRlKeyLength bytes; an absent field leaves `out` as it is.
-absl::Status ReadString(const Value* v, absl::string_view path, std::string& out) {
-  if (Absent(v)) return absl::OkStatus();
-  if (!v->IsScalar()) return Error(path, absl::StrCat("expected a string, got ", KindOf(*v)));
-  if (v->Scalar().size() > kMaxRlKeyLength) {
-    return Error(path, absl::StrCat("too long: ", v->Scalar().size(), " bytes (at most ",
-                                    kMaxRlKeyLength, ")"));
-  }
-  out = v->Scalar();
-  return absl::OkStatus();
-}
-
-// A YAML 1.1 boolean, as envoyproxy/ratelimit's YAML library reads one.
-absl::Status ReadBool(const Value* v, absl::string_view path, bool& out) {
-  if (Absent(v)) return absl::OkStatus();
-  if (v->IsScalar()) {
-    static constexpr absl::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
-                                                  "on",   "On",   "ON",   "y",   "Y"};
-    static constexpr absl::string_view kFalse[] = {"false", "False", "FALSE", "no", "No", "NO",
-                                                   "off",   "Off",   "OFF",   "n",  "N"};
-    const std::string& text = v->Scalar();
-    if (std::find(std::begin(kTrue), std::end(kTrue), text) != std::end(kTrue)) {
-      out = true;
-      return absl::OkStatus();
-    }
-    if (std::find(std::begin(kFalse), std::end(kFalse), text) != std::end(kFalse)) {
-      out = false;
-      return absl::OkStatus();
-    }
-    return Error(path, absl::StrCat("expected true or false, got ", Quote(text)));
-  }
-  return Error(path, absl::StrCat("expected true or false, got ", KindOf(*v)));
-}
-
-absl::Status ReadUint32(const Value* v, absl::string_view path, uint32_t& out) {
-  if (!v->IsScalar()) return Error(path, absl::StrCat("expected an integer, got ", KindOf(*v)));
-  const std::string& text = v->Scalar();
+  const std::string& text = field.node->Scalar();
   uint64_t value = 0;
   if (text.empty() || !std::all_of(text.begin(), text.end(), absl::ascii_isdigit) ||
       !absl::SimpleAtoi(text, &value) || value > UINT32_MAX) {
-    return Error(path,
-                 absl::StrCat("must be an integer from 0 to ", UINT32_MAX, ", got ", Quote(text)));
+    return Error(field.path, absl::StrCat("must be an integer from 0 to ", UINT32_MAX, ", got ",
+                                          Quote(text, kQuote)));
   }
   out = static_cast<uint32_t>(value);
   return absl::OkStatus();
@@ -144,9 +71,9 @@ constexpr UnitName kUnits[] = {{"second", RlUnit::kSecond}, {"minute", RlUnit::k
                                {"week", RlUnit::kWeek},     {"month", RlUnit::kMonth},
                                {"year", RlUnit::kYear}};
 
-absl::Status ReadUnit(const Value* v, absl::string_view path, std::optional<RlUnit>& out) {
+absl::Status ReadUnit(const Field& field, std::optional<RlUnit>& out) {
   std::string text;
-  SLUICE_RETURN_IF_ERROR(ReadString(v, path, text));
+  SLUICE_RETURN_IF_ERROR(ReadString(field, text));
   // envoyproxy/ratelimit looks the unit up in upper case: "Minute" and "MINUTE" are "minute".
   const std::string lower = absl::AsciiStrToLower(text);
   for (const UnitName& u : kUnits) {
@@ -155,51 +82,47 @@ absl::Status ReadUnit(const Value* v, absl::string_view path, std::optional<RlUn
       return absl::OkStatus();
     }
   }
-  return Error(path, absl::StrCat("unknown unit ", Quote(text),
-                                  " (want second, minute, hour, day, week, month or year)"));
+  return Error(field.path, absl::StrCat("unknown unit ", Quote(text, kQuote),
+                                        " (want second, minute, hour, day, week, month or year)"));
 }
 
-absl::Status ParseRateLimit(const Value& node, absl::string_view path, RlRateLimit& rl) {
-  FieldMap f;
+absl::Status ParseRateLimit(const Field& field, RlRateLimit& rl) {
+  Fields f;
   SLUICE_RETURN_IF_ERROR(
-      ReadMap(node, path, {"unit", "requests_per_unit", "unlimited", "name", "replaces"}, f));
-  SLUICE_RETURN_IF_ERROR(ReadBool(Get(f, "unlimited"), Child(path, "unlimited"), rl.unlimited));
-  SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "name"), Child(path, "name"), rl.name));
-  const Value* unit = Get(f, "unit");
-  const Value* rpu = Get(f, "requests_per_unit");
+      ReadMap(field, {"unit", "requests_per_unit", "unlimited", "name", "replaces"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("unlimited"), rl.unlimited));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("name"), rl.name));
+  const Field unit = f.Get("unit");
+  const Field rpu = f.Get("requests_per_unit");
   if (rl.unlimited) {
-    if (!Absent(unit)) {
-      return Error(Child(path, "unit"), "must not be set when unlimited is true");
-    }
+    if (!unit.absent()) return Error(unit.path, "must not be set when unlimited is true");
     // envoyproxy/ratelimit ignores a requests_per_unit beside unlimited: so does this.
   } else {
-    if (Absent(unit)) return Error(Child(path, "unit"), "missing required key");
-    SLUICE_RETURN_IF_ERROR(ReadUnit(unit, Child(path, "unit"), rl.unit));
-    if (Absent(rpu)) {
-      return Error(Child(path, "requests_per_unit"),
-                   "missing required key (write 0 to refuse every request)");
+    SLUICE_RETURN_IF_ERROR(Require(unit));
+    SLUICE_RETURN_IF_ERROR(ReadUnit(unit, rl.unit));
+    if (rpu.absent()) {
+      return Error(rpu.path, "missing required key (write 0 to refuse every request)");
     }
-    SLUICE_RETURN_IF_ERROR(ReadUint32(rpu, Child(path, "requests_per_unit"), rl.requests_per_unit));
+    SLUICE_RETURN_IF_ERROR(ReadUint32(rpu, rl.requests_per_unit));
   }
-  const Value* replaces = Get(f, "replaces");
-  if (Absent(replaces)) return absl::OkStatus();
-  const std::string rpath = Child(path, "replaces");
-  if (!replaces->IsSequence()) {
-    return Error(rpath, absl::StrCat("expected a list, got ", KindOf(*replaces)));
+  const Field replaces = f.Get("replaces");
+  if (replaces.absent()) return absl::OkStatus();
+  if (!replaces.node->IsSequence()) {
+    return Error(replaces.path, absl::StrCat("expected a list, got ", KindOf(*replaces.node)));
   }
-  if (replaces->items.size() > kMaxRlReplaces) {
-    return Error(rpath, absl::StrCat("too many entries (at most ", kMaxRlReplaces, ")"));
+  if (replaces.node->items.size() > kMaxRlReplaces) {
+    return Error(replaces.path, absl::StrCat("too many entries (at most ", kMaxRlReplaces, ")"));
   }
-  for (size_t i = 0; i < replaces->items.size(); ++i) {
-    const std::string ipath = absl::StrCat(rpath, "[", i, "]");
-    FieldMap r;
-    SLUICE_RETURN_IF_ERROR(ReadMap(*replaces->items[i], ipath, {"name"}, r));
+  for (size_t i = 0; i < replaces.node->items.size(); ++i) {
+    const Field item{replaces.node->items[i], absl::StrCat(replaces.path, "[", i, "]"),
+                     replaces.dialect};
+    Fields r;
+    SLUICE_RETURN_IF_ERROR(ReadMap(item, {"name"}, r));
+    const Field name_field = r.Get("name");
     std::string name;
-    SLUICE_RETURN_IF_ERROR(ReadString(Get(r, "name"), Child(ipath, "name"), name));
-    if (name.empty()) return Error(Child(ipath, "name"), "must not be empty");
-    if (name == rl.name) {
-      return Error(Child(ipath, "name"), "a limit cannot replace itself");
-    }
+    SLUICE_RETURN_IF_ERROR(ReadString(name_field, name));
+    if (name.empty()) return Error(name_field.path, "must not be empty");
+    if (name == rl.name) return Error(name_field.path, "a limit cannot replace itself");
     rl.replaces.push_back(std::move(name));
   }
   return absl::OkStatus();
@@ -286,19 +209,15 @@ bool IsYamlFloat(absl::string_view text) {
 // A plain scalar typed as YAML 1.1 types it (RlMetadataValue).
 RlMetadataValue TypedScalar(const std::string& text) {
   RlMetadataValue out;
-  static constexpr absl::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
-                                                "on",   "On",   "ON",   "y",   "Y"};
-  static constexpr absl::string_view kFalse[] = {"false", "False", "FALSE", "no", "No", "NO",
-                                                 "off",   "Off",   "OFF",   "n",  "N"};
   static constexpr absl::string_view kInfinity[] = {".inf",  ".Inf",  ".INF",  "+.inf", "+.Inf",
                                                     "+.INF", "-.inf", "-.Inf", "-.INF"};
   static constexpr absl::string_view kNan[] = {".nan", ".NaN", ".NAN"};
   const auto in = [&text](const auto& list) {
     return std::find(std::begin(list), std::end(list), text) != std::end(list);
   };
-  if (in(kTrue) || in(kFalse)) {
+  if (const std::optional<bool> boolean = Yaml11Bool(text); boolean.has_value()) {
     out.kind = RlMetadataValue::Kind::kBool;
-    out.boolean = in(kTrue);
+    out.boolean = *boolean;
     return out;
   }
   if (in(kInfinity) || in(kNan)) {
@@ -374,7 +293,7 @@ absl::Status ReadMetadataValue(const Value& v, const std::string& path, RlMetada
   for (const auto& [key, value] : v.pairs) {
     if (!key->IsScalar()) return Error(path, "metadata keys must be plain strings");
     std::string name = MetadataKey(*key);
-    const std::string child = Child(path, absl::CHexEscape(name));
+    const std::string child = ChildPath(path, absl::CHexEscape(name));
     if (!seen.try_emplace(name, out.map.size()).second) return Error(child, "duplicate key");
     RlMetadataField& field = out.map.emplace_back();
     field.key = std::move(name);
@@ -384,79 +303,73 @@ absl::Status ReadMetadataValue(const Value& v, const std::string& path, RlMetada
 }
 
 // A descriptor's `metadata`: a map, or nothing (absent, null or empty, as there).
-absl::Status ReadMetadata(const Value* v, const std::string& path,
-                          std::optional<RlMetadataValue>& out) {
-  if (Absent(v)) return absl::OkStatus();
-  if (!v->IsMap()) return Error(path, absl::StrCat("expected a map, got ", KindOf(*v)));
-  if (v->pairs.empty()) return absl::OkStatus();
-  return ReadMetadataValue(*v, path, out.emplace());
+absl::Status ReadMetadata(const Field& field, std::optional<RlMetadataValue>& out) {
+  if (field.absent()) return absl::OkStatus();
+  if (!field.node->IsMap()) {
+    return Error(field.path, absl::StrCat("expected a map, got ", KindOf(*field.node)));
+  }
+  if (field.node->pairs.empty()) return absl::OkStatus();
+  return ReadMetadataValue(*field.node, field.path, out.emplace());
 }
 
 class FileParser {
  public:
-  absl::Status Descriptors(const Value* node, const std::string& path, size_t depth,
-                           std::vector<RlDescriptor>& out) {
-    if (Absent(node)) return absl::OkStatus();
-    if (!node->IsSequence()) {
-      return Error(path, absl::StrCat("expected a list, got ", KindOf(*node)));
+  absl::Status Descriptors(const Field& field, size_t depth, std::vector<RlDescriptor>& out) {
+    if (field.absent()) return absl::OkStatus();
+    if (!field.node->IsSequence()) {
+      return Error(field.path, absl::StrCat("expected a list, got ", KindOf(*field.node)));
     }
     if (depth > kMaxRlDepth) {
-      return Error(path, absl::StrCat("nested too deep (more than ", kMaxRlDepth,
-                                      " levels of descriptors)"));
+      return Error(field.path, absl::StrCat("nested too deep (more than ", kMaxRlDepth,
+                                            " levels of descriptors)"));
     }
     // key/value pair -> index in this list, for the duplicate check.
     absl::flat_hash_map<std::pair<std::string, std::string>, size_t> seen;
-    out.reserve(node->items.size());
-    for (size_t i = 0; i < node->items.size(); ++i) {
-      const std::string dpath = absl::StrCat(path, "[", i, "]");
+    out.reserve(field.node->items.size());
+    for (size_t i = 0; i < field.node->items.size(); ++i) {
+      const Field item{field.node->items[i], absl::StrCat(field.path, "[", i, "]"), field.dialect};
       if (++count_ > kMaxRlDescriptors) {
-        return Error(dpath, absl::StrCat("too many descriptors (at most ", kMaxRlDescriptors,
-                                         " in one file)"));
+        return Error(item.path, absl::StrCat("too many descriptors (at most ", kMaxRlDescriptors,
+                                             " in one file)"));
       }
-      FieldMap f;
+      Fields f;
       SLUICE_RETURN_IF_ERROR(
-          ReadMap(*node->items[i], dpath,
+          ReadMap(item,
                   {"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
                    "detailed_metric", "value_to_metric", "share_threshold", "metadata"},
                   f));
       RlDescriptor& d = out.emplace_back();
-      SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "key"), Child(dpath, "key"), d.key));
-      if (d.key.empty()) return Error(Child(dpath, "key"), "missing required key");
+      const Field key = f.Get("key");
+      SLUICE_RETURN_IF_ERROR(ReadString(key, d.key));
+      if (d.key.empty()) return Error(key.path, "missing required key");
       if (d.key.size() > kMaxRlEntryKeyLength) {
-        return Error(Child(dpath, "key"),
-                     absl::StrCat("longer than ", kMaxRlEntryKeyLength,
-                                  " bytes (no request's entry key may be longer)"));
+        return Error(key.path, absl::StrCat("longer than ", kMaxRlEntryKeyLength,
+                                            " bytes (no request's entry key may be longer)"));
       }
-      SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "value"), Child(dpath, "value"), d.value));
+      SLUICE_RETURN_IF_ERROR(ReadString(f.Get("value"), d.value));
       const auto [it, inserted] = seen.try_emplace(std::make_pair(d.key, d.value), i);
       if (!inserted) {
-        return Error(dpath, absl::StrCat("duplicate descriptor: key ", Quote(d.key),
-                                         d.value.empty() ? std::string(" without a value")
-                                                         : absl::StrCat(" value ", Quote(d.value)),
-                                         " is already ", path, "[", it->second, "]"));
+        return Error(item.path,
+                     absl::StrCat("duplicate descriptor: key ", Quote(d.key, kQuote),
+                                  d.value.empty() ? std::string(" without a value")
+                                                  : absl::StrCat(" value ", Quote(d.value, kQuote)),
+                                  " is already ", field.path, "[", it->second, "]"));
       }
-      SLUICE_RETURN_IF_ERROR(
-          ReadBool(Get(f, "shadow_mode"), Child(dpath, "shadow_mode"), d.shadow_mode));
-      SLUICE_RETURN_IF_ERROR(
-          ReadBool(Get(f, "detailed_metric"), Child(dpath, "detailed_metric"), d.detailed_metric));
-      SLUICE_RETURN_IF_ERROR(
-          ReadBool(Get(f, "value_to_metric"), Child(dpath, "value_to_metric"), d.value_to_metric));
-      SLUICE_RETURN_IF_ERROR(
-          ReadBool(Get(f, "quota_mode"), Child(dpath, "quota_mode"), d.quota_mode));
-      SLUICE_RETURN_IF_ERROR(
-          ReadBool(Get(f, "share_threshold"), Child(dpath, "share_threshold"), d.share_threshold));
+      SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("shadow_mode"), d.shadow_mode));
+      SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("detailed_metric"), d.detailed_metric));
+      SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("value_to_metric"), d.value_to_metric));
+      SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("quota_mode"), d.quota_mode));
+      const Field share_threshold = f.Get("share_threshold");
+      SLUICE_RETURN_IF_ERROR(ReadBool(share_threshold, d.share_threshold));
       if (d.share_threshold && d.value.find('*') == std::string::npos) {
-        return Error(Child(dpath, "share_threshold"),
+        return Error(share_threshold.path,
                      "only a wildcard value (one containing '*') can share its threshold");
       }
-      SLUICE_RETURN_IF_ERROR(
-          ReadMetadata(Get(f, "metadata"), Child(dpath, "metadata"), d.metadata));
-      if (const Value* rl = Get(f, "rate_limit"); !Absent(rl)) {
-        SLUICE_RETURN_IF_ERROR(
-            ParseRateLimit(*rl, Child(dpath, "rate_limit"), d.rate_limit.emplace()));
+      SLUICE_RETURN_IF_ERROR(ReadMetadata(f.Get("metadata"), d.metadata));
+      if (const Field rl = f.Get("rate_limit"); !rl.absent()) {
+        SLUICE_RETURN_IF_ERROR(ParseRateLimit(rl, d.rate_limit.emplace()));
       }
-      SLUICE_RETURN_IF_ERROR(Descriptors(Get(f, "descriptors"), Child(dpath, "descriptors"),
-                                         depth + 1, d.descriptors));
+      SLUICE_RETURN_IF_ERROR(Descriptors(f.Get("descriptors"), depth + 1, d.descriptors));
     }
     return absl::OkStatus();
   }
@@ -466,13 +379,14 @@ class FileParser {
 };
 
 absl::Status ParseRoot(const Value& root, RateLimitFile& file) {
-  if (Absent(&root)) return Error("domain", "missing required key (the file is empty)");
-  FieldMap f;
-  SLUICE_RETURN_IF_ERROR(ReadMap(root, "", {"domain", "descriptors"}, f));
-  SLUICE_RETURN_IF_ERROR(ReadString(Get(f, "domain"), "domain", file.domain));
+  const Field document{&root, "", &kRatelimitYaml};
+  if (document.absent()) return Error("domain", "missing required key (the file is empty)");
+  Fields f;
+  SLUICE_RETURN_IF_ERROR(ReadMap(document, {"domain", "descriptors"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadString(f.Get("domain"), file.domain));
   if (file.domain.empty()) return Error("domain", "missing required key");
   FileParser parser;
-  return parser.Descriptors(Get(f, "descriptors"), "descriptors", 1, file.descriptors);
+  return parser.Descriptors(f.Get("descriptors"), 1, file.descriptors);
 }
 
 absl::StatusOr<RateLimitFile> LoadFile(const std::string& path) {
@@ -521,9 +435,9 @@ absl::Status CheckDistinctDomains(const std::vector<RateLimitFile>& files) {
   for (const RateLimitFile& file : files) {
     const auto [it, inserted] = seen.try_emplace(file.domain, &file);
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(file.source, ": domain ", Quote(file.domain),
-                                                     " is already defined in ",
-                                                     it->second->source));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.source, ": domain ", Quote(file.domain, kQuote),
+                       " is already defined in ", it->second->source));
     }
   }
   return absl::OkStatus();

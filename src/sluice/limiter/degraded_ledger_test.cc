@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sluice/config/config.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/limiter/test_counting_store.h"
 

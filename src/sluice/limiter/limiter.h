@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "sluice/common/clock.h"
-#include "sluice/config/config.h"
+#include "sluice/config/vocabulary.h"
 #include "sluice/limiter/decision.h"
 #include "sluice/limiter/degraded_ledger.h"
 #include "sluice/limiter/overlimit_cache.h"

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/config/config.h"
 
 namespace sluice {
 namespace {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
+#include "sluice/config/schema.h"
 
 namespace sluice {
 

@@ -12,8 +12,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "sluice/config/config.h"
+#include "sluice/config/vocabulary.h"
 #include "sluice/limiter/window.h"
+
+namespace sluice::config {
+struct Config;  // config/schema.h: only PlanSet::FromConfig takes one
+}  // namespace sluice::config
 
 namespace sluice {
 

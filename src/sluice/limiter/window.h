@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "sluice/config/config.h"
+#include "sluice/config/vocabulary.h"
 
 namespace sluice {
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/config/config.h"
 #include "sluice/registry/keys.h"
 
 namespace sluice::registry {

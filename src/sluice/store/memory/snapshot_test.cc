@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sluice/config/config.h"
 #include "sluice/limiter/limiter.h"
 
 namespace sluice {

@@ -1,0 +1,46 @@
+// The words of sluice.yaml that the core speaks too: a limit's window, what a decision answers when
+// the store fails, and the parsers of durations and windows (docs/configuration.md).
+//
+// Apart from the schema (schema.h) and its loader (config.h), so that the limiter can use them
+// without either.
+#ifndef SLUICE_CONFIG_VOCABULARY_H_
+#define SLUICE_CONFIG_VOCABULARY_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace sluice::config {
+
+// What a decision answers when the store cannot be reached in time.
+enum class OnStoreError { kAllow, kDeny };
+
+// A limit's window as written: a fixed duration aligned to the Unix epoch, or a calendar period in
+// the plan's time zone.
+struct WindowSpec {
+  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear };
+  Kind kind = Kind::kFixed;
+  absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
+  std::string text;                              // as written: "1m", "day", "week", "month", "year"
+
+  friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
+};
+
+// The longest fixed window: as long as the longest month. No window outlives a leap year (a
+// `year`), so every counter expires within 366 days and a grace period, which the memory store's
+// snapshot relies on (it drops records that claim to live longer) and which keeps every expiry
+// far inside its 32-bit seconds.
+inline constexpr absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
+
+// Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
+[[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
+
+// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month" or
+// "year".
+[[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
+
+}  // namespace sluice::config
+
+#endif  // SLUICE_CONFIG_VOCABULARY_H_
