@@ -1,8 +1,8 @@
 // What a libsluice Limiter is built from (sluice/limiter.h): plans and their limits, the store,
-// the store-error policy and where alerts go. Every field has a default except the plans. The
-// options are checked by the same validation as sluice.yaml (docs/configuration.md), and an error
-// names the field the way the file would: "plans.free.limits[1].window: bad window \"5x\" (want
-// Ns, Nm, Nh, day, week, month or year)".
+// the store-error policy, where alerts go and the clock. Every field has a default except the
+// plans. The options are checked by the same validation as sluice.yaml (docs/configuration.md),
+// and an error names the field the way the file would: "plans.free.limits[1].window: bad window
+// \"5x\" (want Ns, Nm, Nh, day, week, month or year)".
 //
 // Only the standard library is used, so this header compiles with nothing but the install prefix
 // on the include path.
@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -112,6 +113,16 @@ struct AlertOptions {
   AlertCallback callback;  // empty: none
 };
 
+// Where a Limiter reads the time (Options::clock), for a program that keeps its own (a test that
+// moves time forward instead of waiting for it, say). Now() is called from any thread, several at
+// once (every thread that decides, the library's I/O, maintainer and alert threads): it must be
+// thread-safe, and should be cheap, since every decision calls it.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  [[nodiscard]] virtual std::chrono::system_clock::time_point Now() const = 0;
+};
+
 struct Options {
   std::vector<PlanOptions> plans;  // at least one
   std::variant<MemoryStoreOptions, RedisStoreOptions> store = MemoryStoreOptions{};
@@ -123,6 +134,10 @@ struct Options {
   // serve` does. The Redis connection's own lines (a failed connection, the measured clock offset)
   // are written either way.
   bool log = false;
+  // The time windows, expiries, snapshot checks, sweeps, alert timestamps and alert retries are
+  // reckoned by; null: the system clock. With Redis, windows follow Redis's TIME: the library
+  // measures Redis's offset from this clock and adds it. Kept until the Limiter is destroyed.
+  std::shared_ptr<const Clock> clock;
 };
 
 }  // namespace sluice::lib

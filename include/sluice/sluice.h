@@ -4,7 +4,7 @@
 // Everything public is in namespace sluice::lib and in these headers, which use only the standard
 // library:
 //   sluice/status.h   Status and Result<T>: the error model (no exceptions)
-//   sluice/options.h  Options: plans, store (memory or Redis), store-error policy, alerts
+//   sluice/options.h  Options: plans, store (memory or Redis), store-error policy, alerts, clock
 //   sluice/limiter.h  Limiter: Open, Decide, DecideAsync, Usage, ResetUsage, Close
 #ifndef SLUICE_SLUICE_H_
 #define SLUICE_SLUICE_H_

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/alerts/retry.h"
 #include "sluice/common/log.h"
@@ -237,215 +239,271 @@ void Dispatcher::WorkerLoop() {
   }
 }
 
+// When the coordinator next asks the source for each thing. Coordinator thread only.
+struct Dispatcher::Schedule {
+  absl::Duration renew_every;  // a third of the lease; infinite without one
+  absl::Duration claim_every;  // half the lease; infinite without one
+  absl::Time next_fetch;
+  absl::Time next_claim;
+  absl::Time next_renew;
+  absl::Time next_stats;
+};
+
+// One turn of the coordinator: what it asks the source (planned under mu_) and what the source
+// answered (gathered without it, applied under it again).
+struct Dispatcher::Cycle {
+  absl::Time now;  // when it was planned: the source's calls are scheduled from it
+  bool stopping = false;
+  // Asks.
+  std::vector<std::pair<uint64_t, OutboxHandle>> to_ack;  // tracked key, handle
+  size_t room = 0;  // events that may still be taken before max_events_in_flight
+  bool want_fetch = false;
+  bool want_claim = false;
+  bool want_renew = false;
+  bool want_stats = false;
+  std::vector<OutboxHandle> held;  // to renew
+  // Answers.
+  std::vector<uint64_t> acked_keys;
+  std::vector<uint64_t> failed_acks;
+  std::vector<std::pair<OutboxItem, Contact>> fresh;  // fetched and claimed
+  size_t claimed = 0;                                 // of `fresh`
+  absl::StatusOr<std::vector<OutboxHandle>> lost = std::vector<OutboxHandle>{};
+};
+
 void Dispatcher::CoordinatorLoop() {
   const absl::Duration lease = source_->lease();
   const bool leased = lease != absl::InfiniteDuration();
   const absl::Duration renew_every = leased ? lease / 3 : absl::InfiniteDuration();
-  const absl::Duration claim_every = leased ? lease / 2 : absl::InfiniteDuration();
-  absl::Time next_fetch = absl::InfinitePast();
-  absl::Time next_claim = leased ? absl::InfinitePast() : absl::InfiniteFuture();
-  absl::Time next_renew = clock_->Now() + renew_every;
-  absl::Time next_stats = absl::InfinitePast();
+  Schedule schedule{.renew_every = renew_every,
+                    .claim_every = leased ? lease / 2 : absl::InfiniteDuration(),
+                    .next_fetch = absl::InfinitePast(),
+                    .next_claim = leased ? absl::InfinitePast() : absl::InfiniteFuture(),
+                    .next_renew = clock_->Now() + renew_every,
+                    .next_stats = absl::InfinitePast()};
 
   std::unique_lock lock(mu_);
   while (true) {
-    absl::Time now = clock_->Now();
-    if (woken_) {
-      woken_ = false;
-      next_fetch = absl::InfinitePast();  // Wake(): look at the outbox now
-    }
-    while (!results_.empty()) {
-      Result r = std::move(results_.front());
-      results_.pop_front();
-      ApplyLocked(std::move(r), now);
-    }
-    const bool stopping = stopping_;
-    if (stopping && !tasks_.empty()) {
-      // Queued calls never started: put them back (they are "new calls" Stop() forbids).
-      for (Task& task : tasks_) {
-        Tracked& t = tracked_.at(task.key);
-        SinkState& st = t.sinks[task.sink];
-        st.phase = SinkState::Phase::kWaiting;
-        --st.attempts;
-        --t.in_flight;
-        --running_;
-        --running_per_sink_[task.sink];
-      }
-      tasks_.clear();
-    }
-
+    const absl::Time planned = clock_->Now();
+    TakeResultsLocked(planned, schedule);
     // Decide what to ask the source, then ask it without holding the lock.
-    std::vector<std::pair<uint64_t, OutboxHandle>> to_ack;
-    for (auto it = tracked_.begin(); it != tracked_.end();) {
-      Tracked& t = it->second;
-      if (t.in_flight == 0 && t.abandoned) {
-        it = tracked_.erase(it);
-        continue;
-      }
-      if (t.in_flight == 0 && t.remaining == 0 && (stopping || t.ack_due <= now)) {
-        to_ack.emplace_back(it->first, t.item.handle);
-      }
-      ++it;
-    }
-    if (stopping && running_ == 0 && to_ack.empty()) break;
-
-    const size_t room = options_.max_events_in_flight > tracked_.size()
-                            ? options_.max_events_in_flight - tracked_.size()
-                            : 0;
-    const bool want_fetch = !stopping && room > 0 && now >= next_fetch;
-    const bool want_claim = !stopping && room > 0 && now >= next_claim;
-    const bool want_renew = !stopping && now >= next_renew;
-    std::vector<OutboxHandle> held;
-    if (want_renew) {
-      for (const auto& [key, t] : tracked_) {
-        if (!t.abandoned) held.push_back(t.item.handle);
-      }
-    }
-    const bool want_stats = !stopping && now >= next_stats;
+    Cycle cycle = PlanCycleLocked(planned, schedule);
+    if (cycle.stopping && running_ == 0 && cycle.to_ack.empty()) break;
     lock.unlock();
 
-    std::vector<uint64_t> acked_keys;
-    std::vector<uint64_t> failed_acks;
-    for (const auto& [key, handle] : to_ack) {
-      const absl::Status st = source_->Ack(handle);
-      if (st.ok()) {
-        acked_keys.push_back(key);
-      } else {
-        metrics_->source_errors.Inc();
-        if (uint64_t held_back = 0; ack_failures_.Allow(&held_back)) {
-          Log(LogLevel::kWarn, "alert outbox ack failed")
-              .Str("handle", handle.id)
-              .Error(st)
-              .Int("failures_not_logged", static_cast<int64_t>(held_back));
-        }
-        failed_acks.push_back(key);
-      }
-    }
-
-    std::vector<std::pair<OutboxItem, Contact>> fresh;
-    size_t claimed = 0;
-    auto take = [&](absl::StatusOr<std::vector<OutboxItem>> items, std::string_view what) {
-      if (!items.ok()) {
-        metrics_->source_errors.Inc();
-        if (uint64_t held_back = 0; read_failures_.Allow(&held_back)) {
-          Log(LogLevel::kWarn, "alert outbox read failed")
-              .Str("op", what)
-              .Error(items.status())
-              .Int("failures_not_logged", static_cast<int64_t>(held_back));
-        }
-        return false;
-      }
-      for (OutboxItem& item : *items) {
-        Contact contact = options_.contacts ? options_.contacts(item.event.subject) : Contact{};
-        fresh.emplace_back(std::move(item), std::move(contact));
-      }
-      return true;
-    };
-    if (want_claim) {
-      const size_t before = fresh.size();
-      const size_t ask = std::min(room, options_.fetch_batch);
-      const bool ok = take(source_->Claim(ask), "claim");
-      claimed = fresh.size() - before;
-      // A full batch: there may be more abandoned entries, look again at once.
-      next_claim = ok && fresh.size() - before == ask ? now : now + claim_every;
-    }
-    if (want_fetch && fresh.size() < room) {
-      const size_t before = fresh.size();
-      const size_t ask = std::min(room - fresh.size(), options_.fetch_batch);
-      const bool ok = take(source_->Fetch(ask), "fetch");
-      next_fetch = ok && fresh.size() - before == ask ? now : now + options_.poll_interval;
-    }
-    absl::StatusOr<std::vector<OutboxHandle>> lost = std::vector<OutboxHandle>{};
-    if (want_renew) {
-      if (!held.empty()) lost = source_->Renew(held);
-      if (lost.ok()) {
-        next_renew = now + renew_every;
-      } else {
-        metrics_->source_errors.Inc();
-        if (uint64_t held_back = 0; renew_failures_.Allow(&held_back)) {
-          Log(LogLevel::kWarn, "alert outbox renew failed")
-              .Error(lost.status())
-              .Int("failures_not_logged", static_cast<int64_t>(held_back));
-        }
-        next_renew = now + options_.poll_interval;
-      }
-    }
-    if (want_stats) {
-      absl::StatusOr<OutboxStats> stats = source_->Stats();
-      if (stats.ok()) {
-        metrics_->depth.Set(stats->depth);
-        metrics_->oldest_age.Set(
-            stats->oldest_event
-                ? std::max<int64_t>(0, absl::ToInt64Seconds(now - *stats->oldest_event))
-                : 0);
-      } else {
-        metrics_->source_errors.Inc();
-      }
-      next_stats = now + options_.stats_interval;
-    }
+    AckAll(cycle);
+    FetchClaimRenew(cycle, schedule);
+    RefreshStats(cycle, schedule);
 
     lock.lock();
-    now = clock_->Now();
-    for (uint64_t key : acked_keys) {
-      tracked_.erase(key);
-      ++acked_;
-      metrics_->acked.Inc();
-    }
-    for (uint64_t key : failed_acks) {
-      if (stopping) {
-        tracked_.erase(key);  // left in the outbox: delivered again later, at-least-once
-      } else {
-        tracked_.at(key).ack_due = now + options_.poll_interval;
-      }
-    }
-    if (lost.ok()) {
-      for (const OutboxHandle& h : *lost) {
-        for (auto& [key, t] : tracked_) {
-          if (t.abandoned || !(t.item.handle == h)) continue;
-          t.abandoned = true;
-          for (size_t s = 0; s < t.sinks.size(); ++s) {
-            if (t.sinks[s].phase == SinkState::Phase::kWaiting) {
-              t.sinks[s].phase = SinkState::Phase::kDone;
-              Count(s, "abandoned");
-            }
-          }
-          Log(LogLevel::kWarn, "alert event taken over by another consumer")
-              .Str("event", t.id)
-              .Str("handle", h.id);
-        }
-      }
-    }
-    // A cycle that moved something (never an idle poll, which would flood the log).
-    if ((!fresh.empty() || !to_ack.empty()) && LogEnabled(LogLevel::kDebug)) {
-      Log(LogLevel::kDebug, "alert dispatch cycle")
-          .Int("fetched", static_cast<int64_t>(fresh.size() - claimed))
-          .Int("claimed", static_cast<int64_t>(claimed))
-          .Int("acked", static_cast<int64_t>(acked_keys.size()))
-          .Int("ack_failed", static_cast<int64_t>(failed_acks.size()))
-          .Int("in_flight", static_cast<int64_t>(tracked_.size() + fresh.size()));
-    }
-    TrackLocked(std::move(fresh), now);
+    const absl::Time now = clock_->Now();
+    ApplyOutcomesLocked(cycle, now);
+    LogCycleLocked(cycle);
+    TrackLocked(std::move(cycle.fresh), now);
     StartDueLocked(now);
     metrics_->in_flight.Set(static_cast<int64_t>(tracked_.size()));
+    WaitForWorkLocked(lock, now, schedule);
+  }
+}
 
-    // Stopping with no call running: nothing will arrive, go round once more to finish (waiting
-    // here held Stop() for a whole poll interval after the last ack).
-    if (results_.empty() && !woken_ && !(stopping_ && running_ == 0)) {
-      absl::Duration wait = options_.poll_interval;
-      if (!stopping_) {
-        absl::Time wake = NextDueLocked();
-        if (tracked_.size() < options_.max_events_in_flight) {
-          wake = std::min({wake, next_fetch, next_claim});
-        }
-        wake = std::min({wake, next_renew, next_stats});
-        wait = std::min(wake - now, wait);
-      }
-      const bool was_stopping = stopping_;
-      coordinator_cv_.wait_for(lock, ToChrono(wait), [&] {
-        return !results_.empty() || woken_ || (stopping_ && !was_stopping);
-      });
+void Dispatcher::TakeResultsLocked(absl::Time now, Schedule& schedule) {
+  if (woken_) {
+    woken_ = false;
+    schedule.next_fetch = absl::InfinitePast();  // Wake(): look at the outbox now
+  }
+  while (!results_.empty()) {
+    Result r = std::move(results_.front());
+    results_.pop_front();
+    ApplyLocked(std::move(r), now);
+  }
+  if (stopping_ && !tasks_.empty()) {
+    // Queued calls never started: put them back (they are "new calls" Stop() forbids).
+    for (Task& task : tasks_) {
+      Tracked& t = tracked_.at(task.key);
+      SinkState& st = t.sinks[task.sink];
+      st.phase = SinkState::Phase::kWaiting;
+      --st.attempts;
+      --t.in_flight;
+      --running_;
+      --running_per_sink_[task.sink];
+    }
+    tasks_.clear();
+  }
+}
+
+Dispatcher::Cycle Dispatcher::PlanCycleLocked(absl::Time now, const Schedule& schedule) {
+  Cycle cycle;
+  cycle.now = now;
+  cycle.stopping = stopping_;
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    Tracked& t = it->second;
+    if (t.in_flight == 0 && t.abandoned) {
+      it = tracked_.erase(it);
+      continue;
+    }
+    if (t.in_flight == 0 && t.remaining == 0 && (cycle.stopping || t.ack_due <= cycle.now)) {
+      cycle.to_ack.emplace_back(it->first, t.item.handle);
+    }
+    ++it;
+  }
+  if (cycle.stopping) return cycle;  // nothing is fetched, claimed, renewed or counted
+
+  cycle.room = options_.max_events_in_flight > tracked_.size()
+                   ? options_.max_events_in_flight - tracked_.size()
+                   : 0;
+  cycle.want_fetch = cycle.room > 0 && cycle.now >= schedule.next_fetch;
+  cycle.want_claim = cycle.room > 0 && cycle.now >= schedule.next_claim;
+  cycle.want_renew = cycle.now >= schedule.next_renew;
+  if (cycle.want_renew) {
+    for (const auto& [key, t] : tracked_) {
+      if (!t.abandoned) cycle.held.push_back(t.item.handle);
     }
   }
+  cycle.want_stats = cycle.now >= schedule.next_stats;
+  return cycle;
+}
+void Dispatcher::AckAll(Cycle& cycle) {
+  for (const auto& [key, handle] : cycle.to_ack) {
+    const absl::Status st = source_->Ack(handle);
+    if (st.ok()) {
+      cycle.acked_keys.push_back(key);
+    } else {
+      metrics_->source_errors.Inc();
+      if (uint64_t held_back = 0; ack_failures_.Allow(&held_back)) {
+        Log(LogLevel::kWarn, "alert outbox ack failed")
+            .Str("handle", handle.id)
+            .Error(st)
+            .Int("failures_not_logged", static_cast<int64_t>(held_back));
+      }
+      cycle.failed_acks.push_back(key);
+    }
+  }
+}
+
+void Dispatcher::FetchClaimRenew(Cycle& cycle, Schedule& schedule) {
+  const absl::Time now = cycle.now;
+  std::vector<std::pair<OutboxItem, Contact>>& fresh = cycle.fresh;
+  auto take = [&](absl::StatusOr<std::vector<OutboxItem>> items, std::string_view what) {
+    if (!items.ok()) {
+      metrics_->source_errors.Inc();
+      if (uint64_t held_back = 0; read_failures_.Allow(&held_back)) {
+        Log(LogLevel::kWarn, "alert outbox read failed")
+            .Str("op", what)
+            .Error(items.status())
+            .Int("failures_not_logged", static_cast<int64_t>(held_back));
+      }
+      return false;
+    }
+    for (OutboxItem& item : *items) {
+      Contact contact = options_.contacts ? options_.contacts(item.event.subject) : Contact{};
+      fresh.emplace_back(std::move(item), std::move(contact));
+    }
+    return true;
+  };
+  if (cycle.want_claim) {
+    const size_t before = fresh.size();
+    const size_t ask = std::min(cycle.room, options_.fetch_batch);
+    const bool ok = take(source_->Claim(ask), "claim");
+    cycle.claimed = fresh.size() - before;
+    // A full batch: there may be more abandoned entries, look again at once.
+    schedule.next_claim = ok && fresh.size() - before == ask ? now : now + schedule.claim_every;
+  }
+  if (cycle.want_fetch && fresh.size() < cycle.room) {
+    const size_t before = fresh.size();
+    const size_t ask = std::min(cycle.room - fresh.size(), options_.fetch_batch);
+    const bool ok = take(source_->Fetch(ask), "fetch");
+    schedule.next_fetch = ok && fresh.size() - before == ask ? now : now + options_.poll_interval;
+  }
+  if (cycle.want_renew) {
+    if (!cycle.held.empty()) cycle.lost = source_->Renew(cycle.held);
+    if (cycle.lost.ok()) {
+      schedule.next_renew = now + schedule.renew_every;
+    } else {
+      metrics_->source_errors.Inc();
+      if (uint64_t held_back = 0; renew_failures_.Allow(&held_back)) {
+        Log(LogLevel::kWarn, "alert outbox renew failed")
+            .Error(cycle.lost.status())
+            .Int("failures_not_logged", static_cast<int64_t>(held_back));
+      }
+      schedule.next_renew = now + options_.poll_interval;
+    }
+  }
+}
+
+void Dispatcher::RefreshStats(const Cycle& cycle, Schedule& schedule) {
+  if (!cycle.want_stats) return;
+  absl::StatusOr<OutboxStats> stats = source_->Stats();
+  if (stats.ok()) {
+    metrics_->depth.Set(stats->depth);
+    metrics_->oldest_age.Set(
+        stats->oldest_event
+            ? std::max<int64_t>(0, absl::ToInt64Seconds(cycle.now - *stats->oldest_event))
+            : 0);
+  } else {
+    metrics_->source_errors.Inc();
+  }
+  schedule.next_stats = cycle.now + options_.stats_interval;
+}
+
+void Dispatcher::ApplyOutcomesLocked(const Cycle& cycle, absl::Time now) {
+  for (uint64_t key : cycle.acked_keys) {
+    tracked_.erase(key);
+    ++acked_;
+    metrics_->acked.Inc();
+  }
+  for (uint64_t key : cycle.failed_acks) {
+    if (cycle.stopping) {
+      tracked_.erase(key);  // left in the outbox: delivered again later, at-least-once
+    } else {
+      tracked_.at(key).ack_due = now + options_.poll_interval;
+    }
+  }
+  if (!cycle.lost.ok()) return;
+  for (const OutboxHandle& h : *cycle.lost) {
+    for (auto& [key, t] : tracked_) {
+      if (t.abandoned || !(t.item.handle == h)) continue;
+      t.abandoned = true;
+      for (size_t s = 0; s < t.sinks.size(); ++s) {
+        if (t.sinks[s].phase == SinkState::Phase::kWaiting) {
+          t.sinks[s].phase = SinkState::Phase::kDone;
+          Count(s, "abandoned");
+        }
+      }
+      Log(LogLevel::kWarn, "alert event taken over by another consumer")
+          .Str("event", t.id)
+          .Str("handle", h.id);
+    }
+  }
+}
+
+void Dispatcher::LogCycleLocked(const Cycle& cycle) const {
+  // A cycle that moved something (never an idle poll, which would flood the log).
+  if ((cycle.fresh.empty() && cycle.to_ack.empty()) || !LogEnabled(LogLevel::kDebug)) return;
+  Log(LogLevel::kDebug, "alert dispatch cycle")
+      .Int("fetched", static_cast<int64_t>(cycle.fresh.size() - cycle.claimed))
+      .Int("claimed", static_cast<int64_t>(cycle.claimed))
+      .Int("acked", static_cast<int64_t>(cycle.acked_keys.size()))
+      .Int("ack_failed", static_cast<int64_t>(cycle.failed_acks.size()))
+      .Int("in_flight", static_cast<int64_t>(tracked_.size() + cycle.fresh.size()));
+}
+
+void Dispatcher::WaitForWorkLocked(std::unique_lock<std::mutex>& lock, absl::Time now,
+                                   const Schedule& schedule) {
+  // Stopping with no call running: nothing will arrive, go round once more to finish (waiting
+  // here held Stop() for a whole poll interval after the last ack).
+  if (!results_.empty() || woken_ || (stopping_ && running_ == 0)) return;
+  absl::Duration wait = options_.poll_interval;
+  if (!stopping_) {
+    absl::Time wake = NextDueLocked();
+    if (tracked_.size() < options_.max_events_in_flight) {
+      wake = std::min({wake, schedule.next_fetch, schedule.next_claim});
+    }
+    wake = std::min({wake, schedule.next_renew, schedule.next_stats});
+    wait = std::min(wake - now, wait);
+  }
+  const bool was_stopping = stopping_;
+  coordinator_cv_.wait_for(lock, ToChrono(wait), [&] {
+    return !results_.empty() || woken_ || (stopping_ && !was_stopping);
+  });
 }
 
 void Dispatcher::TrackLocked(std::vector<std::pair<OutboxItem, Contact>> items, absl::Time now) {

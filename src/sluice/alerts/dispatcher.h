@@ -134,9 +134,40 @@ class Dispatcher {
   struct Task;
   struct Result;
   struct Metrics;
+  struct Schedule;
+  struct Cycle;
 
+  // The coordinator's loop, one cycle per turn: under mu_, take the workers' results and plan
+  // what to ask the source; without it, ask (ack, claim, fetch, renew, stats); under mu_ again,
+  // apply the answers, start the due calls and wait for more work.
   void CoordinatorLoop();
   void WorkerLoop();
+  // The coordinator's phases, in cycle order (coordinator thread only). Those named ...Locked run
+  // with mu_ held; the others call the source, which may block, and run without it.
+  //
+  // mu_ held. Handles Wake() (fetch now), applies the results of finished calls at `now`, and
+  // when stopping puts the queued calls back.
+  void TakeResultsLocked(absl::Time now, Schedule& schedule);
+  // mu_ held. What to ask the source this cycle: the events to ack and, unless stopping, whether
+  // to fetch, claim, renew (and what) and read the stats. Drops abandoned events no call holds.
+  [[nodiscard]] Cycle PlanCycleLocked(absl::Time now, const Schedule& schedule);
+  // mu_ not held. Acks the cycle's done events.
+  void AckAll(Cycle& cycle);
+  // mu_ not held. Claims, then fetches, new events (looking up their contacts) and renews the
+  // held ones; sets when each is next due.
+  void FetchClaimRenew(Cycle& cycle, Schedule& schedule);
+  // mu_ not held. The outbox's depth and its oldest event's age, into the gauges.
+  void RefreshStats(const Cycle& cycle, Schedule& schedule);
+  // mu_ held. Forgets acked events, retries failed acks later (forgets them when stopping), and
+  // abandons the events whose lease another consumer took.
+  void ApplyOutcomesLocked(const Cycle& cycle, absl::Time now);
+  // mu_ held. The debug line of a cycle that moved something.
+  void LogCycleLocked(const Cycle& cycle) const;
+  // mu_ held through `lock` (released while waiting). Sleeps until the earliest deadline (at most
+  // poll_interval), a result, Wake() or Stop(); returns at once if one of those is already there.
+  void WaitForWorkLocked(std::unique_lock<std::mutex>& lock, absl::Time now,
+                         const Schedule& schedule);
+
   // Each REQUIRES mu_ held.
   void TrackLocked(std::vector<std::pair<OutboxItem, Contact>> items, absl::Time now);
   void ApplyLocked(Result result, absl::Time now);

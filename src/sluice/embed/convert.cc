@@ -23,6 +23,8 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) { return absl::ToCh
 
 }  // namespace
 
+absl::Time PublicClock::Now() const { return absl::FromChrono(clock_->Now()); }
+
 absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
   config::Config cfg;
   cfg.path = "options";

@@ -1,14 +1,17 @@
 // Between libsluice's public types (include/sluice/) and the internal ones: Options to a
 // config::Config (validated like sluice.yaml), absl::Status to lib::Status, internal decisions,
-// usage and alert events to their public copies.
+// usage and alert events to their public copies, the public Clock to the engine's.
 #ifndef SLUICE_EMBED_CONVERT_H_
 #define SLUICE_EMBED_CONVERT_H_
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sluice/common/clock.h"
 #include "sluice/config/config.h"
 #include "sluice/limiter.h"
 #include "sluice/limiter/alert_event.h"
@@ -25,6 +28,16 @@ namespace sluice::embed {
 [[nodiscard]] absl::StatusOr<config::Config> ToConfig(const lib::Options& options);
 
 [[nodiscard]] lib::Status FromAbsl(const absl::Status& status);
+
+// A library user's Options::clock as the engine's Clock. Thread-safe as the user's clock is.
+class PublicClock final : public Clock {
+ public:
+  explicit PublicClock(std::shared_ptr<const lib::Clock> clock) : clock_(std::move(clock)) {}
+  [[nodiscard]] absl::Time Now() const override;
+
+ private:
+  const std::shared_ptr<const lib::Clock> clock_;
+};
 
 [[nodiscard]] lib::Decision ToPublic(const Decision& decision);
 [[nodiscard]] lib::AlertEvent ToPublic(const AlertEvent& event);

@@ -112,8 +112,9 @@ class Limiter::Impl {
 
   // Opens the back end `cfg` names (validated), starts its threads, then alert delivery when
   // there is anywhere to deliver to.
+  // `clock` null: the system clock.
   static absl::StatusOr<std::unique_ptr<Impl>> Start(config::Config cfg, AlertCallback on_alert,
-                                                     bool log) {
+                                                     bool log, std::shared_ptr<const Clock> clock) {
     absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
     if (!plans.ok()) return plans.status();
     const bool deliver = on_alert || !cfg.alerts.sinks.empty() || !cfg.keys.empty();
@@ -122,8 +123,10 @@ class Limiter::Impl {
       if (absl::Status s = alerts::GlobalInit(); !s.ok()) return s;
     }
     auto impl = std::unique_ptr<Impl>(new Impl(std::move(cfg)));
+    if (clock != nullptr) impl->clock_ = std::make_unique<embed::PublicClock>(std::move(clock));
     const bool redis = impl->cfg_.store.type == config::StoreType::kRedis;
-    engine::StoreBackendOptions options{.open_registry = false, .log = log};
+    engine::StoreBackendOptions options{
+        .open_registry = false, .log = log, .clock = impl->clock_.get()};
     if (redis) {
       impl->io_ = std::make_unique<asio::io_context>(1);
       options.loops = {impl->io_.get()};
@@ -322,6 +325,8 @@ class Limiter::Impl {
   }
 
   const config::Config cfg_;
+  // Options::clock as the engine's; null: the back end uses the system clock.
+  std::unique_ptr<embed::PublicClock> clock_;
   // Redis only: the loop the back end's connection runs on, and its thread.
   std::unique_ptr<asio::io_context> io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
@@ -345,8 +350,8 @@ Limiter::~Limiter() { (void)Close(); }
 Result<std::unique_ptr<Limiter>> Limiter::Open(Options options) {
   absl::StatusOr<config::Config> cfg = embed::ToConfig(options);
   if (!cfg.ok()) return embed::FromAbsl(cfg.status());
-  absl::StatusOr<std::unique_ptr<Impl>> impl =
-      Impl::Start(*std::move(cfg), std::move(options.alerts.callback), options.log);
+  absl::StatusOr<std::unique_ptr<Impl>> impl = Impl::Start(
+      *std::move(cfg), std::move(options.alerts.callback), options.log, std::move(options.clock));
   if (!impl.ok()) return embed::FromAbsl(impl.status());
   return std::unique_ptr<Limiter>(new Limiter(*std::move(impl)));
 }
@@ -356,7 +361,7 @@ Result<std::unique_ptr<Limiter>> Limiter::OpenFile(const std::string& path,
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
   if (!cfg.ok()) return embed::FromAbsl(cfg.status());
   absl::StatusOr<std::unique_ptr<Impl>> impl =
-      Impl::Start(*std::move(cfg), std::move(on_alert), /*log=*/false);
+      Impl::Start(*std::move(cfg), std::move(on_alert), /*log=*/false, /*clock=*/nullptr);
   if (!impl.ok()) return embed::FromAbsl(impl.status());
   return std::unique_ptr<Limiter>(new Limiter(*std::move(impl)));
 }

@@ -161,6 +161,8 @@ absl::Status StartRegistry(registry::Backend& backend, registry::Index& index, b
 
 class MemoryBackend final : public StoreBackend {
  public:
+  explicit MemoryBackend(const Clock* clock) : clock_(clock != nullptr ? clock : &system_clock_) {}
+
   // Takes the snapshot's lock, loads it and the registry; starts the maintainer.
   absl::Status Open(const config::Config& cfg, const StoreBackendOptions& options) {
     log_ = options.log;
@@ -194,7 +196,7 @@ class MemoryBackend final : public StoreBackend {
       }
     }
     maintainer_.emplace(
-        &store_, &clock_,
+        &store_, clock_,
         MemoryStoreMaintainer::Options{.snapshot_path = snapshot_path_,
                                        .snapshot_interval = cfg.store.memory.snapshot_interval,
                                        .on_error = [log = options.log](const absl::Status& s) {
@@ -207,8 +209,8 @@ class MemoryBackend final : public StoreBackend {
   std::string_view kind() const override { return "memory"; }
   std::string address() const override { return snapshot_path_; }
   Store* store() override { return &store_; }
-  const Clock* clock() const override { return &clock_; }
-  const Clock* system_clock() const override { return &clock_; }
+  const Clock* clock() const override { return clock_; }
+  const Clock* system_clock() const override { return clock_; }
   LimiterOptions limiter_options(config::OnStoreError on_store_error) override {
     // An in-process store answers a denial as fast as the cache would.
     return LimiterOptions{.on_store_error = on_store_error,
@@ -283,7 +285,7 @@ class MemoryBackend final : public StoreBackend {
           .Int("files", static_cast<int64_t>(*removed));
     }
     SnapshotStats stats;
-    absl::Status s = LoadSnapshot(snapshot_path_, store_, &stats, {.now = clock_.Now()});
+    absl::Status s = LoadSnapshot(snapshot_path_, store_, &stats, {.now = clock_->Now()});
     if (s.ok()) {
       if (log) {
         Log(LogLevel::kInfo, "snapshot loaded")
@@ -303,7 +305,8 @@ class MemoryBackend final : public StoreBackend {
     return absl::Status(s.code(), absl::StrCat("cannot load snapshot: ", s.message()));
   }
 
-  SystemClock clock_;
+  SystemClock system_clock_;  // unless the options named another
+  const Clock* const clock_;
   MemoryStore store_;
   DegradedLedgerStats no_ledger_stats_;
   DegradedLedger no_ledger_{1, &no_ledger_stats_};
@@ -326,12 +329,13 @@ class RedisBackend final : public StoreBackend {
  public:
   // `seeds` non-empty: Redis Cluster (every connection a copy of `connection` to one node).
   RedisBackend(const config::Config& cfg, redis::ConnectionOptions connection,
-               std::vector<redis::NodeAddress> seeds)
+               std::vector<redis::NodeAddress> seeds, const Clock* clock)
       : connection_(std::move(connection)),
         seeds_(std::move(seeds)),
         key_prefix_(cfg.store.redis.key_prefix),
         consumer_(redis::DefaultConsumerName()),
-        redis_clock_(&clock_),
+        clock_(clock != nullptr ? clock : &system_clock_),
+        redis_clock_(clock_),
         store_(
             [this]() -> redis::CommandSender* {
               return t_redis_owner == this ? t_redis_connection : nullptr;
@@ -365,7 +369,7 @@ class RedisBackend final : public StoreBackend {
       }
     }
     clock_sync_ = std::make_unique<redis::ClockSync>(
-        *options.loops.front(), connections_.front().get(), &clock_, &redis_clock_,
+        *options.loops.front(), connections_.front().get(), clock_, &redis_clock_,
         redis::ClockSyncOptions{.on_first_sample = [this] { answered_.Notify(); }});
     if (options.open_registry) {
       // Its own connection and thread; admin writes may wait longer than decisions, and never
@@ -398,7 +402,7 @@ class RedisBackend final : public StoreBackend {
   }
   Store* store() override { return &store_; }
   const Clock* clock() const override { return &redis_clock_; }
-  const Clock* system_clock() const override { return &clock_; }
+  const Clock* system_clock() const override { return clock_; }
   LimiterOptions limiter_options(config::OnStoreError on_store_error) override {
     return LimiterOptions{.on_store_error = on_store_error,
                           .overlimit_cache_capacity = kOverLimitCacheCapacity,
@@ -478,7 +482,8 @@ class RedisBackend final : public StoreBackend {
   const std::vector<redis::NodeAddress> seeds_;  // Redis Cluster's seed nodes; empty: one Redis
   const std::string key_prefix_;
   const std::string consumer_;  // one per process: a reload's new outbox reader resumes
-  SystemClock clock_;
+  SystemClock system_clock_;    // unless the options named another
+  const Clock* const clock_;
   // With Redis, Redis's clock decides windows (docs/semantics.md): the host clock shifted by the
   // offset measured with TIME (redis::ClockSync).
   OffsetClock redis_clock_;
@@ -534,11 +539,12 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenStoreBackend(const config::Con
       parsed->tls.context = *std::move(context);
       parsed->tls.server_name = tls.server_name;
     }
-    auto backend = std::make_unique<RedisBackend>(cfg, *std::move(parsed), std::move(seeds));
+    auto backend =
+        std::make_unique<RedisBackend>(cfg, *std::move(parsed), std::move(seeds), options.clock);
     if (absl::Status s = backend->Open(options); !s.ok()) return s;
     return std::unique_ptr<StoreBackend>(std::move(backend));
   }
-  auto backend = std::make_unique<MemoryBackend>();
+  auto backend = std::make_unique<MemoryBackend>(options.clock);
   if (absl::Status s = backend->Open(cfg, options); !s.ok()) return s;
   return std::unique_ptr<StoreBackend>(std::move(backend));
 }

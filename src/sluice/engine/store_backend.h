@@ -48,6 +48,11 @@ struct StoreBackendOptions {
   bool open_registry = true;
   // Where the process's own log lines say what happened (snapshot loaded, registry loaded, ...).
   bool log = true;
+  // The host's clock: with the memory store it decides windows and expiries (snapshot checks and
+  // sweeps included); with Redis it is the clock Redis's measured offset is added to (so windows
+  // still follow Redis's TIME). Alert timestamps and retries read it too (system_clock()). Null:
+  // the system clock. Must be thread-safe and outlive the back end.
+  const Clock* clock = nullptr;
 };
 
 // What a caller needs from the store for one kind of answer: a Limiter's store, clock and cache.
@@ -61,8 +66,8 @@ class StoreBackend {
   // store's snapshot path ("" without one).
   [[nodiscard]] virtual std::string address() const = 0;
   [[nodiscard]] virtual Store* store() = 0;
-  // The clock windows are decided by: the host's, or with Redis the host's shifted by the offset
-  // measured against Redis's TIME.
+  // The clock windows are decided by: the host's (StoreBackendOptions::clock), or with Redis the
+  // host's shifted by the offset measured against Redis's TIME.
   [[nodiscard]] virtual const Clock* clock() const = 0;
   // The host's clock (alert timestamps, retries).
   [[nodiscard]] virtual const Clock* system_clock() const = 0;

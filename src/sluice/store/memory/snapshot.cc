@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
@@ -270,6 +272,239 @@ bool ValidEvent(const Outbox::Entry& e, uint64_t previous_seq) {
          ev.window_start < ev.window_end && ev.window_end - ev.window_start <= kMaxExpiryAhead;
 }
 
+// The whole file, read into memory: the header's length and CRC cover all of it. NotFound when it
+// does not exist.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!std::filesystem::exists(path)) {
+      return absl::NotFoundError(absl::StrCat("snapshot ", path, ": no such file"));
+    }
+    return ErrnoError("open snapshot", path);
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// Decodes one snapshot file, in order: CheckHeader, ReadSubjects, ReadEvents, CheckEnd, then Apply.
+// Each check returns DataLoss naming the file and what is wrong with it; nothing is applied to a
+// store before every check has passed.
+//
+// Counts are checked against the bytes left before anything is reserved or looped on, so a
+// crafted count cannot make the loader allocate or spin beyond the file's size; a string's length
+// is checked the same way by Reader::Str before it is copied. A record cut short stops the reading
+// (the reader fails, sticky) and CheckEnd reports it.
+class SnapshotDecoder {
+ public:
+  SnapshotDecoder(const std::string& path, SnapshotLoadOptions options)
+      : path_(path), options_(options) {}
+
+  // Magic, version, payload length and CRC. REQUIRES: `data` outlives the decoder.
+  absl::Status CheckHeader(std::string_view data) {
+    if (data.size() < kHeaderSize) return Damaged("shorter than its header");
+    if (data.substr(0, kMagic.size()) != kMagic) return Damaged("bad magic");
+    Reader header(data.substr(kMagic.size(), kHeaderSize - kMagic.size()));
+    version_ = header.Int<uint32_t>();
+    const uint64_t length = header.Int<uint64_t>();
+    const uint32_t crc = header.Int<uint32_t>();
+    if (version_ < 1 || version_ > kVersion) {
+      return Damaged(absl::StrCat("unsupported version ", version_));
+    }
+    if (length != data.size() - kHeaderSize) {
+      return Damaged(absl::StrCat("payload is ", data.size() - kHeaderSize, " bytes, header says ",
+                                  length, " (torn write?)"));
+    }
+    const std::string_view payload = data.substr(kHeaderSize);
+    if (Crc32(payload) != crc) return Damaged("checksum mismatch");
+    legacy_ = version_ < 3;
+    bytes_ = data.size();
+    r_ = Reader(payload);
+    return absl::OkStatus();
+  }
+
+  // The subject records. A version-3 file has one record per subject (a repeated one replaces the
+  // earlier); an older one, one per (plan, subject), and a subject counted under two plans is
+  // merged by keeping the record with the larger counters (their sum: a subject is never
+  // under-counted by the upgrade), or on a tie the later expiry. A record no decision could have
+  // produced is dropped and counted.
+  absl::Status ReadSubjects() {
+    const uint64_t subject_count = r_.Int<uint64_t>();
+    if (subject_count > kMaxCount ||
+        subject_count > r_.left() / (legacy_ ? kMinLegacySubjectBytes : kMinSubjectBytes)) {
+      return Damaged("subject count does not match the data");
+    }
+    // Version 1 saved no layouts: its bits are read by position, its tags and windows translated.
+    if (version_ == 1) {
+      auto l = std::make_shared<AlertLayout>();
+      l->legacy = true;
+      l->Seal();
+      version_one_ = std::move(l);
+    }
+    for (uint64_t i = 0; i < subject_count && r_.ok(); ++i) {
+      MemoryStore::SubjectState st;
+      if (absl::Status s = ReadSubject(st); !s.ok()) return s;
+      if (!r_.ok()) break;
+      Keep(std::move(st));
+    }
+    return absl::OkStatus();
+  }
+
+  // The outbox's pending alert events, in sequence order; an invalid one is dropped and counted.
+  absl::Status ReadEvents() {
+    const uint64_t event_count = r_.Int<uint64_t>();
+    if (event_count > kMaxCount || event_count > r_.left() / kMinEventBytes) {
+      return Damaged("event count does not match the data");
+    }
+    uint64_t previous_seq = 0;
+    for (uint64_t i = 0; i < event_count && r_.ok(); ++i) {
+      Outbox::Entry e;
+      e.seq = r_.Int<uint64_t>();
+      e.event.subject = r_.Str();
+      e.event.plan = r_.Str();
+      e.event.limit = r_.Str();
+      e.event.threshold = r_.Int<int32_t>();
+      e.event.used = r_.Int<int64_t>();
+      e.event.quota = r_.Int<int64_t>();
+      e.event.window_start = ReadTime(r_);
+      e.event.window_end = ReadTime(r_);
+      e.event.occurred_at = ReadTime(r_);
+      if (!r_.ok()) break;
+      if (!ValidEvent(e, previous_seq)) {
+        ++loaded_.dropped_events;
+        continue;
+      }
+      previous_seq = e.seq;
+      events_.push_back(std::move(e));
+    }
+    return absl::OkStatus();
+  }
+
+  // Every record was whole, and the payload ends where the last one does.
+  absl::Status CheckEnd() const {
+    if (!r_.ok()) return Damaged("truncated record");
+    if (!r_.done()) return Damaged("trailing bytes after the last record");
+    return absl::OkStatus();
+  }
+
+  // Replaces `store`'s entries and outbox with what was read; `*stats` (if not null) says what.
+  void Apply(MemoryStore& store, SnapshotStats* stats) {
+    loaded_.subjects = subjects_.size();
+    loaded_.events = events_.size();
+    loaded_.bytes = bytes_;
+    if (stats) *stats = loaded_;
+    store.Restore(std::move(subjects_));
+    store.outbox().Restore(std::move(events_));
+  }
+
+ private:
+  absl::Status Damaged(std::string_view why) const {
+    return absl::DataLossError(absl::StrCat("snapshot ", path_, " is damaged (", ToAbsl(why),
+                                            "); nothing was loaded. Move it aside to start "
+                                            "without it."));
+  }
+
+  // One subject record into `st`: its counters, alert layout and (version 3) other quotas. When
+  // the record is cut short the reader fails and `st` is incomplete.
+  absl::Status ReadSubject(MemoryStore::SubjectState& st) {
+    if (legacy_) (void)r_.Int<uint64_t>();  // the plan tag: usage now follows the subject
+    st.subject = r_.Str();
+    st.expires = r_.Int<int64_t>();
+    const uint32_t n = r_.Int<uint32_t>();
+    if (n > kMaxLimits || n > r_.left() / kMinCounterBytes) {
+      return Damaged("limit count does not match the data");
+    }
+    for (uint32_t k = 0; k < n && r_.ok(); ++k) {
+      MemoryStore::Counter c;
+      c.used = r_.Int<int64_t>();
+      c.window = r_.Int<uint32_t>();
+      c.tag = r_.Int<uint16_t>();
+      c.fired = r_.Int<uint16_t>();
+      st.counters.push_back(c);
+    }
+    const uint8_t marker = version_ >= 2 ? r_.Int<uint8_t>() : kNoLayout;
+    if (marker > kLegacyLayout || (legacy_ && marker > kLayout)) {
+      return Damaged("unknown alert layout marker");
+    }
+    if (marker != kNoLayout) {
+      if (absl::Status s = ReadLayout(marker, st); !s.ok()) return s;
+    } else if (version_ == 1) {
+      st.alerts = version_one_;
+    }
+    if (!legacy_) {
+      const uint32_t others = r_.Int<uint32_t>();
+      if (others > kMaxLimits * 100 || others > r_.left() / kMinOtherQuotaBytes) {
+        return Damaged("other quotas do not match the data");
+      }
+      for (uint32_t k = 0; k < others && r_.ok(); ++k) {
+        MemoryStore::OtherQuota& q = st.other_quotas.emplace_back();
+        q.tag = r_.Int<uint16_t>();
+        q.window = r_.Int<uint32_t>();
+        q.quota = r_.Int<int64_t>();
+        q.expires = r_.Int<uint32_t>();
+        q.percents[0] = r_.Int<uint64_t>();
+        q.percents[1] = r_.Int<uint64_t>();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A subject's alert layout (what its fired bits stand for), after a `marker` that says it has
+  // one.
+  absl::Status ReadLayout(uint8_t marker, MemoryStore::SubjectState& st) {
+    auto alerts = std::make_shared<AlertLayout>();
+    alerts->legacy = legacy_ || marker == kLegacyLayout;
+    const uint32_t limits = r_.Int<uint32_t>();
+    if (limits > kMaxLimits || limits > r_.left() / (kMinLayoutLimitBytes + (legacy_ ? 0 : 8))) {
+      return Damaged("alert layout does not match the data");
+    }
+    for (uint32_t k = 0; k < limits && r_.ok(); ++k) {
+      AlertLayout::LimitAlerts& l = alerts->limits.emplace_back();
+      l.tag = r_.Int<uint16_t>();
+      const uint8_t count = r_.Int<uint8_t>();
+      if (count > kMaxThresholds) return Damaged("implausible alert layout");
+      for (uint8_t t = 0; t < count && r_.ok(); ++t) l.percents.push_back(r_.Int<uint8_t>());
+      if (!legacy_) l.quota = r_.Int<int64_t>();
+    }
+    alerts->Seal();
+    // Subjects of one plan share one layout: equal ones are kept once.
+    st.alerts = layouts_.try_emplace(alerts->id, std::move(alerts)).first->second;
+    return absl::OkStatus();
+  }
+
+  // A whole record: kept unless invalid; merged with an earlier record of the same subject.
+  void Keep(MemoryStore::SubjectState st) {
+    if (!ValidSubject(st, options_)) {
+      ++loaded_.dropped_subjects;
+      return;
+    }
+    auto [at, fresh] = seen_.try_emplace(st.subject, subjects_.size());
+    if (!fresh) {
+      ++loaded_.dropped_subjects;
+      MemoryStore::SubjectState& kept = subjects_[at->second];
+      const int64_t mine = TotalUsed(st), theirs = TotalUsed(kept);
+      if (!legacy_ || mine > theirs || (mine == theirs && st.expires > kept.expires)) {
+        kept = std::move(st);
+      }
+      return;
+    }
+    subjects_.push_back(std::move(st));
+  }
+
+  const std::string& path_;
+  const SnapshotLoadOptions options_;
+  uint32_t version_ = 0;
+  bool legacy_ = false;                             // versions 1 and 2
+  size_t bytes_ = 0;                                // the whole file's
+  Reader r_{std::string_view()};                    // the payload, once the header is checked
+  std::shared_ptr<const AlertLayout> version_one_;  // every version-1 subject's layout
+  absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts_;  // by id
+  std::vector<MemoryStore::SubjectState> subjects_;
+  absl::flat_hash_map<std::string, size_t> seen_;  // subject -> index in subjects_
+  std::vector<Outbox::Entry> events_;
+  SnapshotStats loaded_;
+};
+
 }  // namespace
 
 uint32_t Crc32(std::string_view data) {
@@ -308,173 +543,14 @@ absl::Status SaveSnapshot(const MemoryStore& store, const std::string& path, Sna
 
 absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotStats* stats,
                           SnapshotLoadOptions options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!std::filesystem::exists(path)) {
-      return absl::NotFoundError(absl::StrCat("snapshot ", path, ": no such file"));
-    }
-    return ErrnoError("open snapshot", path);
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string data = buf.str();
-  auto corrupt = [&](std::string_view why) {
-    return absl::DataLossError(absl::StrCat("snapshot ", path, " is damaged (", ToAbsl(why),
-                                            "); nothing was loaded. Move it aside to start "
-                                            "without it."));
-  };
-
-  if (data.size() < kHeaderSize) return corrupt("shorter than its header");
-  if (std::string_view(data).substr(0, kMagic.size()) != kMagic) return corrupt("bad magic");
-  Reader header(std::string_view(data).substr(kMagic.size(), kHeaderSize - kMagic.size()));
-  const uint32_t version = header.Int<uint32_t>();
-  const uint64_t length = header.Int<uint64_t>();
-  const uint32_t crc = header.Int<uint32_t>();
-  if (version < 1 || version > kVersion) {
-    return corrupt(absl::StrCat("unsupported version ", version));
-  }
-  if (length != data.size() - kHeaderSize) {
-    return corrupt(absl::StrCat("payload is ", data.size() - kHeaderSize, " bytes, header says ",
-                                length, " (torn write?)"));
-  }
-  const std::string_view payload = std::string_view(data).substr(kHeaderSize);
-  if (Crc32(payload) != crc) return corrupt("checksum mismatch");
-
-  // Counts are checked against the bytes left before anything is reserved or looped on, so a
-  // crafted count cannot make the loader allocate or spin beyond the file's size; a string's
-  // length is checked the same way by Reader::Str before it is copied.
-  Reader r(payload);
-  const bool legacy = version < 3;
-  std::vector<MemoryStore::SubjectState> subjects;
-  absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
-  // subject -> index in `subjects`. A version-3 file has one record per subject (a repeated one
-  // replaces the earlier); an older one, one per (plan, subject), and a subject counted under two
-  // plans is merged by keeping the record with the larger counters (their sum: a subject is never
-  // under-counted by the upgrade), or on a tie the later expiry.
-  absl::flat_hash_map<std::string, size_t> seen;
-  SnapshotStats loaded;
-  const uint64_t subject_count = r.Int<uint64_t>();
-  if (subject_count > kMaxCount ||
-      subject_count > r.left() / (legacy ? kMinLegacySubjectBytes : kMinSubjectBytes)) {
-    return corrupt("subject count does not match the data");
-  }
-  // Version 1 saved no layouts: its bits are read by position, its tags and windows translated.
-  std::shared_ptr<const AlertLayout> version_one;
-  if (version == 1) {
-    auto l = std::make_shared<AlertLayout>();
-    l->legacy = true;
-    l->Seal();
-    version_one = std::move(l);
-  }
-  for (uint64_t i = 0; i < subject_count && r.ok(); ++i) {
-    MemoryStore::SubjectState st;
-    if (legacy) (void)r.Int<uint64_t>();  // the plan tag: usage now follows the subject
-    st.subject = r.Str();
-    st.expires = r.Int<int64_t>();
-    const uint32_t n = r.Int<uint32_t>();
-    if (n > kMaxLimits || n > r.left() / kMinCounterBytes) {
-      return corrupt("limit count does not match the data");
-    }
-    for (uint32_t k = 0; k < n && r.ok(); ++k) {
-      MemoryStore::Counter c;
-      c.used = r.Int<int64_t>();
-      c.window = r.Int<uint32_t>();
-      c.tag = r.Int<uint16_t>();
-      c.fired = r.Int<uint16_t>();
-      st.counters.push_back(c);
-    }
-    const uint8_t marker = version >= 2 ? r.Int<uint8_t>() : kNoLayout;
-    if (marker > kLegacyLayout || (legacy && marker > kLayout)) {
-      return corrupt("unknown alert layout marker");
-    }
-    if (marker != kNoLayout) {
-      auto alerts = std::make_shared<AlertLayout>();
-      alerts->legacy = legacy || marker == kLegacyLayout;
-      const uint32_t limits = r.Int<uint32_t>();
-      if (limits > kMaxLimits || limits > r.left() / (kMinLayoutLimitBytes + (legacy ? 0 : 8))) {
-        return corrupt("alert layout does not match the data");
-      }
-      for (uint32_t k = 0; k < limits && r.ok(); ++k) {
-        AlertLayout::LimitAlerts& l = alerts->limits.emplace_back();
-        l.tag = r.Int<uint16_t>();
-        const uint8_t count = r.Int<uint8_t>();
-        if (count > kMaxThresholds) return corrupt("implausible alert layout");
-        for (uint8_t t = 0; t < count && r.ok(); ++t) l.percents.push_back(r.Int<uint8_t>());
-        if (!legacy) l.quota = r.Int<int64_t>();
-      }
-      alerts->Seal();
-      // Subjects of one plan share one layout: equal ones are kept once.
-      st.alerts = layouts.try_emplace(alerts->id, std::move(alerts)).first->second;
-    } else if (version == 1) {
-      st.alerts = version_one;
-    }
-    if (!legacy) {
-      const uint32_t others = r.Int<uint32_t>();
-      if (others > kMaxLimits * 100 || others > r.left() / kMinOtherQuotaBytes) {
-        return corrupt("other quotas do not match the data");
-      }
-      for (uint32_t k = 0; k < others && r.ok(); ++k) {
-        MemoryStore::OtherQuota& q = st.other_quotas.emplace_back();
-        q.tag = r.Int<uint16_t>();
-        q.window = r.Int<uint32_t>();
-        q.quota = r.Int<int64_t>();
-        q.expires = r.Int<uint32_t>();
-        q.percents[0] = r.Int<uint64_t>();
-        q.percents[1] = r.Int<uint64_t>();
-      }
-    }
-    if (!r.ok()) break;
-    if (!ValidSubject(st, options)) {
-      ++loaded.dropped_subjects;
-      continue;
-    }
-    auto [at, fresh] = seen.try_emplace(st.subject, subjects.size());
-    if (!fresh) {
-      ++loaded.dropped_subjects;
-      MemoryStore::SubjectState& kept = subjects[at->second];
-      const int64_t mine = TotalUsed(st), theirs = TotalUsed(kept);
-      if (!legacy || mine > theirs || (mine == theirs && st.expires > kept.expires)) {
-        kept = std::move(st);
-      }
-      continue;
-    }
-    subjects.push_back(std::move(st));
-  }
-  std::vector<Outbox::Entry> events;
-  const uint64_t event_count = r.Int<uint64_t>();
-  if (event_count > kMaxCount || event_count > r.left() / kMinEventBytes) {
-    return corrupt("event count does not match the data");
-  }
-  uint64_t previous_seq = 0;
-  for (uint64_t i = 0; i < event_count && r.ok(); ++i) {
-    Outbox::Entry e;
-    e.seq = r.Int<uint64_t>();
-    e.event.subject = r.Str();
-    e.event.plan = r.Str();
-    e.event.limit = r.Str();
-    e.event.threshold = r.Int<int32_t>();
-    e.event.used = r.Int<int64_t>();
-    e.event.quota = r.Int<int64_t>();
-    e.event.window_start = ReadTime(r);
-    e.event.window_end = ReadTime(r);
-    e.event.occurred_at = ReadTime(r);
-    if (!r.ok()) break;
-    if (!ValidEvent(e, previous_seq)) {
-      ++loaded.dropped_events;
-      continue;
-    }
-    previous_seq = e.seq;
-    events.push_back(std::move(e));
-  }
-  if (!r.ok()) return corrupt("truncated record");
-  if (!r.done()) return corrupt("trailing bytes after the last record");
-
-  loaded.subjects = subjects.size();
-  loaded.events = events.size();
-  loaded.bytes = data.size();
-  if (stats) *stats = loaded;
-  store.Restore(std::move(subjects));
-  store.outbox().Restore(std::move(events));
+  absl::StatusOr<std::string> data = ReadWholeFile(path);
+  if (!data.ok()) return data.status();
+  SnapshotDecoder decoder(path, options);
+  if (absl::Status s = decoder.CheckHeader(*data); !s.ok()) return s;
+  if (absl::Status s = decoder.ReadSubjects(); !s.ok()) return s;
+  if (absl::Status s = decoder.ReadEvents(); !s.ok()) return s;
+  if (absl::Status s = decoder.CheckEnd(); !s.ok()) return s;
+  decoder.Apply(store, stats);
   return absl::OkStatus();
 }
 
