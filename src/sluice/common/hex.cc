@@ -66,9 +66,15 @@ std::string EncodeHex(std::string_view bytes) {
 }
 
 std::string EncodeHex64(uint64_t value) {
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, value >>= 4) out[i] = kLowerDigits[value & 0xf];
+  std::string out;
+  AppendHex64(out, value);
   return out;
+}
+
+void AppendHex64(std::string& out, uint64_t value) {
+  const size_t at = out.size();
+  out.resize(at + 16);
+  for (int i = 15; i >= 0; --i, value >>= 4) out[at + i] = kLowerDigits[value & 0xf];
 }
 
 std::optional<uint64_t> DecodeHex64(std::string_view hex, HexLetters letters) {

@@ -39,8 +39,10 @@ enum class HexLetters { kEitherCase, kLowerCase };
 [[nodiscard]] std::string EncodeHex(std::span<const uint8_t> bytes);
 [[nodiscard]] std::string EncodeHex(std::string_view bytes);
 
-// The 16 lower-case hex digits of `value`, most significant first, zero-padded.
+// The 16 lower-case hex digits of `value`, most significant first, zero-padded; AppendHex64
+// appends them to `out` (for an id with a prefix, built with one allocation).
 [[nodiscard]] std::string EncodeHex64(uint64_t value);
+void AppendHex64(std::string& out, uint64_t value);
 
 // Exactly 16 hex digits (of the case `letters` allows) as a value, most significant first;
 // nullopt otherwise (no sign, prefix or spaces).

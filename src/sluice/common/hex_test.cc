@@ -92,6 +92,12 @@ TEST(Hex64Test, EncodesSixteenZeroPaddedLowerCaseDigits) {
   EXPECT_EQ(EncodeHex64(0xfedcba9876543210ULL), "fedcba9876543210");
 }
 
+TEST(Hex64Test, AppendsAfterWhatIsThere) {
+  std::string out = "key_";
+  AppendHex64(out, 0x1f);
+  EXPECT_EQ(out, "key_000000000000001f");
+}
+
 TEST(Hex64Test, DecodesExactlySixteenDigits) {
   EXPECT_EQ(DecodeHex64("fedcba9876543210"), 0xfedcba9876543210ULL);
   EXPECT_EQ(DecodeHex64("FEDCBA9876543210"), 0xfedcba9876543210ULL);

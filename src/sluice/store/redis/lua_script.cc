@@ -1,7 +1,5 @@
 #include "sluice/store/redis/lua_script.h"
 
-#include <openssl/sha.h>
-
 #include <utility>
 
 #include "absl/status/status.h"
@@ -19,19 +17,6 @@ bool IsNoScript(const absl::StatusOr<Reply>& r) {
 }
 
 }  // namespace
-
-std::string Sha1Hex(std::string_view data) {
-  unsigned char digest[SHA_DIGEST_LENGTH];
-  SHA1(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * SHA_DIGEST_LENGTH);
-  for (unsigned char b : digest) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
 
 LuaScript::LuaScript(std::string_view text, BeforeLoad before_load)
     : text_(text), sha_(Sha1Hex(text)), before_load_(before_load) {}

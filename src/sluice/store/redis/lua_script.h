@@ -8,12 +8,14 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/common/digest.h"
 #include "sluice/store/redis/command_sender.h"
 
 namespace sluice::redis {
 
-// The SHA-1 of `data` in lower-case hex (what EVALSHA names a script by).
-[[nodiscard]] std::string Sha1Hex(std::string_view data);
+// The SHA-1 of `data` in lower-case hex (what EVALSHA names a script by): common/digest.h's, under
+// the name its tests use.
+using common::Sha1Hex;
 
 // Immutable and thread-safe; Run keeps per-sender state on the sender (CommandSender::ScriptLoads),
 // so it is made on the sender's thread like every call to it.

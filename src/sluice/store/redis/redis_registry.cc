@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/hex.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/registry/keys.h"
@@ -50,25 +51,14 @@ namespace {
 using Argv = std::vector<std::string>;
 constexpr int kIdempotencyTtlSeconds = 86400;  // model.h: records are kept for 24 hours
 
-std::string Hex(const unsigned char* data, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kHex[data[i] >> 4]);
-    out.push_back(kHex[data[i] & 15]);
-  }
-  return out;
-}
-
 std::string NewEpoch() {
-  unsigned char bytes[16] = {};
+  uint8_t bytes[16] = {};
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
     // Only uniqueness matters, not secrecy: the clock is good enough as a fallback.
     const int64_t now = absl::ToUnixNanos(absl::Now());
     std::memcpy(bytes, &now, sizeof now);
   }
-  return Hex(bytes, sizeof bytes);
+  return EncodeHex(bytes);
 }
 
 std::optional<uint64_t> ParseKeyIdHex(std::string_view text) {
@@ -118,7 +108,7 @@ std::string RegistryBase(std::string_view prefix) {
   return absl::StrCat(ToAbsl(prefix), ":{registry}");
 }
 
-std::string KeyIdHex(uint64_t id) { return absl::StrCat(absl::Hex(id, absl::kZeroPad16)); }
+std::string KeyIdHex(uint64_t id) { return EncodeHex64(id); }
 
 std::string SubjectRecord(const Subject& s) {
   nlohmann::json overrides = nlohmann::json::array();
@@ -220,17 +210,9 @@ class FlatObject {
     if (i_ + 4 > t_.size()) return false;
     uint32_t v = 0;
     for (int k = 0; k < 4; ++k) {
-      const char c = t_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        v |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        v |= c - 'A' + 10;
-      } else {
-        return false;
-      }
+      const int digit = HexDigitValue(t_[i_++]);
+      if (digit < 0) return false;
+      v = v << 4 | static_cast<uint32_t>(digit);
     }
     *out = v;
     return true;
