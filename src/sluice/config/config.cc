@@ -58,7 +58,6 @@ constexpr int64_t kMaxQuota = 1'000'000'000'000'000;  // the limiter's arithmeti
 constexpr size_t kMaxAlertThresholds = 16;
 constexpr size_t kMaxNameLength = 64;
 constexpr size_t kMaxKeyPrefixLength = 32;
-constexpr size_t kMaxSubjectLength = 200;
 constexpr size_t kMaxApiKeyLength = 512;
 constexpr size_t kMaxEmailLength = 254;
 constexpr size_t kMaxPathLength = 4096;           // PATH_MAX
