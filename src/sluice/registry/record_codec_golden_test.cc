@@ -114,9 +114,11 @@ TEST_F(SqliteOverridesTest, StoresAnOverrideWithItsUntilInMicroseconds) {
   EXPECT_EQ(StoredOverrides(), R"([{"limit":"daily","quota":5,"until":1700000123456789}])");
 }
 
-TEST_F(SqliteOverridesTest, StoresAnOverrideWithoutUntilAsNull) {
+// Older builds stored "until":null here; the Redis back end has always left the member out, and
+// both readers take both.
+TEST_F(SqliteOverridesTest, StoresAnOverrideWithoutUntilWithoutTheMember) {
   Store(MakeSubject({{.limit = "daily", .quota = 5}}));
-  EXPECT_EQ(StoredOverrides(), R"([{"limit":"daily","quota":5,"until":null}])");
+  EXPECT_EQ(StoredOverrides(), R"([{"limit":"daily","quota":5}])");
 }
 
 TEST_F(SqliteOverridesTest, StoresNoOverridesAsAnEmptyArray) {
@@ -129,13 +131,13 @@ TEST_F(SqliteOverridesTest, StoresOverridesInTheirOrder) {
                      {.limit = "monthly", .quota = -1},
                      {.limit = "x\"]\\", .quota = 1'000'000'000'000'000}}));
   EXPECT_EQ(StoredOverrides(), R"([{"limit":"daily","quota":5,"until":1700000123456789},)"
-                               R"({"limit":"monthly","quota":-1,"until":null},)"
-                               R"({"limit":"x\"]\\","quota":1000000000000000,"until":null}])");
+                               R"({"limit":"monthly","quota":-1},)"
+                               R"({"limit":"x\"]\\","quota":1000000000000000}])");
 }
 
 TEST_F(SqliteOverridesTest, StoresInvalidUtf8AsReplacementCharacters) {
   Store(MakeSubject({{.limit = "a\xff", .quota = 1}}));
-  EXPECT_EQ(StoredOverrides(), "[{\"limit\":\"a\xef\xbf\xbd\",\"quota\":1,\"until\":null}]");
+  EXPECT_EQ(StoredOverrides(), "[{\"limit\":\"a\xef\xbf\xbd\",\"quota\":1}]");
 }
 
 TEST_F(SqliteOverridesTest, ReadsAnIntegerUntil) {
@@ -231,10 +233,15 @@ TEST(RedisOverridesTest, ReadsAnIntegerOrAbsentUntil) {
   EXPECT_TRUE(s->overrides.empty());
 }
 
-TEST(RedisOverridesTest, RefusesTheRecordForANullUntil) {
-  EXPECT_FALSE(redis::ParseSubject("alice", RedisRecordWith(R"([{"limit":"daily","quota":5,)"
-                                                            R"("until":null}])"))
-                   .has_value());
+// SQLite files of older builds hold "until":null; Redis records never did, and older builds
+// refuse them (which is why no writer writes it).
+TEST(RedisOverridesTest, ReadsANullUntilAsNone) {
+  std::optional<Subject> s = redis::ParseSubject(
+      "alice", RedisRecordWith(R"([{"limit":"daily","quota":5,"until":null}])"));
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->overrides.size(), 1u);
+  EXPECT_EQ(s->overrides[0].quota, 5);
+  EXPECT_EQ(s->overrides[0].until, std::nullopt);
 }
 
 TEST(RedisOverridesTest, RefusesTheRecordForAnUntilThatIsNotAnInteger) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,7 @@
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/registry/keys.h"
+#include "sluice/registry/record_codec.h"
 #include "sluice/store/redis/lua_script.h"
 #include "sluice/store/redis/registry_read_script.h"
 #include "sluice/store/redis/registry_write_script.h"
@@ -111,19 +113,13 @@ std::string RegistryBase(std::string_view prefix) {
 std::string KeyIdHex(uint64_t id) { return EncodeHex64(id); }
 
 std::string SubjectRecord(const Subject& s) {
-  nlohmann::json overrides = nlohmann::json::array();
-  for (const registry::Override& o : s.overrides) {
-    nlohmann::json j = {{"limit", o.limit}, {"quota", o.quota}};
-    if (o.until) j["until"] = absl::ToUnixMicros(*o.until);
-    overrides.push_back(std::move(j));
-  }
   nlohmann::ordered_json j = {{"plan", s.plan},
                               {"email", s.email},
                               {"webhook", s.webhook},
                               {"webhook_secret", s.webhook_secret},
                               {"metadata", s.metadata},
                               {"disabled", s.disabled},
-                              {"overrides", std::move(overrides)},
+                              {"overrides", registry::OverridesJson(s.overrides)},
                               {"created_at", absl::ToUnixMicros(s.created_at)},
                               {"updated_at", absl::ToUnixMicros(s.updated_at)}};
   return j.dump();
@@ -358,25 +354,14 @@ bool TakeTime(const Value& v, std::optional<absl::Time>* out) {
   return true;
 }
 
-// [{"limit": …, "quota": …, "until"?: …}, …]; rare, so the DOM parser is fine here.
+// registry/record_codec.h; rare but "[]", so its DOM parser is fine here. An "until" that is
+// neither an integer nor null refuses the record, as it always has here.
 bool ParseOverrides(std::string_view raw, std::vector<registry::Override>* out) {
-  if (raw == "[]") return true;
-  const nlohmann::json j = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return false;
-  for (const nlohmann::json& o : j) {
-    if (!o.is_object()) return false;
-    auto limit = o.find("limit"), quota = o.find("quota"), until = o.find("until");
-    if (limit == o.end() || !limit->is_string() || quota == o.end() ||
-        !quota->is_number_integer()) {
-      return false;
-    }
-    registry::Override r{.limit = limit->get<std::string>(), .quota = quota->get<int64_t>()};
-    if (until != o.end()) {
-      if (!until->is_number_integer()) return false;
-      r.until = absl::FromUnixMicros(until->get<int64_t>());
-    }
-    out->push_back(std::move(r));
-  }
+  absl::StatusOr<std::vector<registry::Override>> parsed =
+      registry::ParseOverridesText(raw, {.bad_until = registry::BadUntil::kReject});
+  if (!parsed.ok()) return false;
+  out->insert(out->end(), std::make_move_iterator(parsed->begin()),
+              std::make_move_iterator(parsed->end()));
   return true;
 }
 
