@@ -548,11 +548,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     });
   }
 
-  // `script` with `argv` (its keys and arguments: numkeys first), loaded on NOSCRIPT (LuaScript:
-  // the load and the retry go out together, so one instance's writes keep the order they were
-  // made in — a key is never added before its subject).
+  // `script` with `argv` (its Command, keys and arguments), loaded on NOSCRIPT (LuaScript: the
+  // load and the retry go out together, so one instance's writes keep the order they were made
+  // in — a key is never added before its subject).
   void RunScript(Argv argv, const LuaScript& script, Connection::Callback done) {
-    argv.insert(argv.begin(), {std::string("EVALSHA"), script.sha()});
     script.Run(connection_.get(), std::make_shared<const Argv>(std::move(argv)), std::move(done));
   }
 
@@ -597,14 +596,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   }
 
   Argv WriteCommand(const Change& c) const {
-    Argv argv = {"3",
-                 version_key_,
-                 epoch_key_,
-                 log_key_,
-                 base_,
-                 NewEpoch(),
-                 absl::StrCat(options_.log_max),
-                 std::string(KindName(c.kind))};
+    // 3 keys and 4 arguments, then at most 8 of the change's.
+    Argv argv = write_script_.Command(3, 7 + 8);
+    argv.insert(argv.end(), {version_key_, epoch_key_, log_key_, base_, NewEpoch(),
+                             absl::StrCat(options_.log_max), std::string(KindName(c.kind))});
     switch (c.kind) {
       case Change::Kind::kPutSubject:
         argv.push_back(c.subject.id);
@@ -803,8 +798,9 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     caught_up_short_ = false;
     last_entries_ = 0;
     // Named arguments, not temporaries inside the co_await expression: GCC 12 mishandles those.
-    Argv argv = {"3",   version_key_,        epoch_key_, log_key_,
-                 base_, absl::StrCat(after), epoch,      absl::StrCat(options_.catch_up_entries)};
+    Argv argv = read_script_.Command(3, 7);
+    argv.insert(argv.end(), {version_key_, epoch_key_, log_key_, base_, absl::StrCat(after), epoch,
+                             absl::StrCat(options_.catch_up_entries)});
     absl::StatusOr<Reply> reply = co_await Script(std::move(argv), read_script_);
     if (absl::Status st = Check(reply); !st.ok()) co_return st;
     const std::vector<Reply>& e = reply->elements;
