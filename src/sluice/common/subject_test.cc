@@ -15,6 +15,23 @@ TEST(IsValidSubjectTest, AcceptsTheSubjectAlphabetUpTo200Bytes) {
   EXPECT_TRUE(IsValidSubject(std::string(200, 'a')));
 }
 
+TEST(IsSubjectByteTest, IsExactlyTheSubjectAlphabet) {
+  const std::string_view alphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:@/+=-";
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    EXPECT_EQ(IsSubjectByte(c), alphabet.find(c) != std::string_view::npos) << "byte " << b;
+  }
+}
+
+TEST(IsSubjectByteTest, IsWhatIsValidSubjectChecksOfEachByte) {
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    EXPECT_EQ(IsSubjectByte(c), IsValidSubject(std::string(1, c))) << "byte " << b;
+    EXPECT_EQ(IsSubjectByte(c), IsValidSubject(std::string("a") + c + "b")) << "byte " << b;
+  }
+}
+
 TEST(IsValidSubjectTest, RejectsEmptyTooLongAndOtherCharacters) {
   EXPECT_FALSE(IsValidSubject(""));
   EXPECT_FALSE(IsValidSubject(std::string(201, 'a')));

@@ -42,11 +42,6 @@ void AppendEscaped(std::string& out, std::string_view part) {
   }
 }
 
-bool IsSubjectChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' ||
-         c == '@' || c == '/' || c == '+' || c == '=' || c == '-';
-}
-
 // 32 hex digits: the first 128 bits of SHA-256 (or, should OpenSSL fail for want of memory, two
 // stable 64-bit hashes: still deterministic, no longer cryptographic).
 std::string Digest128(std::string_view text) {
@@ -64,7 +59,7 @@ std::string Hashed(std::string_view text) {
   std::string out = "rl:";
   for (size_t i = 0; i < text.size() && i < room; ++i) {
     const char c = text[i];
-    out.push_back(IsSubjectChar(c) && c != '=' && c != ':' ? c : '_');
+    out.push_back(IsSubjectByte(c) && c != '=' && c != ':' ? c : '_');
   }
   absl::StrAppend(&out, ":", Digest128(text));
   return out;
@@ -418,7 +413,7 @@ std::string RlCounterKey(std::string_view domain, absl::Span<const RlEntry> entr
 std::string RlSubject(std::string_view counter_key) {
   const bool readable = counter_key.size() + 3 <= kMaxSubjectLength &&
                         counter_key.find('=') != std::string_view::npos &&
-                        std::all_of(counter_key.begin(), counter_key.end(), IsSubjectChar);
+                        std::all_of(counter_key.begin(), counter_key.end(), IsSubjectByte);
   if (readable) return absl::StrCat("rl:", ToAbsl(counter_key));
   return Hashed(counter_key);
 }
@@ -426,7 +421,7 @@ std::string RlSubject(std::string_view counter_key) {
 std::string RlGroup(std::string_view domain) {
   const bool readable = !domain.empty() && domain.size() + 3 <= kMaxSubjectLength &&
                         std::all_of(domain.begin(), domain.end(), [](char c) {
-                          return IsSubjectChar(c) && c != ':' && c != '=';
+                          return IsSubjectByte(c) && c != ':' && c != '=';
                         });
   if (readable) return absl::StrCat("rl:", ToAbsl(domain));
   return Hashed(domain);

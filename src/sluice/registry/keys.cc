@@ -2,7 +2,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <array>
@@ -13,12 +12,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sluice/common/digest.h"
+#include "sluice/common/hex.h"
 
 namespace sluice::registry {
 namespace {
 
 constexpr char kBase32[] = "abcdefghijklmnopqrstuvwxyz234567";  // RFC 4648, lowercase
-constexpr char kHex[] = "0123456789abcdef";
 
 // RAND_bytes draws from OpenSSL's DRBG, seeded and reseeded from the OS (getrandom).
 absl::Status RandomBytes(uint8_t* out, size_t n) {
@@ -26,13 +26,6 @@ absl::Status RandomBytes(uint8_t* out, size_t n) {
     return absl::InternalError("the OS random source failed (RAND_bytes)");
   }
   return absl::OkStatus();
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 }  // namespace
@@ -57,33 +50,19 @@ absl::StatusOr<GeneratedKey> GenerateKey() {
 }
 
 Digest DigestOf(std::string_view key) {
-  Digest digest{};
-  ::SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest.data());
-  return digest;
+  // All zeros if OpenSSL fails (only when out of memory), as the one-shot SHA256 left it.
+  return Sha256(key).value_or(Digest{});
 }
 
 absl::StatusOr<Digest> ParseDigestHex(std::string_view hex) {
   Digest digest{};
-  if (hex.size() != digest.size() * 2) {
+  if (!DecodeHex(hex, digest).ok()) {
     return absl::InvalidArgumentError("must be 64 hex digits (a SHA-256)");
-  }
-  for (size_t i = 0; i < digest.size(); ++i) {
-    const int hi = HexValue(hex[2 * i]);
-    const int lo = HexValue(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return absl::InvalidArgumentError("must be 64 hex digits (a SHA-256)");
-    digest[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return digest;
 }
 
-std::string DigestHex(const Digest& digest) {
-  std::string out(digest.size() * 2, '0');
-  for (size_t i = 0; i < digest.size(); ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 0xf];
-  }
-  return out;
-}
+std::string DigestHex(const Digest& digest) { return EncodeHex(digest); }
 
 absl::StatusOr<uint64_t> NewKeyId() {
   uint64_t id = 0;

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "sluice/common/digest.h"
 
 namespace sluice::registry {
 
 // The raw SHA-256 of an API key.
-using Digest = std::array<uint8_t, 32>;
+using Digest = Sha256Digest;
 
 // Bounds on what one subject may hold (every input is bounded).
 inline constexpr size_t kMaxMetadataBytes = 4096;  // the metadata object as compact JSON

@@ -23,8 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -34,6 +32,7 @@
 #include "absl/time/time.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/registry/record_codec.h"
 
 namespace sluice::registry {
 namespace {
@@ -79,34 +78,6 @@ int64_t Micros(absl::Time t) { return absl::ToUnixMicros(t); }
 absl::Time FromMicros(int64_t us) { return absl::FromUnixMicros(us); }
 int64_t AsSigned(uint64_t id) { return static_cast<int64_t>(id); }
 uint64_t AsUnsigned(int64_t id) { return static_cast<uint64_t>(id); }
-
-std::string OverridesText(const std::vector<Override>& overrides) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const Override& o : overrides) {
-    out.push_back({{"limit", o.limit},
-                   {"quota", o.quota},
-                   {"until", o.until ? nlohmann::json(Micros(*o.until)) : nlohmann::json()}});
-  }
-  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-absl::StatusOr<std::vector<Override>> ParseOverridesText(std::string_view text) {
-  std::vector<Override> overrides;
-  const nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!value.is_array()) return absl::DataLossError("overrides is not a JSON array");
-  for (const nlohmann::json& o : value) {
-    if (!o.is_object() || !o.contains("limit") || !o["limit"].is_string() || !o.contains("quota") ||
-        !o["quota"].is_number_integer()) {
-      return absl::DataLossError("an override is not {limit, quota, until}");
-    }
-    Override out{.limit = o["limit"].get<std::string>(), .quota = o["quota"].get<int64_t>()};
-    if (o.contains("until") && o["until"].is_number_integer()) {
-      out.until = FromMicros(o["until"].get<int64_t>());
-    }
-    overrides.push_back(std::move(out));
-  }
-  return overrides;
-}
 
 // A prepared statement, reset after every use.
 class Stmt {
@@ -638,7 +609,9 @@ struct SqliteBackend::State {
       s.disabled = read_subjects.Int(6) != 0;
       const std::string_view overrides = read_subjects.Text(7);
       if (overrides != "[]") {
-        absl::StatusOr<std::vector<Override>> parsed = ParseOverridesText(overrides);
+        // An "until" no sluice writes has always been read as no end here.
+        absl::StatusOr<std::vector<Override>> parsed =
+            ParseOverridesText(overrides, {.bad_until = BadUntil::kIgnore});
         if (!parsed.ok()) {
           [[maybe_unused]] absl::Status r = Exec("ROLLBACK");
           return absl::DataLossError(absl::StrCat("registry ", options.path, ": subject ", s.id,

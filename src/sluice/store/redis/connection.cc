@@ -26,6 +26,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/hex.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 
@@ -58,13 +59,6 @@ bool ValidHostName(std::string_view host) {
   return true;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // The user and password of a URL are percent-encoded (RFC 3986), so a password may hold any byte.
 // The error never repeats the text: it is a credential.
 absl::StatusOr<std::string> PercentDecode(std::string_view text) {
@@ -75,8 +69,8 @@ absl::StatusOr<std::string> PercentDecode(std::string_view text) {
       out += text[i];
       continue;
     }
-    const int hi = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
-    const int lo = hi >= 0 ? HexValue(text[i + 2]) : -1;
+    const int hi = i + 2 < text.size() ? HexDigitValue(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? HexDigitValue(text[i + 2]) : -1;
     if (lo < 0) {
       return absl::InvalidArgumentError(
           "redis URL credentials: bad percent-encoding (write a literal % as %25)");

@@ -127,5 +127,172 @@ TEST_F(LuaScriptTest, ACommandThatRanIsNeverSentAgain) {
   EXPECT_EQ(n->str, "20");
 }
 
+// A sender that keeps what it is given — how each command was sent, and its callbacks — for the
+// test to answer (later, as CommandSender requires).
+class RecordingSender final : public CommandSender {
+ public:
+  enum class Way { kSend, kSendShared, kDespiteBreaker };
+  struct Sent {
+    Way way;
+    LuaScript::Argv argv;
+    std::shared_ptr<const LuaScript::Argv> shared;  // SendShared's
+    Callback done;
+    LateCallback late;
+  };
+
+  void Start() override {}
+  void Stop() override {}
+  void Send(std::vector<std::string> argv, Callback done, LateCallback late) override {
+    sent.push_back({Way::kSend, std::move(argv), nullptr, std::move(done), std::move(late)});
+  }
+  void SendShared(std::shared_ptr<const std::vector<std::string>> argv, Callback done,
+                  LateCallback late) override {
+    sent.push_back({Way::kSendShared, *argv, argv, std::move(done), std::move(late)});
+  }
+  void SendDespiteBreaker(std::vector<std::string> argv, Callback done,
+                          LateCallback late) override {
+    sent.push_back(
+        {Way::kDespiteBreaker, std::move(argv), nullptr, std::move(done), std::move(late)});
+  }
+  [[nodiscard]] bool connected() const override { return true; }
+
+  // Answers the `i`-th command sent (its callback taken out first: an answer may send more).
+  void Answer(size_t i, Reply reply) {
+    Callback done = std::move(sent[i].done);
+    std::move(done)(std::move(reply));
+  }
+
+  std::vector<Sent> sent;
+};
+
+Reply ErrorReply(std::string text) { return Reply{.type = Reply::Type::kError, .str = text}; }
+Reply StringReply(std::string text) { return Reply{.type = Reply::Type::kString, .str = text}; }
+
+TEST(LuaScriptCommandTest, AnEvalShaCommandNamesTheScriptByItsSha) {
+  const LuaScript script(kEcho);
+  EXPECT_EQ(script.send(), LuaScript::Send::kEvalSha);
+  EXPECT_EQ(script.Command(2), (LuaScript::Argv{"EVALSHA", Sha1Hex(kEcho), "2"}));
+}
+
+TEST(LuaScriptCommandTest, AnEvalCommandCarriesTheScriptsText) {
+  const LuaScript script(kEcho, LuaScript::Send::kEval);
+  EXPECT_EQ(script.Command(1), (LuaScript::Argv{"EVAL", "return ARGV[1]", "1"}));
+}
+
+TEST(LuaScriptCommandTest, ACommandHasRoomForTheWordsTheCallerAppends) {
+  EXPECT_GE(LuaScript(kEcho).Command(2, 5).capacity(), 8u);
+  EXPECT_GE(LuaScript(kEcho, LuaScript::Send::kEval).Command(2, 5).capacity(), 8u);
+}
+
+// An EVAL command goes out once, as the caller made it (not copied), and whatever comes back —
+// even a NOSCRIPT, which only EVALSHA can earn — is the caller's answer; so is a late reply.
+TEST(LuaScriptSendTest, AnEvalCommandIsSentOnceAsItIs) {
+  const LuaScript script(kEcho, LuaScript::Send::kEval);
+  RecordingSender sender;
+  auto argv = std::make_shared<const LuaScript::Argv>([&] {
+    LuaScript::Argv a = script.Command(0);
+    a.push_back("x");
+    return a;
+  }());
+  std::optional<absl::StatusOr<Reply>> reply;
+  std::optional<Reply> late;
+  script.Run(
+      &sender, argv, [&](absl::StatusOr<Reply> r) { reply = std::move(r); },
+      [&](Reply r) { late = std::move(r); });
+  ASSERT_EQ(sender.sent.size(), 1u);
+  EXPECT_EQ(sender.sent[0].way, RecordingSender::Way::kSendShared);
+  EXPECT_EQ(sender.sent[0].shared, argv);
+  sender.Answer(0, ErrorReply("NOSCRIPT No matching script."));
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_TRUE(reply->ok());
+  EXPECT_EQ((*reply)->str, "NOSCRIPT No matching script.");
+  EXPECT_EQ(sender.sent.size(), 1u);
+  ASSERT_NE(sender.sent[0].late, nullptr);
+  std::move(sender.sent[0].late)(StringReply("x"));
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->str, "x");
+}
+
+TEST(LuaScriptSendTest, AnEvalCommandDespiteTheBreakerGoesOutDespiteIt) {
+  const LuaScript script(kEcho, LuaScript::Send::kEval);
+  RecordingSender sender;
+  std::optional<absl::StatusOr<Reply>> reply;
+  script.Run(&sender, std::make_shared<const LuaScript::Argv>(script.Command(0)),
+             [&](absl::StatusOr<Reply> r) { reply = std::move(r); }, nullptr,
+             {.despite_breaker = true});
+  ASSERT_EQ(sender.sent.size(), 1u);
+  EXPECT_EQ(sender.sent[0].way, RecordingSender::Way::kDespiteBreaker);
+  EXPECT_EQ(sender.sent[0].argv, script.Command(0));
+  sender.Answer(0, StringReply("ok"));
+  ASSERT_TRUE(reply.has_value() && reply->ok());
+  EXPECT_EQ((*reply)->str, "ok");
+}
+
+// Despite the breaker, an EVALSHA command, the SCRIPT LOAD its NOSCRIPT needs and its retry all
+// go out despite it; without the option, none does.
+TEST(LuaScriptSendTest, AnEvalShaCommandDespiteTheBreakerIsLoadedAndRetriedDespiteIt) {
+  for (const bool despite : {true, false}) {
+    SCOPED_TRACE(despite ? "despite the breaker" : "default");
+    const LuaScript script(kEcho);
+    RecordingSender sender;
+    std::optional<absl::StatusOr<Reply>> reply;
+    script.Run(&sender, std::make_shared<const LuaScript::Argv>(script.Command(0)),
+               [&](absl::StatusOr<Reply> r) { reply = std::move(r); }, nullptr,
+               {.despite_breaker = despite});
+    ASSERT_EQ(sender.sent.size(), 1u);
+    sender.Answer(0, ErrorReply("NOSCRIPT No matching script."));
+    ASSERT_EQ(sender.sent.size(), 3u);  // the load and the retry, together
+    EXPECT_EQ(sender.sent[1].argv, (LuaScript::Argv{"SCRIPT", "LOAD", std::string(kEcho)}));
+    EXPECT_EQ(sender.sent[2].argv, script.Command(0));
+    using Way = RecordingSender::Way;
+    EXPECT_EQ(sender.sent[0].way, despite ? Way::kDespiteBreaker : Way::kSendShared);
+    EXPECT_EQ(sender.sent[1].way, despite ? Way::kDespiteBreaker : Way::kSend);
+    EXPECT_EQ(sender.sent[2].way, despite ? Way::kDespiteBreaker : Way::kSendShared);
+    sender.Answer(1, StringReply(Sha1Hex(kEcho)));
+    sender.Answer(2, StringReply("ran"));
+    ASSERT_TRUE(reply.has_value() && reply->ok());
+    EXPECT_EQ((*reply)->str, "ran");
+  }
+}
+
+// EVAL on a real Redis: the script runs with its text in every command; nothing is loaded and
+// no EVALSHA is sent.
+TEST_F(LuaScriptTest, AnEvalScriptGoesOutAsEvalAndLoadsNothing) {
+  const LuaScript script(kEcho, LuaScript::Send::kEval);
+  ASSERT_TRUE(SendAndWait(io_, *conn_, {"SCRIPT", "FLUSH"}).ok());
+  ASSERT_TRUE(SendAndWait(io_, *conn_, {"CONFIG", "RESETSTAT"}).ok());
+  std::vector<std::optional<absl::StatusOr<Reply>>> replies(10);
+  for (int i = 0; i < 10; ++i) {
+    LuaScript::Argv argv = script.Command(0, 1);
+    argv.push_back(std::to_string(i));
+    script.Run(conn_.get(), std::make_shared<const LuaScript::Argv>(std::move(argv)),
+               [&replies, i](absl::StatusOr<Reply> r) { replies[i] = std::move(r); });
+  }
+  ASSERT_TRUE(PumpUntil(io_, [&] { return replies.back().has_value(); }));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(replies[i].has_value() && replies[i]->ok()) << i;
+    EXPECT_EQ((*replies[i])->str, std::to_string(i));
+  }
+  EXPECT_EQ(Calls("eval"), 10);
+  EXPECT_EQ(Calls("evalsha"), 0);
+  EXPECT_EQ(Calls("script|load"), 0);
+}
+
+// A script Redis cannot run, sent with EVAL: its error reply is the caller's answer, after one
+// command and no load.
+TEST_F(LuaScriptTest, AnEvalScriptsErrorIsItsReplyAfterOneCommand) {
+  const LuaScript broken("this is not lua", LuaScript::Send::kEval);
+  ASSERT_TRUE(SendAndWait(io_, *conn_, {"CONFIG", "RESETSTAT"}).ok());
+  std::optional<absl::StatusOr<Reply>> reply;
+  broken.Run(conn_.get(), std::make_shared<const LuaScript::Argv>(broken.Command(0)),
+             [&](absl::StatusOr<Reply> r) { reply = std::move(r); });
+  ASSERT_TRUE(PumpUntil(io_, [&] { return reply.has_value(); }));
+  ASSERT_TRUE(reply->ok()) << reply->status();
+  EXPECT_TRUE((*reply)->is_error());
+  EXPECT_EQ(Calls("eval"), 1);
+  EXPECT_EQ(Calls("script|load"), 0);
+  EXPECT_EQ(Calls("evalsha"), 0);
+}
+
 }  // namespace
 }  // namespace sluice::redis

@@ -82,7 +82,9 @@ std::string DefaultConsumerName() {
                       absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
 }
 
-RedisOutbox::RedisOutbox(RedisOutboxOptions options) : options_(std::move(options)) {
+// EVAL, not EVALSHA: a renewal is rare (every lease/3), and its text needs no NOSCRIPT round.
+RedisOutbox::RedisOutbox(RedisOutboxOptions options)
+    : options_(std::move(options)), renew_(kOutboxRenewScript, LuaScript::Send::kEval) {
   if (options_.consumer.empty()) options_.consumer = DefaultConsumerName();
   options_.buckets = std::max(1, options_.buckets);
   for (int b = 0; b < options_.buckets; ++b) {
@@ -108,7 +110,8 @@ RedisOutbox::~RedisOutbox() {
   io_.poll();  // callbacks posted by Stop() own their state; let them run here
 }
 
-std::vector<absl::StatusOr<Reply>> RedisOutbox::Run(std::vector<Argv> commands) {
+std::vector<absl::StatusOr<Reply>> RedisOutbox::Run(std::vector<Argv> commands,
+                                                    const LuaScript* script) {
   using SteadyClock = std::chrono::steady_clock;
   const auto timeout = options_.connection.command_timeout;
   const auto connect_deadline = SteadyClock::now() + timeout;
@@ -126,10 +129,16 @@ std::vector<absl::StatusOr<Reply>> RedisOutbox::Run(std::vector<Argv> commands) 
   auto pending = std::make_shared<Pending>();
   pending->replies.resize(commands.size());
   for (size_t i = 0; i < commands.size(); ++i) {
-    connection_->Send(std::move(commands[i]), [pending, i](absl::StatusOr<Reply> reply) {
+    auto on_reply = [pending, i](absl::StatusOr<Reply> reply) {
       pending->replies[i] = std::move(reply);
       ++pending->done;
-    });
+    };
+    if (script != nullptr) {
+      script->Run(connection_.get(), std::make_shared<const Argv>(std::move(commands[i])),
+                  std::move(on_reply));
+    } else {
+      connection_->Send(std::move(commands[i]), std::move(on_reply));
+    }
   }
   // The connection answers every command within its timeout; this bound is only a safety net.
   const auto hard_deadline = SteadyClock::now() + 2 * timeout + std::chrono::seconds(1);
@@ -420,13 +429,14 @@ absl::StatusOr<std::vector<OutboxHandle>> RedisOutbox::Renew(std::span<const Out
   }
   std::vector<Argv> commands;
   for (const auto& [stream, ids] : by_stream) {
-    Argv argv = {
-        "EVAL",           std::string(kOutboxRenewScript), "1", streams_[stream], options_.group,
-        options_.consumer};
+    Argv argv = renew_.Command(1, 3 + ids.size());
+    argv.push_back(streams_[stream]);
+    argv.push_back(options_.group);
+    argv.push_back(options_.consumer);
     argv.insert(argv.end(), ids.begin(), ids.end());
     commands.push_back(std::move(argv));
   }
-  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands));
+  std::vector<absl::StatusOr<Reply>> replies = Run(std::move(commands), &renew_);
   size_t i = 0;
   for (const auto& [stream, ids] : by_stream) {
     const absl::StatusOr<Reply>& reply = replies[i++];

@@ -59,6 +59,7 @@
 #include "sluice/store/redis/cluster.h"
 #include "sluice/store/redis/command_sender.h"
 #include "sluice/store/redis/connection.h"
+#include "sluice/store/redis/lua_script.h"
 #include "sluice/store/redis/resp.h"
 
 namespace sluice::redis {
@@ -111,7 +112,9 @@ class RedisOutbox final : public OutboxSource {
   // the connection has first been made, waits for it up to the command timeout; once it has been
   // made, a lost connection fails the commands at once (Unavailable) rather than holding the
   // dispatcher — and a reload or stop waiting for it — a timeout per command while Redis is down.
-  std::vector<absl::StatusOr<Reply>> Run(std::vector<Argv> commands);
+  // With `script`, every command is a run of it (LuaScript::Run).
+  std::vector<absl::StatusOr<Reply>> Run(std::vector<Argv> commands,
+                                         const LuaScript* script = nullptr);
   absl::StatusOr<Reply> RunOne(Argv command);
   absl::Status EnsureGroups();
   // Turns XREADGROUP/XAUTOCLAIM entries of `bucket` into items; removes malformed and deleted ones.
@@ -124,6 +127,7 @@ class RedisOutbox final : public OutboxSource {
   absl::Status CheckReply(const absl::StatusOr<Reply>& reply);
 
   RedisOutboxOptions options_;
+  LuaScript renew_;                                  // outbox_renew.lua
   std::vector<std::string> streams_;                 // by bucket
   absl::flat_hash_map<std::string, int> bucket_of_;  // stream key -> bucket
   boost::asio::io_context io_;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,9 +31,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/hex.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/registry/keys.h"
+#include "sluice/registry/record_codec.h"
 #include "sluice/store/redis/lua_script.h"
 #include "sluice/store/redis/registry_read_script.h"
 #include "sluice/store/redis/registry_write_script.h"
@@ -50,25 +53,14 @@ namespace {
 using Argv = std::vector<std::string>;
 constexpr int kIdempotencyTtlSeconds = 86400;  // model.h: records are kept for 24 hours
 
-std::string Hex(const unsigned char* data, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kHex[data[i] >> 4]);
-    out.push_back(kHex[data[i] & 15]);
-  }
-  return out;
-}
-
 std::string NewEpoch() {
-  unsigned char bytes[16] = {};
+  uint8_t bytes[16] = {};
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
     // Only uniqueness matters, not secrecy: the clock is good enough as a fallback.
     const int64_t now = absl::ToUnixNanos(absl::Now());
     std::memcpy(bytes, &now, sizeof now);
   }
-  return Hex(bytes, sizeof bytes);
+  return EncodeHex(bytes);
 }
 
 std::optional<uint64_t> ParseKeyIdHex(std::string_view text) {
@@ -118,22 +110,16 @@ std::string RegistryBase(std::string_view prefix) {
   return absl::StrCat(ToAbsl(prefix), ":{registry}");
 }
 
-std::string KeyIdHex(uint64_t id) { return absl::StrCat(absl::Hex(id, absl::kZeroPad16)); }
+std::string KeyIdHex(uint64_t id) { return EncodeHex64(id); }
 
 std::string SubjectRecord(const Subject& s) {
-  nlohmann::json overrides = nlohmann::json::array();
-  for (const registry::Override& o : s.overrides) {
-    nlohmann::json j = {{"limit", o.limit}, {"quota", o.quota}};
-    if (o.until) j["until"] = absl::ToUnixMicros(*o.until);
-    overrides.push_back(std::move(j));
-  }
   nlohmann::ordered_json j = {{"plan", s.plan},
                               {"email", s.email},
                               {"webhook", s.webhook},
                               {"webhook_secret", s.webhook_secret},
                               {"metadata", s.metadata},
                               {"disabled", s.disabled},
-                              {"overrides", std::move(overrides)},
+                              {"overrides", registry::OverridesJson(s.overrides)},
                               {"created_at", absl::ToUnixMicros(s.created_at)},
                               {"updated_at", absl::ToUnixMicros(s.updated_at)}};
   return j.dump();
@@ -220,17 +206,9 @@ class FlatObject {
     if (i_ + 4 > t_.size()) return false;
     uint32_t v = 0;
     for (int k = 0; k < 4; ++k) {
-      const char c = t_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        v |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        v |= c - 'A' + 10;
-      } else {
-        return false;
-      }
+      const int digit = HexDigitValue(t_[i_++]);
+      if (digit < 0) return false;
+      v = v << 4 | static_cast<uint32_t>(digit);
     }
     *out = v;
     return true;
@@ -376,25 +354,14 @@ bool TakeTime(const Value& v, std::optional<absl::Time>* out) {
   return true;
 }
 
-// [{"limit": …, "quota": …, "until"?: …}, …]; rare, so the DOM parser is fine here.
+// registry/record_codec.h; rare but "[]", so its DOM parser is fine here. An "until" that is
+// neither an integer nor null refuses the record, as it always has here.
 bool ParseOverrides(std::string_view raw, std::vector<registry::Override>* out) {
-  if (raw == "[]") return true;
-  const nlohmann::json j = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return false;
-  for (const nlohmann::json& o : j) {
-    if (!o.is_object()) return false;
-    auto limit = o.find("limit"), quota = o.find("quota"), until = o.find("until");
-    if (limit == o.end() || !limit->is_string() || quota == o.end() ||
-        !quota->is_number_integer()) {
-      return false;
-    }
-    registry::Override r{.limit = limit->get<std::string>(), .quota = quota->get<int64_t>()};
-    if (until != o.end()) {
-      if (!until->is_number_integer()) return false;
-      r.until = absl::FromUnixMicros(until->get<int64_t>());
-    }
-    out->push_back(std::move(r));
-  }
+  absl::StatusOr<std::vector<registry::Override>> parsed =
+      registry::ParseOverridesText(raw, {.bad_until = registry::BadUntil::kReject});
+  if (!parsed.ok()) return false;
+  out->insert(out->end(), std::make_move_iterator(parsed->begin()),
+              std::make_move_iterator(parsed->end()));
   return true;
 }
 
@@ -581,11 +548,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     });
   }
 
-  // `script` with `argv` (its keys and arguments: numkeys first), loaded on NOSCRIPT (LuaScript:
-  // the load and the retry go out together, so one instance's writes keep the order they were
-  // made in — a key is never added before its subject).
+  // `script` with `argv` (its Command, keys and arguments), loaded on NOSCRIPT (LuaScript: the
+  // load and the retry go out together, so one instance's writes keep the order they were made
+  // in — a key is never added before its subject).
   void RunScript(Argv argv, const LuaScript& script, Connection::Callback done) {
-    argv.insert(argv.begin(), {std::string("EVALSHA"), script.sha()});
     script.Run(connection_.get(), std::make_shared<const Argv>(std::move(argv)), std::move(done));
   }
 
@@ -630,14 +596,10 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
   }
 
   Argv WriteCommand(const Change& c) const {
-    Argv argv = {"3",
-                 version_key_,
-                 epoch_key_,
-                 log_key_,
-                 base_,
-                 NewEpoch(),
-                 absl::StrCat(options_.log_max),
-                 std::string(KindName(c.kind))};
+    // 3 keys and 4 arguments, then at most 8 of the change's.
+    Argv argv = write_script_.Command(3, 7 + 8);
+    argv.insert(argv.end(), {version_key_, epoch_key_, log_key_, base_, NewEpoch(),
+                             absl::StrCat(options_.log_max), std::string(KindName(c.kind))});
     switch (c.kind) {
       case Change::Kind::kPutSubject:
         argv.push_back(c.subject.id);
@@ -836,8 +798,9 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     caught_up_short_ = false;
     last_entries_ = 0;
     // Named arguments, not temporaries inside the co_await expression: GCC 12 mishandles those.
-    Argv argv = {"3",   version_key_,        epoch_key_, log_key_,
-                 base_, absl::StrCat(after), epoch,      absl::StrCat(options_.catch_up_entries)};
+    Argv argv = read_script_.Command(3, 7);
+    argv.insert(argv.end(), {version_key_, epoch_key_, log_key_, base_, absl::StrCat(after), epoch,
+                             absl::StrCat(options_.catch_up_entries)});
     absl::StatusOr<Reply> reply = co_await Script(std::move(argv), read_script_);
     if (absl::Status st = Check(reply); !st.ok()) co_return st;
     const std::vector<Reply>& e = reply->elements;

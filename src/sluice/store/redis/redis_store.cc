@@ -100,11 +100,11 @@ void CheckServerVersion(CommandSender* conn) {
   });
 }
 
-// The refund.lua calls that take back what the decision `decide` (an EVALSHA of decide.lua as
-// DecideCommand builds it) charged: one per part that paid, with its counter hashes, its cost
-// and its subject. EVAL, not EVALSHA: refunds are rare, and the script text needs no NOSCRIPT
-// round. All keys share the decision's hash tag.
-std::vector<std::vector<std::string>> RefundsOf(const std::vector<std::string>& decide) {
+// The calls of `refund_script` (refund.lua) that take back what the decision `decide` (an
+// EVALSHA of decide.lua as DecideCommand builds it) charged: one per part that paid, with its
+// counter hashes, its cost and its subject. All keys share the decision's hash tag.
+std::vector<std::vector<std::string>> RefundsOf(const LuaScript& refund_script,
+                                                const std::vector<std::string>& decide) {
   std::vector<std::vector<std::string>> refunds;
   size_t keys = 0;
   if (!absl::SimpleAtoi(ToAbsl(decide[2]), &keys)) return refunds;
@@ -114,9 +114,7 @@ std::vector<std::vector<std::string>> RefundsOf(const std::vector<std::string>& 
     size_t n = 0;
     if (!absl::SimpleAtoi(ToAbsl(decide[arg + 1]), &n)) break;
     if (decide[arg] != "0") {
-      std::vector<std::string>& refund = refunds.emplace_back();
-      refund.reserve(5 + n);
-      refund = {"EVAL", std::string(kRefundScript), absl::StrCat(n)};
+      std::vector<std::string>& refund = refunds.emplace_back(refund_script.Command(n, n + 2));
       for (size_t i = 0; i < n; ++i) refund.push_back(decide[key + i]);
       refund.push_back(decide[arg]);      // cost
       refund.push_back(decide[arg + 2]);  // subject
@@ -158,7 +156,10 @@ RedisStore::RedisStore(std::function<CommandSender*()> connection_for_thread,
                        RedisStoreOptions options)
     : connection_for_thread_(std::move(connection_for_thread)),
       options_(std::move(options)),
-      decide_(kDecideScript, &CheckServerVersion) {}
+      decide_(kDecideScript, &CheckServerVersion),
+      // EVAL, not EVALSHA: refunds and resets are rare, and their text needs no NOSCRIPT round.
+      refund_(kRefundScript, LuaScript::Send::kEval),
+      reset_(kResetScript, LuaScript::Send::kEval) {}
 
 int RedisStore::BucketOf(std::string_view subject) const {
   return static_cast<int>(StableHash64(subject) % static_cast<uint64_t>(options_.buckets));
@@ -216,11 +217,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
     keys += part.plan->limits.size();
     args += 4 + 4 * part.plan->limits.size();
   }
-  std::vector<std::string> argv;
-  argv.reserve(3 + keys + args);
-  argv.push_back("EVALSHA");
-  argv.push_back(decide_.sha());
-  argv.push_back(absl::StrCat(keys));
+  std::vector<std::string> argv = decide_.Command(keys, keys + args);
   for (const StoreRequest& part : parts) {
     // CounterKey's parts, the tag and slot computed once per part.
     const std::string tag = Tag(Placement(part));
@@ -282,7 +279,7 @@ void RedisStore::OnLateDecision(CommandSender* conn, const Reply& reply, size_t 
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
-  const std::vector<std::vector<std::string>> refunds = RefundsOf(decide);
+  std::vector<std::vector<std::string>> refunds = RefundsOf(refund_, decide);
   if (refunds.empty()) return;
   // The late replies of a stall typically arrive while the breaker is still open; the refund
   // must go out anyway. Counted when its reply arrives, in time or late (a group's refunds, one
@@ -297,10 +294,11 @@ void RedisStore::OnLateDecision(CommandSender* conn, const Reply& reply, size_t 
     if (*refunded) refunds_.fetch_add(1, std::memory_order_relaxed);
     shrinks_.fetch_add(1, std::memory_order_release);
   };
-  for (const std::vector<std::string>& refund : refunds) {
-    conn->SendDespiteBreaker(
-        refund, [count](absl::StatusOr<Reply> r) { count(r.ok() && r->is_integer()); },
-        [count](Reply r) { count(r.is_integer()); });
+  for (std::vector<std::string>& refund : refunds) {
+    refund_.Run(
+        conn, std::make_shared<const std::vector<std::string>>(std::move(refund)),
+        [count](absl::StatusOr<Reply> r) { count(r.ok() && r->is_integer()); },
+        [count](Reply r) { count(r.is_integer()); }, {.despite_breaker = true});
   }
 }
 
@@ -490,26 +488,29 @@ void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_inde
                        StatusCallback done) {
   // The subject's counter and flags fields of each counter hash, and its earlier flag hashes, in
   // one atomic call.
-  std::vector<std::string> reset = {"EVAL", std::string(kResetScript), "0"};
-  int64_t keys = 0;
+  const auto reset_limit = [&](size_t i) { return !limit_index.has_value() || *limit_index == i; };
+  size_t keys = 0;
   for (size_t i = 0; i < req.plan->limits.size(); ++i) {
-    if (limit_index.has_value() && *limit_index != i) continue;
+    if (reset_limit(i)) keys += 2;
+  }
+  std::vector<std::string> reset = reset_.Command(keys, keys + 1);
+  for (size_t i = 0; i < req.plan->limits.size(); ++i) {
+    if (!reset_limit(i)) continue;
     reset.push_back(CounterKey(req, i));
     reset.push_back(FlagsKey(req, i));
-    keys += 2;
   }
-  reset[2] = absl::StrCat(keys);
   reset.push_back(std::string(req.subject));
   const absl::Time start = StartTimer();
-  connection_for_thread_()->Send(
-      std::move(reset), [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
-        if (!r.ok()) {
-          return std::move(done)(ConnectionFailure(r.status()));
-        }
-        Observed(RedisCommandKind::kReset, start);
-        if (r->is_error()) return std::move(done)(ErrorReply(*r));
-        std::move(done)(absl::OkStatus());
-      });
+  reset_.Run(connection_for_thread_(),
+             std::make_shared<const std::vector<std::string>>(std::move(reset)),
+             [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+               if (!r.ok()) {
+                 return std::move(done)(ConnectionFailure(r.status()));
+               }
+               Observed(RedisCommandKind::kReset, start);
+               if (r->is_error()) return std::move(done)(ErrorReply(*r));
+               std::move(done)(absl::OkStatus());
+             });
 }
 
 }  // namespace sluice::redis

@@ -135,6 +135,8 @@ class RedisStore final : public Store {
   std::function<CommandSender*()> connection_for_thread_;
   RedisStoreOptions options_;
   LuaScript decide_;  // decide.lua
+  LuaScript refund_;  // refund.lua
+  LuaScript reset_;   // reset.lua
   std::atomic<uint64_t> recorded_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> late_admissions_{0};
