@@ -28,8 +28,8 @@
 #include "sluice/grpc/mapping.h"
 #include "sluice/grpc/ratelimit_request.h"
 #include "sluice/http/resolve.h"
-#include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
+#include "sluice/net/listener.h"
 
 namespace sluice::rls {
 namespace asio = boost::asio;
@@ -422,7 +422,7 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
 
 absl::Status RateLimitServiceImpl::Listen(const tcp::endpoint& endpoint, int* port) {
   if (endpoint.port() != 0) {
-    absl::StatusOr<int> lock = http::LockListenAddress(endpoint);
+    absl::StatusOr<int> lock = net::LockListenAddress(endpoint);
     if (!lock.ok()) return lock.status();
     address_lock_ = *lock;
   }
@@ -431,7 +431,7 @@ absl::Status RateLimitServiceImpl::Listen(const tcp::endpoint& endpoint, int* po
     loop->acceptor = std::make_unique<tcp::acceptor>(*loop->io);
     loop->pause = std::make_unique<asio::steady_timer>(*loop->io);
     tcp::acceptor& acceptor = *loop->acceptor;
-    const boost::system::error_code ec = http::OpenSharedListener(acceptor, bound);
+    const boost::system::error_code ec = net::OpenSharedListener(acceptor, bound);
     if (ec) {
       for (std::unique_ptr<Loop>& l : loops_) {
         l->acceptor.reset();
@@ -452,7 +452,7 @@ void RateLimitServiceImpl::Accept(Loop* loop, size_t index) {
       [this, loop, index](const boost::system::error_code& ec, tcp::socket socket) {
         if (stopping_.load()) return;  // the acceptor may be closed or gone
         if (ec) {
-          if (http::IsResourceExhaustion(ec)) {
+          if (net::IsResourceExhaustion(ec)) {
             // Retrying at once cannot succeed: pause a moment instead of spinning.
             loop->pause->expires_after(std::chrono::milliseconds(100));
             loop->pause->async_wait([this, loop, index](const boost::system::error_code& e) {
@@ -574,7 +574,7 @@ RlsServer::~RlsServer() {
 }
 
 absl::Status RlsServer::Start(const std::string& address) {
-  absl::StatusOr<tcp::endpoint> endpoint = http::ParseEndpoint(address);
+  absl::StatusOr<tcp::endpoint> endpoint = net::ParseEndpoint(address);
   if (!endpoint.ok()) return endpoint.status();
   if (absl::Status s = service_->Listen(*endpoint, &port_); !s.ok()) return s;
   started_ = true;
