@@ -22,6 +22,7 @@
 #include "sluice/http/sha256.h"
 #include "sluice/limiter/decision.h"
 #include "sluice/limiter/window.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/keys.h"
 #include "sluice/registry/validate.h"
 
@@ -182,36 +183,6 @@ bool DecodeId(std::string_view encoded, std::string* id) {
 
 }  // namespace
 
-const Plan* EffectivePlan(const PlanSet& plans, const registry::Subject& subject, absl::Time now,
-                          std::optional<Plan>* storage) {
-  const Plan* base = plans.Find(subject.plan);
-  if (base == nullptr || subject.overrides.empty()) return base;
-  std::vector<int64_t> quotas;
-  bool any = false;
-  for (const registry::Override& o : subject.overrides) {
-    if (o.until.has_value() && *o.until <= now) continue;
-    const int i = base->FindLimit(o.limit);
-    if (i < 0) continue;  // a reload dropped the limit: the override no longer applies
-    if (!any) {
-      quotas.reserve(base->limits.size());
-      for (const Limit& l : base->limits) quotas.push_back(l.quota);
-      any = true;
-    }
-    quotas[static_cast<size_t>(i)] = o.quota;
-  }
-  if (!any) return base;
-  storage->emplace(base->WithQuotas(quotas));
-  return &**storage;
-}
-
-std::optional<absl::Time> NextOverrideEnd(const registry::Subject& subject, absl::Time now) {
-  std::optional<absl::Time> next;
-  for (const registry::Override& o : subject.overrides) {
-    if (o.until.has_value() && *o.until > now && (!next || *o.until < *next)) next = o.until;
-  }
-  return next;
-}
-
 bool RegistryApi::Owns(std::string_view path) {
   return path == kSubjects || path.starts_with(kSubjectsSlash) || path.starts_with(kKeysSlash);
 }
@@ -345,7 +316,7 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
   std::optional<Plan> storage;
   if (std::shared_ptr<const registry::Subject> s = index_->FindSubject(id)) {
     body = RegistrySubjectJson(*s, full);
-    plan = EffectivePlan(limiter.plans(), *s, now, &storage);
+    plan = registry::EffectivePlan(limiter.plans(), *s, now, &storage);
   } else if (const KeyEntry* entry = fe.keys.FindSubject(id)) {
     body = ConfigSubjectJson(id, *entry, full);
     plan = limiter.plans().Find(entry->plan);

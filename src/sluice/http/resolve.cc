@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/subject.h"
 #include "sluice/http/key_registry.h"
-#include "sluice/http/registry_api.h"
 #include "sluice/http/routes.h"
 #include "sluice/http/sha256.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 
 namespace sluice::http {
@@ -32,7 +32,8 @@ bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> rec
   if (record->disabled) return Disabled(*record, refusal);
   target->subject = record->id;
   target->plan = record->plan;
-  target->effective = EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
+  target->effective =
+      registry::EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
   if (target->effective == nullptr) {
     // Another instance's configuration may know a plan this one does not (yet).
     return Refuse(refusal, 503, "Service Unavailable",

@@ -21,6 +21,7 @@
 #include "sluice/http/render.h"
 #include "sluice/http/resolve.h"
 #include "sluice/http/sha256.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/keys.h"
 
@@ -670,8 +671,8 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
         options_.index != nullptr ? options_.index->FindSubject(subject) : nullptr;
     if (record != nullptr) {
       plan = record->plan;
-      effective =
-          EffectivePlan(limiter.plans(), *record, limiter.clock().Now(), &effective_storage);
+      effective = registry::EffectivePlan(limiter.plans(), *record, limiter.clock().Now(),
+                                          &effective_storage);
     } else if (const KeyEntry* entry = fe.keys.FindSubject(subject)) {
       plan = entry->plan;
     } else if (options_.index != nullptr && !options_.index->loaded()) {
