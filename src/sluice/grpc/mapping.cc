@@ -287,7 +287,7 @@ void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std
   }
 }
 
-rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal, size_t descriptors) {
+rlsv3::RateLimitResponse RefusalResponse(const frontend::Refusal& refusal, size_t descriptors) {
   rlsv3::RateLimitResponse res;
   SetStatuses(rlsv3::RateLimitResponse::OVER_LIMIT, nullptr, descriptors, &res);
   http::Response rendered =

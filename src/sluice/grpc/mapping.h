@@ -13,8 +13,8 @@
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "sluice/config/config.h"
 #include "sluice/config/ratelimit_file.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/http/render.h"
-#include "sluice/http/resolve.h"
 #include "sluice/limiter/decision.h"
 
 namespace sluice::rls {
@@ -87,7 +87,7 @@ void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to);
 // error status would let Envoy's default (failure_mode_deny: false) admit the request — with the
 // refusal as a problem+json raw_body carrying its HTTP status, and Retry-After: 1 when it is
 // worth retrying soon.
-[[nodiscard]] rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal,
+[[nodiscard]] rlsv3::RateLimitResponse RefusalResponse(const frontend::Refusal& refusal,
                                                        size_t descriptors);
 
 }  // namespace sluice::rls

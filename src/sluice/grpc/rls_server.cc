@@ -24,10 +24,10 @@
 #include "google/protobuf/arena.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/grpc/h2_session.h"
 #include "sluice/grpc/mapping.h"
 #include "sluice/grpc/ratelimit_request.h"
-#include "sluice/http/resolve.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/net/listener.h"
 
@@ -89,9 +89,10 @@ class RlsCall {
 // keeps the books of connections and listeners for the shutdown.
 class RateLimitServiceImpl final : public GrpcService {
  public:
-  RateLimitServiceImpl(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
-                       const registry::Index* index, metrics::Registry* metrics,
-                       std::vector<boost::asio::io_context*> loops, RlsServerOptions options)
+  RateLimitServiceImpl(const frontend::FrontendHolder* frontend,
+                       frontend::FrontendMetrics* http_metrics, const registry::Index* index,
+                       metrics::Registry* metrics, std::vector<boost::asio::io_context*> loops,
+                       RlsServerOptions options)
       : frontend_(frontend),
         http_metrics_(http_metrics),
         index_(index),
@@ -160,14 +161,14 @@ class RateLimitServiceImpl final : public GrpcService {
   // What a decision in flight keeps alive: the Frontend (its Limiter's plans) and the target (its
   // effective plan), both referred to by the Decision.
   struct Decision {
-    std::shared_ptr<const http::Frontend> fe;
+    std::shared_ptr<const frontend::Frontend> fe;
     Query query;
-    http::Target target;
+    frontend::Target target;
     std::chrono::steady_clock::time_point start;
   };
   // The same for a request of an envoy.ratelimit_config domain: the rules (their plans) too.
   struct RlDecision {
-    std::shared_ptr<const http::Frontend> fe;
+    std::shared_ptr<const frontend::Frontend> fe;
     std::shared_ptr<const RlRuleSet> rules;
     RlQuery query;
     std::chrono::steady_clock::time_point start;
@@ -184,14 +185,14 @@ class RateLimitServiceImpl final : public GrpcService {
   // Checks a parsed request, then decides it.
   void Handle(RlsCall call, const rlsv3::RateLimitRequest& req);
   // Resolves who is asking, as /v1/authorize and /v1/check do, and decides.
-  void Decide(RlsCall call, std::shared_ptr<const http::Frontend> fe, Query query);
+  void Decide(RlsCall call, std::shared_ptr<const frontend::Frontend> fe, Query query);
   // Decides every counter of an envoy.ratelimit_config request as one group.
   void DecideRules(RlsCall call, std::shared_ptr<RlDecision> state);
   // Counts the rules of a decided request in sluice_ratelimit_rule_hits_total.
   void CountRules(const RlQuery& q, const std::vector<sluice::Decision>& decisions);
 
-  const http::FrontendHolder* frontend_;
-  http::HttpMetrics* http_metrics_;
+  const frontend::FrontendHolder* frontend_;
+  frontend::FrontendMetrics* http_metrics_;
   const registry::Index* index_;
   RlsServerOptions options_;
   H2Options h2_;
@@ -301,7 +302,7 @@ void RateLimitServiceImpl::OnCall(GrpcCall grpc_call, std::string_view message) 
 }
 
 void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& req) {
-  std::shared_ptr<const http::Frontend> fe = frontend_->Get();
+  std::shared_ptr<const frontend::Frontend> fe = frontend_->Get();
   if (std::shared_ptr<const RlRuleSet> rules = rules_.load();
       rules != nullptr && rules->HasDomain(req.domain())) {
     absl::StatusOr<RlQuery> query =
@@ -332,19 +333,20 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
   Decide(std::move(call), std::move(fe), *std::move(query));
 }
 
-void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Frontend> fe,
+void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const frontend::Frontend> fe,
                                   Query query) {
   auto state = std::make_shared<Decision>();
   state->fe = std::move(fe);
   state->query = std::move(query);
-  const http::Frontend& frontend = *state->fe;
+  const frontend::Frontend& frontend = *state->fe;
   const absl::Time now = frontend.limiter->clock().Now();
-  http::Refusal refusal;
+  frontend::Refusal refusal;
   const bool resolved =
       !state->query.api_key.empty()
-          ? http::ResolveKey(frontend, index_, state->query.api_key, now, &state->target, &refusal)
-          : http::ResolveSubject(frontend, index_, state->query.subject, state->query.plan, now,
-                                 &state->target, &refusal);
+          ? frontend::ResolveKey(frontend, index_, state->query.api_key, now, &state->target,
+                                 &refusal)
+          : frontend::ResolveSubject(frontend, index_, state->query.subject, state->query.plan, now,
+                                     &state->target, &refusal);
   if (!resolved) {
     if (refusal.status == 400) {  // the request's fault: no plan for an unknown subject
       invalid_.Inc();
@@ -563,9 +565,10 @@ void RateLimitServiceImpl::CountRules(const RlQuery& q,
   }
 }
 
-RlsServer::RlsServer(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
-                     const registry::Index* index, metrics::Registry* metrics,
-                     std::vector<boost::asio::io_context*> loops, RlsServerOptions options)
+RlsServer::RlsServer(const frontend::FrontendHolder* frontend,
+                     frontend::FrontendMetrics* http_metrics, const registry::Index* index,
+                     metrics::Registry* metrics, std::vector<boost::asio::io_context*> loops,
+                     RlsServerOptions options)
     : service_(std::make_unique<RateLimitServiceImpl>(frontend, http_metrics, index, metrics,
                                                       std::move(loops), options)) {}
 

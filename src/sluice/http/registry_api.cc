@@ -144,7 +144,7 @@ auto StartApply(registry::Backend* backend, registry::Change change) {
 }
 
 // A config subject as the registry API shows it (read-only).
-Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry, bool full = true) {
+Json ConfigSubjectJson(const std::string& id, const frontend::KeyEntry& entry, bool full = true) {
   const std::string webhook = full ? entry.webhook : RedactedUrl(entry.webhook);
   return Json{{"id", id},
               {"plan", entry.plan},
@@ -317,7 +317,7 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
   if (std::shared_ptr<const registry::Subject> s = index_->FindSubject(id)) {
     body = RegistrySubjectJson(*s, full);
     plan = registry::EffectivePlan(limiter.plans(), *s, now, &storage);
-  } else if (const KeyEntry* entry = fe.keys.FindSubject(id)) {
+  } else if (const frontend::KeyEntry* entry = fe.keys.FindSubject(id)) {
     body = ConfigSubjectJson(id, *entry, full);
     plan = limiter.plans().Find(entry->plan);
   } else {

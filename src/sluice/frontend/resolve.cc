@@ -1,17 +1,16 @@
-#include "sluice/http/resolve.h"
+#include "sluice/frontend/resolve.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sluice/common/subject.h"
-#include "sluice/http/key_registry.h"
-#include "sluice/http/routes.h"
-#include "sluice/http/sha256.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/key_registry.h"
 #include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 bool Refuse(Refusal* refusal, unsigned status, std::string_view title, std::string detail) {
@@ -49,7 +48,7 @@ bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> rec
 bool ResolveKey(const Frontend& fe, const registry::Index* index, std::string_view key,
                 absl::Time now, Target* target, Refusal* refusal) {
   if (key.size() > kMaxApiKeyLength) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
-  const std::string digest = Sha256(key);
+  const std::string digest = KeyDigest(key);
   if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
     target->subject = entry->subject;
     target->plan = entry->plan;
@@ -115,4 +114,4 @@ bool ResolveSubject(const Frontend& fe, const registry::Index* index, std::strin
   return true;
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::frontend

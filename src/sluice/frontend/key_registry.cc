@@ -1,14 +1,15 @@
-#include "sluice/http/key_registry.h"
+#include "sluice/frontend/key_registry.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/strings.h"
-#include "sluice/http/sha256.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 constexpr size_t kDigestLength = 32;
@@ -36,7 +37,7 @@ std::string DecodeSha256Hex(std::string_view hex) {
 // The raw digest `key` stands for; an error's message is what follows "keys[i]".
 absl::StatusOr<std::string> DigestOf(const config::KeyConfig& key) {
   if (!key.key.empty()) {
-    std::string digest = Sha256(key.key);
+    std::string digest = KeyDigest(key.key);
     if (digest.empty()) return absl::InternalError(": cannot compute SHA-256");
     return digest;
   }
@@ -56,6 +57,12 @@ size_t FirstWithDigest(const config::Config& config, const std::string& digest) 
 }
 
 }  // namespace
+
+std::string KeyDigest(std::string_view key) {
+  const std::optional<Sha256Digest> digest = Sha256(key);
+  if (!digest) return "";
+  return std::string(reinterpret_cast<const char*>(digest->data()), digest->size());
+}
 
 absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config) {
   KeyRegistry registry;
@@ -107,10 +114,10 @@ std::vector<std::string> KeyRegistry::DigestsOf(std::string_view subject) const 
 
 const KeyEntry* KeyRegistry::Find(std::string_view api_key) const {
   if (api_key.empty() || api_key.size() > kMaxApiKeyLength) return nullptr;
-  const std::string digest = Sha256(api_key);
+  const std::string digest = KeyDigest(api_key);
   if (digest.empty()) return nullptr;
   const auto it = by_digest_.find(digest);
   return it == by_digest_.end() ? nullptr : &it->second;
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::frontend
