@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/cost.h"
 #include "sluice/grpc/wire.h"
-#include "sluice/http/check_body.h"
 #include "sluice/http/render.h"
 #include "sluice/limiter/limiter.h"
 
@@ -147,10 +147,10 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
         absl::StrCat("descriptors: no entry \"", keys.api_key, "\" or \"", keys.subject, "\""));
   }
   if (has_cost) {
-    absl::StatusOr<int64_t> cost = http::ParseCostHeader(cost_text);
+    absl::StatusOr<int64_t> cost = frontend::ParseCost(cost_text);
     if (!cost.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("entry \"", keys.cost, "\": must be an integer from 0 to ", kMaxCost));
+          absl::StrCat("entry \"", keys.cost, "\": ", cost.status().message()));
     }
     q.cost = *cost;
     return q;
