@@ -31,11 +31,6 @@ namespace {
 
 constexpr std::string_view kBadRequest = "about:blank";
 
-// Why /v1/authorize turned a client away, when the status alone may not say: "quota" on a denial
-// (whose status is server.deny_status, 403 behind nginx) and "disabled" on the 403 of a subject
-// disabled in the registry. nginx's auth_request passes only the status and headers on.
-constexpr char kDeniedHeader[] = "Sluice-Denied";
-
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
 Response BadRequest(std::string_view detail, unsigned version) {
@@ -127,11 +122,7 @@ Response Forbidden(std::string_view detail, unsigned version) {
 
 // The answer to a request resolve.h refused.
 Response RefusalResponse(const frontend::Refusal& r, unsigned version) {
-  if (r.status == 401) return Unauthorized(r.detail, version);
-  Response res = Problem(r.status, kBadRequest, r.title, r.detail, version, true);
-  if (r.retry_soon) res.set(bhttp::field::retry_after, "1");
-  if (r.disabled) res.set(kDeniedHeader, "disabled");
-  return res;
+  return Render(frontend::RefusalAnswer(r, {.denied_header = true}), version, true);
 }
 
 }  // namespace
@@ -395,25 +386,19 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   const std::string& subject = target.subject;
   const std::string& plan = target.plan;
 
-  Response res;
-  if (d->allowed) {
-    res.result(bhttp::status::ok);
-    res.version(req.version());
-    res.set("Sluice-Subject", subject);
-    res.set("Sluice-Plan", plan);
-    SetRateLimitHeaders(*d, res);
-  } else if (d->degraded) {
-    res = Problem(503, "about:blank", "Service Unavailable",
-                  "the rate limit store is unavailable and on_store_error is deny", req.version(),
-                  true);
-    SetRateLimitHeaders(*d, res);
-  } else {
-    res = QuotaExceeded(*d, static_cast<unsigned>(fe.server.deny_status), req.version(), true);
-    res.set(kDeniedHeader, "quota");
-    // Lets a gateway log who was turned away.
-    res.set("Sluice-Subject", subject);
-    res.set("Sluice-Plan", plan);
+  if (!d->allowed) {
+    co_return Render(frontend::DenialAnswer(*d, {.subject = subject, .plan = plan},
+                                            {.status = static_cast<unsigned>(fe.server.deny_status),
+                                             .name_who = true,
+                                             .denied_header = true}),
+                     req.version(), true);
   }
+  Response res;
+  res.result(bhttp::status::ok);
+  res.version(req.version());
+  res.set("Sluice-Subject", subject);
+  res.set("Sluice-Plan", plan);
+  SetRateLimitHeaders(*d, res);
   co_return res;
 }
 
