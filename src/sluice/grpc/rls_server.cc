@@ -24,6 +24,7 @@
 #include "google/protobuf/arena.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/decide.h"
 #include "sluice/frontend/resolve.h"
 #include "sluice/grpc/h2_session.h"
 #include "sluice/grpc/mapping.h"
@@ -164,14 +165,14 @@ class RateLimitServiceImpl final : public GrpcService {
     std::shared_ptr<const frontend::Frontend> fe;
     Query query;
     frontend::Target target;
-    std::chrono::steady_clock::time_point start;
+    frontend::DecisionTimer timer;
   };
   // The same for a request of an envoy.ratelimit_config domain: the rules (their plans) too.
   struct RlDecision {
     std::shared_ptr<const frontend::Frontend> fe;
     std::shared_ptr<const RlRuleSet> rules;
     RlQuery query;
-    std::chrono::steady_clock::time_point start;
+    frontend::DecisionTimer timer;
   };
 
   void Accept(Loop* loop, size_t index);
@@ -321,7 +322,7 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
                                      RlDecision{.fe = std::move(fe),
                                                 .rules = std::move(rules),
                                                 .query = *std::move(query),
-                                                .start = std::chrono::steady_clock::now()}));
+                                                .timer = frontend::DecisionTimer::Start()}));
     return;
   }
   absl::StatusOr<Query> query = ParseRequest(req, fe->envoy.descriptor_keys);
@@ -357,20 +358,15 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const frontend::
     call.Reply(RefusalResponse(refusal, state->query.descriptors));
     return;
   }
-  state->start = std::chrono::steady_clock::now();
-  const DecisionRequest request{.subject = state->target.subject,
-                                .plan = state->target.plan,
-                                .cost = state->query.cost,
-                                .effective_plan = state->target.effective};
+  state->timer = frontend::DecisionTimer::Start();
+  const DecisionRequest request = frontend::RequestFor(state->target, state->query.cost);
   frontend.limiter->Decide(request, [this, call, state](absl::StatusOr<sluice::Decision> d) {
-    http_metrics_->ObserveDecisionSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+    frontend::Record(*http_metrics_, *state->fe, state->target.plan, state->timer, d);
     if (!d.ok()) {
       // A subject or plan the limiter refuses (the message names the field).
       if (call.Fail(GrpcCode::kInvalidArgument, ToStd(d.status().message()))) invalid_.Inc();
       return;
     }
-    http_metrics_->CountDecision(*state->fe, state->target.plan, *d);
     const Decided who{.subject = state->target.subject, .plan = state->target.plan};
     bool delivered;
     if (d->allowed) {
@@ -405,8 +401,7 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
           DecideRules(call, state);
           return;
         }
-        http_metrics_->ObserveDecisionSeconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+        http_metrics_->ObserveDecisionSeconds(state->timer.Seconds());
         if (!decisions.ok()) {
           if (call.Fail(GrpcCode::kInvalidArgument, ToStd(decisions.status().message()))) {
             invalid_.Inc();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/decide.h"
 #include "sluice/frontend/resolve.h"
 #include "sluice/http/await.h"
 #include "sluice/http/check_body.h"
@@ -60,7 +61,8 @@ Response LimiterError(const absl::Status& s, unsigned version) {
 }
 
 // The start function for AwaitCallback that asks `limiter` to decide `req`. (A coroutine wrapper
-// would cost one more coroutine frame per request.)
+// would cost one more coroutine frame per request, and wrapping `done` in a larger callback an
+// allocation.)
 auto StartDecide(const Limiter& limiter, DecisionRequest req) {
   return [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); };
 }
@@ -302,16 +304,11 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, Acc
           : frontend::ResolveSubject(fe, registry_, std::move(body->subject), std::move(body->plan),
                                      now, &target, &refusal);
   if (!resolved) co_return RefusalResponse(refusal, req.version());
-  const auto start = std::chrono::steady_clock::now();
+  const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = target.subject,
-                                .plan = target.plan,
-                                .cost = body->cost,
-                                .effective_plan = target.effective}));
-  metrics_->ObserveDecisionSeconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      StartDecide(*fe.limiter, frontend::RequestFor(target, body->cost)));
+  frontend::Record(*metrics_, fe, target.plan, timer, d);
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(fe, target.plan, *d);
   if (access != nullptr) DescribeDecision(target, body->cost, *d, access);
 
   Response res = JsonResponse(200, DecisionJson(*d, target.subject), req.version(), true);
@@ -372,16 +369,11 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
                            req.version());
   }
 
-  const auto start = std::chrono::steady_clock::now();
+  const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = target.subject,
-                                .plan = target.plan,
-                                .cost = cost,
-                                .effective_plan = target.effective}));
-  metrics_->ObserveDecisionSeconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      StartDecide(*fe.limiter, frontend::RequestFor(target, cost)));
+  frontend::Record(*metrics_, fe, target.plan, timer, d);
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(fe, target.plan, *d);
   if (access != nullptr) DescribeDecision(target, cost, *d, access);
   const std::string& subject = target.subject;
   const std::string& plan = target.plan;
