@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "sluice/common/digest.h"
 #include "sluice/config/config.h"
 
 namespace sluice::frontend {
@@ -45,24 +46,24 @@ class KeyRegistry {
   // The pointer is valid while this registry lives.
   [[nodiscard]] const KeyEntry* Find(std::string_view api_key) const;
 
-  // The same for a key already hashed: `digest` is its raw 32-byte SHA-256.
-  [[nodiscard]] const KeyEntry* FindDigest(std::string_view digest) const;
+  // The same for a key already hashed: `digest` is its SHA-256.
+  [[nodiscard]] const KeyEntry* FindDigest(const Sha256Digest& digest) const;
 
   // The first entry (in file order) whose subject is `subject`, or nullptr: config subjects are
   // read-only through the registry API.
   [[nodiscard]] const KeyEntry* FindSubject(std::string_view subject) const;
-  // The raw digests of the keys of `subject`, in file order.
-  [[nodiscard]] std::vector<std::string> DigestsOf(std::string_view subject) const;
+  // The digests of the keys of `subject`, in file order.
+  [[nodiscard]] std::vector<Sha256Digest> DigestsOf(std::string_view subject) const;
   // Every subject with a key in the file, ascending.
   [[nodiscard]] const std::vector<std::string>& subjects() const { return subjects_; }
 
   [[nodiscard]] size_t size() const { return by_digest_.size(); }
 
  private:
-  // Raw 32-byte SHA-256 digest of the key -> entry.
-  absl::flat_hash_map<std::string, KeyEntry> by_digest_;
+  // SHA-256 of the key -> entry.
+  absl::flat_hash_map<Sha256Digest, KeyEntry> by_digest_;
   // Subject -> the digests of its keys, in file order.
-  absl::flat_hash_map<std::string, std::vector<std::string>> by_subject_;
+  absl::flat_hash_map<std::string, std::vector<Sha256Digest>> by_subject_;
   std::vector<std::string> subjects_;  // the keys of by_subject_, ascending
 };
 

@@ -1,9 +1,11 @@
 #include "sluice/frontend/resolve.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/subject.h"
 #include "sluice/frontend/frontend.h"
 #include "sluice/frontend/key_registry.h"
@@ -48,16 +50,16 @@ bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> rec
 bool ResolveKey(const Frontend& fe, const registry::Index* index, std::string_view key,
                 absl::Time now, Target* target, Refusal* refusal) {
   if (key.size() > kMaxApiKeyLength) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
-  const std::string digest = KeyDigest(key);
-  if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
+  // The same digest type the registry indexes keys by (registry::Digest): looked up as it is.
+  const std::optional<Sha256Digest> digest = Sha256(key);
+  if (!digest) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
+  if (const KeyEntry* entry = fe.keys.FindDigest(*digest)) {
     target->subject = entry->subject;
     target->plan = entry->plan;
     return true;
   }
-  if (index != nullptr && digest.size() == 32) {
-    registry::Digest d;
-    std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
-    registry::Index::KeyLookup found = index->FindByDigest(d, now);
+  if (index != nullptr) {
+    registry::Index::KeyLookup found = index->FindByDigest(*digest, now);
     if (found.state == registry::Index::KeyState::kValid) {
       target->key_id = found.key_id;
       return FromRecord(fe, std::move(found.subject), now, target, refusal);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
@@ -169,8 +170,10 @@ Json RegistrySubjectJson(const registry::Subject& s, bool full = true) {
 
 // A stable id for the config key with this digest: "key_" and 16 hex digits of a hash of it
 // (not of the key: the digest is not shown).
-std::string ConfigKeyId(const std::string& digest) {
-  const std::string h = Sha256(absl::StrCat("sluice config key\n", digest));
+std::string ConfigKeyId(const Sha256Digest& digest) {
+  const std::string h = Sha256(
+      absl::StrCat("sluice config key\n",
+                   absl::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())));
   uint64_t id = 0;
   for (size_t i = 0; i < 8 && i < h.size(); ++i) id = id << 8 | static_cast<uint8_t>(h[i]);
   return registry::KeyIdText(id);
@@ -490,8 +493,7 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
     key.digest = generated->digest;
     key.prefix = std::move(generated->prefix);
   }
-  const std::string digest(reinterpret_cast<const char*>(key.digest.data()), key.digest.size());
-  if (fe.keys.FindDigest(digest) != nullptr) {
+  if (fe.keys.FindDigest(key.digest) != nullptr) {
     co_return Conflict("key_sha256: this key is already defined by the configuration file",
                        "key_sha256", version);
   }
@@ -583,7 +585,7 @@ Response RegistryApi::ListKeys(const Frontend& fe, const Request& req, const std
   if (index_->FindSubject(id) != nullptr) {
     for (const registry::Key& k : index_->KeysOf(id)) keys.push_back(registry::KeyJson(k));
   } else if (fe.keys.FindSubject(id) != nullptr) {
-    for (const std::string& digest : fe.keys.DigestsOf(id)) {
+    for (const Sha256Digest& digest : fe.keys.DigestsOf(id)) {
       keys.push_back(Json{{"id", ConfigKeyId(digest)},
                           {"subject", id},
                           {"prefix", ""},
@@ -609,7 +611,7 @@ asio::awaitable<Response> RegistryApi::RevokeKey(const Frontend& fe, const Reque
   }
   if (!index_->FindKey(*id).has_value()) {
     for (const std::string& subject : fe.keys.subjects()) {
-      for (const std::string& digest : fe.keys.DigestsOf(subject)) {
+      for (const Sha256Digest& digest : fe.keys.DigestsOf(subject)) {
         if (ConfigKeyId(digest) == key_id) {
           co_return Conflict(
               "key_id: this key is defined by the configuration file (keys:) and is read-only "
