@@ -6,9 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/cost.h"
 #include "sluice/grpc/wire.h"
-#include "sluice/http/check_body.h"
-#include "sluice/http/render.h"
 #include "sluice/limiter/limiter.h"
 
 namespace sluice::rls {
@@ -56,14 +55,15 @@ void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit
 
 }  // namespace
 
-void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to) {
-  for (const auto& field : from) {
-    const std::string_view name(field.name_string().data(), field.name_string().size());
-    if (name == "Content-Length" || name == "Connection") continue;
-    auto* header = to->add_response_headers_to_add();
-    header->set_key(std::string(name));
-    header->set_value(std::string(field.value().data(), field.value().size()));
-  }
+void CopyHeaders(const frontend::Answer& from, rlsv3::RateLimitResponse* to) {
+  auto* headers = to->mutable_response_headers_to_add();
+  auto add = [headers](std::string_view name, std::string_view value) {
+    auto* header = headers->Add();
+    header->set_key(name.data(), name.size());
+    header->set_value(value.data(), value.size());
+  };
+  add("Content-Type", from.content_type);
+  for (const frontend::Header& h : from.headers) add(h.name, h.value);
 }
 
 absl::Status CheckBounds(const rlsv3::RateLimitRequest& req) {
@@ -147,10 +147,10 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
         absl::StrCat("descriptors: no entry \"", keys.api_key, "\" or \"", keys.subject, "\""));
   }
   if (has_cost) {
-    absl::StatusOr<int64_t> cost = http::ParseCostHeader(cost_text);
+    absl::StatusOr<int64_t> cost = frontend::ParseCost(cost_text);
     if (!cost.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("entry \"", keys.cost, "\": must be an integer from 0 to ", kMaxCost));
+          absl::StrCat("entry \"", keys.cost, "\": ", cost.status().message()));
     }
     q.cost = *cost;
     return q;
@@ -226,30 +226,20 @@ void DecisionResponse(const Decision& d, size_t descriptors, Decided who,
       header->set_value(value.data(), value.size());
     };
     auto* response_headers = res->mutable_response_headers_to_add();
-    http::ForEachRateLimitHeader(d, [&](std::string_view name, std::string_view value) {
+    frontend::ForEachRateLimitHeader(d, [&](std::string_view name, std::string_view value) {
       add(response_headers, name, value);
     });
     auto* request_headers = res->mutable_request_headers_to_add();
     for (auto* headers : {response_headers, request_headers}) {
-      add(headers, "Sluice-Subject", who.subject);
-      add(headers, "Sluice-Plan", who.plan);
+      add(headers, frontend::kSubjectHeader, who.subject);
+      add(headers, frontend::kPlanHeader, who.plan);
     }
     return;
   }
-  // The headers and body the HTTP data plane renders for the same denial (routes.cc).
-  http::Response rendered;
-  if (d.degraded) {
-    rendered =
-        http::Problem(503, "about:blank", "Service Unavailable",
-                      "the rate limit store is unavailable and on_store_error is deny", 11, true);
-    http::SetRateLimitHeaders(d, rendered);
-  } else {
-    rendered = http::QuotaExceeded(d, 429, 11, true);
-    rendered.set("Sluice-Subject", std::string(who.subject));
-    rendered.set("Sluice-Plan", std::string(who.plan));
-  }
-  CopyHeaders(rendered, res);
-  res->set_raw_body(rendered.body());
+  // The headers and body the HTTP data plane answers the same denial with (routes.cc).
+  frontend::Answer answer = frontend::DenialAnswer(d, who, {.status = 429, .name_who = true});
+  CopyHeaders(answer, res);
+  res->set_raw_body(std::move(answer.body));
 }
 
 void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std::string* out) {
@@ -279,23 +269,20 @@ void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std
       w.Bytes(2, value);
     });
   };
-  http::ForEachRateLimitHeader(
+  frontend::ForEachRateLimitHeader(
       d, [&](std::string_view name, std::string_view value) { header(3, name, value); });
   for (const int field : {3, 4}) {
-    header(field, "Sluice-Subject", who.subject);
-    header(field, "Sluice-Plan", who.plan);
+    header(field, frontend::kSubjectHeader, who.subject);
+    header(field, frontend::kPlanHeader, who.plan);
   }
 }
 
-rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal, size_t descriptors) {
+rlsv3::RateLimitResponse RefusalResponse(const frontend::Refusal& refusal, size_t descriptors) {
   rlsv3::RateLimitResponse res;
   SetStatuses(rlsv3::RateLimitResponse::OVER_LIMIT, nullptr, descriptors, &res);
-  http::Response rendered =
-      http::Problem(refusal.status, "about:blank", refusal.title, refusal.detail, 11, true);
-  if (refusal.status == 401) rendered.set("WWW-Authenticate", "Bearer");
-  if (refusal.retry_soon) rendered.set("Retry-After", "1");
-  CopyHeaders(rendered, &res);
-  res.set_raw_body(rendered.body());
+  frontend::Answer answer = frontend::RefusalAnswer(refusal, {});
+  CopyHeaders(answer, &res);
+  res.set_raw_body(std::move(answer.body));
   return res;
 }
 

@@ -13,8 +13,8 @@
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "sluice/config/config.h"
 #include "sluice/config/ratelimit_file.h"
-#include "sluice/http/render.h"
-#include "sluice/http/resolve.h"
+#include "sluice/frontend/answer.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/limiter/decision.h"
 
 namespace sluice::rls {
@@ -57,10 +57,7 @@ struct Query {
 [[nodiscard]] rlsv3::RateLimitResponse::RateLimit CurrentLimit(const LimitDecision& limit);
 
 // Who was decided, for the Sluice-Subject and Sluice-Plan headers.
-struct Decided {
-  std::string_view subject;
-  std::string_view plan;
-};
+using frontend::Decided;
 
 // The answer to a decision: OK or OVER_LIMIT overall and in each of `descriptors` statuses (the
 // violated limit, else the tightest: its limit, remaining and time until reset; the remaining is
@@ -78,16 +75,16 @@ void DecisionResponse(const Decision& d, size_t descriptors, Decided who,
 // (d.allowed), byte for byte, without building the message: every admission passes here.
 void AppendAdmissionWire(const Decision& d, size_t descriptors, Decided who, std::string* out);
 
-// Adds every field of a rendered HTTP answer a gateway should pass on to `to`'s
-// response_headers_to_add; framing fields (Content-Length, Connection) stay Envoy's.
-void CopyHeaders(const http::Response& from, rlsv3::RateLimitResponse* to);
+// Adds the fields of `from` a gateway should pass on to `to`'s response_headers_to_add: its
+// Content-Type, then its header fields in order (framing fields stay Envoy's).
+void CopyHeaders(const frontend::Answer& from, rlsv3::RateLimitResponse* to);
 
 // The answer to a request that may not be decided (unknown or expired key, disabled subject,
 // registry loading): OVER_LIMIT — the Rate Limit Service has no code for "unauthorized", and an
 // error status would let Envoy's default (failure_mode_deny: false) admit the request — with the
 // refusal as a problem+json raw_body carrying its HTTP status, and Retry-After: 1 when it is
 // worth retrying soon.
-[[nodiscard]] rlsv3::RateLimitResponse RefusalResponse(const http::Refusal& refusal,
+[[nodiscard]] rlsv3::RateLimitResponse RefusalResponse(const frontend::Refusal& refusal,
                                                        size_t descriptors);
 
 }  // namespace sluice::rls

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
+#include "sluice/http/render.h"
 
 namespace sluice::rls {
 namespace {

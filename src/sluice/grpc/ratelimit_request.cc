@@ -8,8 +8,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/answer.h"
 #include "sluice/grpc/mapping.h"
-#include "sluice/http/render.h"
 
 namespace sluice::rls {
 namespace {
@@ -319,19 +319,19 @@ rlsv3::RateLimitResponse RlResponse(const RlQuery& q, const std::vector<Decision
       all.limits[k].limit = &shown.back();
     }
   }
-  http::Response rendered;
   if (all.allowed) {
-    http::SetRateLimitHeaders(all, rendered);
-  } else if (all.degraded) {
-    rendered =
-        http::Problem(503, "about:blank", "Service Unavailable",
-                      "the rate limit store is unavailable and on_store_error is deny", 11, true);
-    http::SetRateLimitHeaders(all, rendered);
-  } else {
-    rendered = http::QuotaExceeded(all, 429, 11, true);
+    auto* headers = res.mutable_response_headers_to_add();
+    frontend::ForEachRateLimitHeader(all, [headers](std::string_view name, std::string_view value) {
+      auto* header = headers->Add();
+      header->set_key(name.data(), name.size());
+      header->set_value(value.data(), value.size());
+    });
+    return res;
   }
-  CopyHeaders(rendered, &res);
-  if (!all.allowed) res.set_raw_body(rendered.body());
+  // The denial of sluice's own mapping (mapping.h), without Sluice-Subject and Sluice-Plan.
+  frontend::Answer answer = frontend::DenialAnswer(all, {}, {.status = 429});
+  CopyHeaders(answer, &res);
+  res.set_raw_body(std::move(answer.body));
   return res;
 }
 

@@ -2,6 +2,9 @@
 #include "sluice/grpc/ratelimit_rules.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -12,10 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "sluice/common/digest.h"
+#include "sluice/common/hex.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
-#include "sluice/http/sha256.h"
 
 namespace sluice::rls {
 namespace {
@@ -45,8 +49,9 @@ void AppendEscaped(std::string& out, std::string_view part) {
 // 32 hex digits: the first 128 bits of SHA-256 (or, should OpenSSL fail for want of memory, two
 // stable 64-bit hashes: still deterministic, no longer cryptographic).
 std::string Digest128(std::string_view text) {
-  const std::string digest = http::Sha256(text);
-  if (digest.size() >= 16) return absl::BytesToHexString(ToAbsl(digest).substr(0, 16));
+  if (const std::optional<Sha256Digest> digest = Sha256(text)) {
+    return EncodeHex(std::span<const uint8_t>(digest->data(), 16));
+  }
   return absl::StrCat(absl::Hex(StableHash64(text), absl::kZeroPad16),
                       absl::Hex(StableHash64(text, 0x9e3779b97f4a7c15ULL), absl::kZeroPad16));
 }

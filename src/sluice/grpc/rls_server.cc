@@ -24,12 +24,13 @@
 #include "google/protobuf/arena.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/decide.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/grpc/h2_session.h"
 #include "sluice/grpc/mapping.h"
 #include "sluice/grpc/ratelimit_request.h"
-#include "sluice/http/resolve.h"
-#include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
+#include "sluice/net/listener.h"
 
 namespace sluice::rls {
 namespace asio = boost::asio;
@@ -89,9 +90,10 @@ class RlsCall {
 // keeps the books of connections and listeners for the shutdown.
 class RateLimitServiceImpl final : public GrpcService {
  public:
-  RateLimitServiceImpl(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
-                       const registry::Index* index, metrics::Registry* metrics,
-                       std::vector<boost::asio::io_context*> loops, RlsServerOptions options)
+  RateLimitServiceImpl(const frontend::FrontendHolder* frontend,
+                       frontend::FrontendMetrics* http_metrics, const registry::Index* index,
+                       metrics::Registry* metrics, std::vector<boost::asio::io_context*> loops,
+                       RlsServerOptions options)
       : frontend_(frontend),
         http_metrics_(http_metrics),
         index_(index),
@@ -160,17 +162,17 @@ class RateLimitServiceImpl final : public GrpcService {
   // What a decision in flight keeps alive: the Frontend (its Limiter's plans) and the target (its
   // effective plan), both referred to by the Decision.
   struct Decision {
-    std::shared_ptr<const http::Frontend> fe;
+    std::shared_ptr<const frontend::Frontend> fe;
     Query query;
-    http::Target target;
-    std::chrono::steady_clock::time_point start;
+    frontend::Target target;
+    frontend::DecisionTimer timer;
   };
   // The same for a request of an envoy.ratelimit_config domain: the rules (their plans) too.
   struct RlDecision {
-    std::shared_ptr<const http::Frontend> fe;
+    std::shared_ptr<const frontend::Frontend> fe;
     std::shared_ptr<const RlRuleSet> rules;
     RlQuery query;
-    std::chrono::steady_clock::time_point start;
+    frontend::DecisionTimer timer;
   };
 
   void Accept(Loop* loop, size_t index);
@@ -184,14 +186,14 @@ class RateLimitServiceImpl final : public GrpcService {
   // Checks a parsed request, then decides it.
   void Handle(RlsCall call, const rlsv3::RateLimitRequest& req);
   // Resolves who is asking, as /v1/authorize and /v1/check do, and decides.
-  void Decide(RlsCall call, std::shared_ptr<const http::Frontend> fe, Query query);
+  void Decide(RlsCall call, std::shared_ptr<const frontend::Frontend> fe, Query query);
   // Decides every counter of an envoy.ratelimit_config request as one group.
   void DecideRules(RlsCall call, std::shared_ptr<RlDecision> state);
   // Counts the rules of a decided request in sluice_ratelimit_rule_hits_total.
   void CountRules(const RlQuery& q, const std::vector<sluice::Decision>& decisions);
 
-  const http::FrontendHolder* frontend_;
-  http::HttpMetrics* http_metrics_;
+  const frontend::FrontendHolder* frontend_;
+  frontend::FrontendMetrics* http_metrics_;
   const registry::Index* index_;
   RlsServerOptions options_;
   H2Options h2_;
@@ -301,7 +303,7 @@ void RateLimitServiceImpl::OnCall(GrpcCall grpc_call, std::string_view message) 
 }
 
 void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& req) {
-  std::shared_ptr<const http::Frontend> fe = frontend_->Get();
+  std::shared_ptr<const frontend::Frontend> fe = frontend_->Get();
   if (std::shared_ptr<const RlRuleSet> rules = rules_.load();
       rules != nullptr && rules->HasDomain(req.domain())) {
     absl::StatusOr<RlQuery> query =
@@ -320,7 +322,7 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
                                      RlDecision{.fe = std::move(fe),
                                                 .rules = std::move(rules),
                                                 .query = *std::move(query),
-                                                .start = std::chrono::steady_clock::now()}));
+                                                .timer = frontend::DecisionTimer::Start()}));
     return;
   }
   absl::StatusOr<Query> query = ParseRequest(req, fe->envoy.descriptor_keys);
@@ -332,19 +334,20 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
   Decide(std::move(call), std::move(fe), *std::move(query));
 }
 
-void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Frontend> fe,
+void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const frontend::Frontend> fe,
                                   Query query) {
   auto state = std::make_shared<Decision>();
   state->fe = std::move(fe);
   state->query = std::move(query);
-  const http::Frontend& frontend = *state->fe;
+  const frontend::Frontend& frontend = *state->fe;
   const absl::Time now = frontend.limiter->clock().Now();
-  http::Refusal refusal;
+  frontend::Refusal refusal;
   const bool resolved =
       !state->query.api_key.empty()
-          ? http::ResolveKey(frontend, index_, state->query.api_key, now, &state->target, &refusal)
-          : http::ResolveSubject(frontend, index_, state->query.subject, state->query.plan, now,
-                                 &state->target, &refusal);
+          ? frontend::ResolveKey(frontend, index_, state->query.api_key, now, &state->target,
+                                 &refusal)
+          : frontend::ResolveSubject(frontend, index_, state->query.subject, state->query.plan, now,
+                                     &state->target, &refusal);
   if (!resolved) {
     if (refusal.status == 400) {  // the request's fault: no plan for an unknown subject
       invalid_.Inc();
@@ -355,20 +358,15 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const http::Fron
     call.Reply(RefusalResponse(refusal, state->query.descriptors));
     return;
   }
-  state->start = std::chrono::steady_clock::now();
-  const DecisionRequest request{.subject = state->target.subject,
-                                .plan = state->target.plan,
-                                .cost = state->query.cost,
-                                .effective_plan = state->target.effective};
+  state->timer = frontend::DecisionTimer::Start();
+  const DecisionRequest request = frontend::RequestFor(state->target, state->query.cost);
   frontend.limiter->Decide(request, [this, call, state](absl::StatusOr<sluice::Decision> d) {
-    http_metrics_->ObserveDecisionSeconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+    frontend::Record(*http_metrics_, *state->fe, state->target.plan, state->timer, d);
     if (!d.ok()) {
       // A subject or plan the limiter refuses (the message names the field).
       if (call.Fail(GrpcCode::kInvalidArgument, ToStd(d.status().message()))) invalid_.Inc();
       return;
     }
-    http_metrics_->CountDecision(*state->fe, state->target.plan, *d);
     const Decided who{.subject = state->target.subject, .plan = state->target.plan};
     bool delivered;
     if (d->allowed) {
@@ -403,8 +401,7 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
           DecideRules(call, state);
           return;
         }
-        http_metrics_->ObserveDecisionSeconds(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - state->start).count());
+        http_metrics_->ObserveDecisionSeconds(state->timer.Seconds());
         if (!decisions.ok()) {
           if (call.Fail(GrpcCode::kInvalidArgument, ToStd(decisions.status().message()))) {
             invalid_.Inc();
@@ -422,7 +419,7 @@ void RateLimitServiceImpl::DecideRules(RlsCall call, std::shared_ptr<RlDecision>
 
 absl::Status RateLimitServiceImpl::Listen(const tcp::endpoint& endpoint, int* port) {
   if (endpoint.port() != 0) {
-    absl::StatusOr<int> lock = http::LockListenAddress(endpoint);
+    absl::StatusOr<int> lock = net::LockListenAddress(endpoint);
     if (!lock.ok()) return lock.status();
     address_lock_ = *lock;
   }
@@ -431,7 +428,7 @@ absl::Status RateLimitServiceImpl::Listen(const tcp::endpoint& endpoint, int* po
     loop->acceptor = std::make_unique<tcp::acceptor>(*loop->io);
     loop->pause = std::make_unique<asio::steady_timer>(*loop->io);
     tcp::acceptor& acceptor = *loop->acceptor;
-    const boost::system::error_code ec = http::OpenSharedListener(acceptor, bound);
+    const boost::system::error_code ec = net::OpenSharedListener(acceptor, bound);
     if (ec) {
       for (std::unique_ptr<Loop>& l : loops_) {
         l->acceptor.reset();
@@ -452,7 +449,7 @@ void RateLimitServiceImpl::Accept(Loop* loop, size_t index) {
       [this, loop, index](const boost::system::error_code& ec, tcp::socket socket) {
         if (stopping_.load()) return;  // the acceptor may be closed or gone
         if (ec) {
-          if (http::IsResourceExhaustion(ec)) {
+          if (net::IsResourceExhaustion(ec)) {
             // Retrying at once cannot succeed: pause a moment instead of spinning.
             loop->pause->expires_after(std::chrono::milliseconds(100));
             loop->pause->async_wait([this, loop, index](const boost::system::error_code& e) {
@@ -563,9 +560,10 @@ void RateLimitServiceImpl::CountRules(const RlQuery& q,
   }
 }
 
-RlsServer::RlsServer(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
-                     const registry::Index* index, metrics::Registry* metrics,
-                     std::vector<boost::asio::io_context*> loops, RlsServerOptions options)
+RlsServer::RlsServer(const frontend::FrontendHolder* frontend,
+                     frontend::FrontendMetrics* http_metrics, const registry::Index* index,
+                     metrics::Registry* metrics, std::vector<boost::asio::io_context*> loops,
+                     RlsServerOptions options)
     : service_(std::make_unique<RateLimitServiceImpl>(frontend, http_metrics, index, metrics,
                                                       std::move(loops), options)) {}
 
@@ -574,7 +572,7 @@ RlsServer::~RlsServer() {
 }
 
 absl::Status RlsServer::Start(const std::string& address) {
-  absl::StatusOr<tcp::endpoint> endpoint = http::ParseEndpoint(address);
+  absl::StatusOr<tcp::endpoint> endpoint = net::ParseEndpoint(address);
   if (!endpoint.ok()) return endpoint.status();
   if (absl::Status s = service_->Listen(*endpoint, &port_); !s.ok()) return s;
   started_ = true;

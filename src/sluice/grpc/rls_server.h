@@ -25,8 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "sluice/config/config.h"
-#include "sluice/http/routes.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/metrics.h"
 #include "sluice/metrics/metrics.h"
+
+namespace sluice::registry {
+class Index;
+}  // namespace sluice::registry
 
 namespace sluice::rls {
 
@@ -66,7 +71,7 @@ class RlsServer {
   // `index` (may be null) is where keys the config file does not know are looked up; decisions are
   // counted in `http_metrics` like the data plane's, calls in sluice_grpc_requests_total{code}
   // (registered in `metrics`).
-  RlsServer(const http::FrontendHolder* frontend, http::HttpMetrics* http_metrics,
+  RlsServer(const frontend::FrontendHolder* frontend, frontend::FrontendMetrics* http_metrics,
             const registry::Index* index, metrics::Registry* metrics,
             std::vector<boost::asio::io_context*> loops, RlsServerOptions options = {});
   ~RlsServer();

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/cost.h"
 #include "sluice/limiter/limiter.h"
 
 namespace sluice::http {
@@ -136,21 +137,8 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
 }
 
 absl::StatusOr<int64_t> ParseCostHeader(std::string_view value) {
-  int64_t cost = 0;
-  bool ok = !value.empty();
-  for (const char c : value) {
-    if (c < '0' || c > '9') {
-      ok = false;
-      break;
-    }
-    cost = cost * 10 + (c - '0');
-    if (cost > kMaxCost) {
-      ok = false;
-      break;
-    }
-  }
-  if (!ok)
-    return FieldError("Sluice-Cost", absl::StrCat("must be an integer from 0 to ", kMaxCost));
+  absl::StatusOr<int64_t> cost = frontend::ParseCost(value);
+  if (!cost.ok()) return FieldError("Sluice-Cost", ToStd(cost.status().message()));
   return cost;
 }
 

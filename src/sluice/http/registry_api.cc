@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
@@ -22,6 +23,7 @@
 #include "sluice/http/sha256.h"
 #include "sluice/limiter/decision.h"
 #include "sluice/limiter/window.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/keys.h"
 #include "sluice/registry/validate.h"
 
@@ -143,7 +145,7 @@ auto StartApply(registry::Backend* backend, registry::Change change) {
 }
 
 // A config subject as the registry API shows it (read-only).
-Json ConfigSubjectJson(const std::string& id, const KeyEntry& entry, bool full = true) {
+Json ConfigSubjectJson(const std::string& id, const frontend::KeyEntry& entry, bool full = true) {
   const std::string webhook = full ? entry.webhook : RedactedUrl(entry.webhook);
   return Json{{"id", id},
               {"plan", entry.plan},
@@ -168,8 +170,10 @@ Json RegistrySubjectJson(const registry::Subject& s, bool full = true) {
 
 // A stable id for the config key with this digest: "key_" and 16 hex digits of a hash of it
 // (not of the key: the digest is not shown).
-std::string ConfigKeyId(const std::string& digest) {
-  const std::string h = Sha256(absl::StrCat("sluice config key\n", digest));
+std::string ConfigKeyId(const Sha256Digest& digest) {
+  const std::string h = Sha256(
+      absl::StrCat("sluice config key\n",
+                   absl::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())));
   uint64_t id = 0;
   for (size_t i = 0; i < 8 && i < h.size(); ++i) id = id << 8 | static_cast<uint8_t>(h[i]);
   return registry::KeyIdText(id);
@@ -181,36 +185,6 @@ bool DecodeId(std::string_view encoded, std::string* id) {
 }
 
 }  // namespace
-
-const Plan* EffectivePlan(const PlanSet& plans, const registry::Subject& subject, absl::Time now,
-                          std::optional<Plan>* storage) {
-  const Plan* base = plans.Find(subject.plan);
-  if (base == nullptr || subject.overrides.empty()) return base;
-  std::vector<int64_t> quotas;
-  bool any = false;
-  for (const registry::Override& o : subject.overrides) {
-    if (o.until.has_value() && *o.until <= now) continue;
-    const int i = base->FindLimit(o.limit);
-    if (i < 0) continue;  // a reload dropped the limit: the override no longer applies
-    if (!any) {
-      quotas.reserve(base->limits.size());
-      for (const Limit& l : base->limits) quotas.push_back(l.quota);
-      any = true;
-    }
-    quotas[static_cast<size_t>(i)] = o.quota;
-  }
-  if (!any) return base;
-  storage->emplace(base->WithQuotas(quotas));
-  return &**storage;
-}
-
-std::optional<absl::Time> NextOverrideEnd(const registry::Subject& subject, absl::Time now) {
-  std::optional<absl::Time> next;
-  for (const registry::Override& o : subject.overrides) {
-    if (o.until.has_value() && *o.until > now && (!next || *o.until < *next)) next = o.until;
-  }
-  return next;
-}
 
 bool RegistryApi::Owns(std::string_view path) {
   return path == kSubjects || path.starts_with(kSubjectsSlash) || path.starts_with(kKeysSlash);
@@ -345,8 +319,8 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
   std::optional<Plan> storage;
   if (std::shared_ptr<const registry::Subject> s = index_->FindSubject(id)) {
     body = RegistrySubjectJson(*s, full);
-    plan = EffectivePlan(limiter.plans(), *s, now, &storage);
-  } else if (const KeyEntry* entry = fe.keys.FindSubject(id)) {
+    plan = registry::EffectivePlan(limiter.plans(), *s, now, &storage);
+  } else if (const frontend::KeyEntry* entry = fe.keys.FindSubject(id)) {
     body = ConfigSubjectJson(id, *entry, full);
     plan = limiter.plans().Find(entry->plan);
   } else {
@@ -519,8 +493,7 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
     key.digest = generated->digest;
     key.prefix = std::move(generated->prefix);
   }
-  const std::string digest(reinterpret_cast<const char*>(key.digest.data()), key.digest.size());
-  if (fe.keys.FindDigest(digest) != nullptr) {
+  if (fe.keys.FindDigest(key.digest) != nullptr) {
     co_return Conflict("key_sha256: this key is already defined by the configuration file",
                        "key_sha256", version);
   }
@@ -612,7 +585,7 @@ Response RegistryApi::ListKeys(const Frontend& fe, const Request& req, const std
   if (index_->FindSubject(id) != nullptr) {
     for (const registry::Key& k : index_->KeysOf(id)) keys.push_back(registry::KeyJson(k));
   } else if (fe.keys.FindSubject(id) != nullptr) {
-    for (const std::string& digest : fe.keys.DigestsOf(id)) {
+    for (const Sha256Digest& digest : fe.keys.DigestsOf(id)) {
       keys.push_back(Json{{"id", ConfigKeyId(digest)},
                           {"subject", id},
                           {"prefix", ""},
@@ -638,7 +611,7 @@ asio::awaitable<Response> RegistryApi::RevokeKey(const Frontend& fe, const Reque
   }
   if (!index_->FindKey(*id).has_value()) {
     for (const std::string& subject : fe.keys.subjects()) {
-      for (const std::string& digest : fe.keys.DigestsOf(subject)) {
+      for (const Sha256Digest& digest : fe.keys.DigestsOf(subject)) {
         if (ConfigKeyId(digest) == key_id) {
           co_return Conflict(
               "key_id: this key is defined by the configuration file (keys:) and is read-only "

@@ -1,5 +1,5 @@
 // The registry routes of the admin plane (docs/registry.md): subjects and their API keys at
-// runtime, and how the data plane finds a presented key's subject and effective plan.
+// runtime.
 //
 //   PUT    /v1/subjects/{id}        create (201) or replace (200) a subject
 //   GET    /v1/subjects/{id}        the subject with its usage
@@ -30,19 +30,14 @@
 #include "sluice/http/server.h"
 #include "sluice/limiter/plan.h"
 #include "sluice/registry/backend.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 
 namespace sluice::http {
 
-// The plan a registry subject is decided under at `now`: its plan with every override that is in
-// force applied. Returns the plan from `plans` itself when no override is in force, else a plan
-// built into `storage`; nullptr when `plans` has no plan of that name.
-[[nodiscard]] const Plan* EffectivePlan(const PlanSet& plans, const registry::Subject& subject,
-                                        absl::Time now, std::optional<Plan>* storage);
-
-// The first instant after `now` at which an override of `subject` ends, if any.
-[[nodiscard]] std::optional<absl::Time> NextOverrideEnd(const registry::Subject& subject,
-                                                        absl::Time now);
+// Moved to registry/effective_plan.h; the old names stay for code that still spells them http::.
+using registry::EffectivePlan;
+using registry::NextOverrideEnd;
 
 class RegistryApi {
  public:

@@ -31,42 +31,6 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// A structured-field string (RFC 8941 §3.3.3): quoted, with '"' and '\' escaped. Limit names are
-// [A-Za-z0-9_.-], so nothing else needs care.
-std::string SfString(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
-int64_t WindowSeconds(const LimitDecision& l) {
-  if (l.limit->window.kind == config::WindowSpec::Kind::kFixed) {
-    return absl::ToInt64Seconds(l.limit->window.length);
-  }
-  return absl::ToInt64Seconds(l.window_end - l.window_start);
-}
-
-// What a limit reports, whatever the Decision holds (the Limiter already guarantees it; the
-// rendering does not rely on it): 0 <= used, 0 <= remaining <= quota - used, so neither the JSON
-// nor a header can show a negative or wrapped value. A counter outside [0, kMaxUsed] (store.h)
-// shows as exhausted.
-struct Shown {
-  int64_t used;
-  int64_t remaining;
-  int64_t reset_after;
-};
-Shown Show(const LimitDecision& l) {
-  const int64_t quota = l.limit->quota;
-  const int64_t reset_after = std::max<int64_t>(l.reset_after, 0);
-  if (!UsableCounter(l.used)) return {quota, 0, reset_after};
-  const int64_t room = l.used >= quota ? 0 : quota - l.used;
-  return {l.used, std::clamp<int64_t>(l.remaining, 0, room), reset_after};
-}
-
 // Names of the limits that denied, in plan order.
 Json ViolatedNames(const Decision& d) {
   Json names = Json::array();
@@ -89,14 +53,12 @@ Response MakeResponse(unsigned status, std::string_view content_type, std::strin
   return res;
 }
 
-std::string Seconds(int64_t n) { return absl::StrCat(n, n == 1 ? " second" : " seconds"); }
-
 }  // namespace
 
 std::string DecisionJson(const Decision& d, std::string_view subject) {
   Json limits = Json::array();
   for (const LimitDecision& l : d.limits) {
-    const Shown shown = Show(l);
+    const frontend::Shown shown = frontend::Show(l);
     limits.push_back(Json{{"name", l.limit->name},
                           {"quota", l.limit->quota},
                           {"used", shown.used},
@@ -112,40 +74,6 @@ std::string DecisionJson(const Decision& d, std::string_view subject) {
                   {"violated", ViolatedNames(d)},
                   {"limits", std::move(limits)}};
   return Dump(body);
-}
-
-void ForEachRateLimitHeader(const Decision& d,
-                            absl::FunctionRef<void(std::string_view, std::string_view)> put) {
-  if (d.degraded) put("Sluice-Degraded", "1");
-  if (d.limits.empty()) return;
-  std::string shadow_denied;  // limit names are [A-Za-z0-9_.-]: nothing to quote
-  for (const LimitDecision& l : d.limits) {
-    if (!l.would_deny || l.limit == nullptr) continue;
-    if (!shadow_denied.empty()) shadow_denied += ", ";
-    shadow_denied += l.limit->name;
-  }
-  if (!shadow_denied.empty()) put("Sluice-Shadow-Denied", shadow_denied);
-  std::string policy;
-  std::string state;
-  policy.reserve(48 * d.limits.size());
-  state.reserve(40 * d.limits.size());
-  for (const LimitDecision& l : d.limits) {
-    if (!policy.empty()) {
-      policy += ", ";
-      state += ", ";
-    }
-    const std::string name = SfString(l.limit->name);
-    absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
-    const Shown shown = Show(l);
-    absl::StrAppend(&state, name, ";r=", shown.remaining, ";t=", shown.reset_after);
-  }
-  put("RateLimit-Policy", policy);
-  put("RateLimit", state);
-  const LimitDecision& tightest = d.Tightest();
-  const Shown shown = Show(tightest);
-  put("X-RateLimit-Limit", ToStd(absl::AlphaNum(tightest.limit->quota).Piece()));
-  put("X-RateLimit-Remaining", ToStd(absl::AlphaNum(shown.remaining).Piece()));
-  put("X-RateLimit-Reset", ToStd(absl::AlphaNum(shown.reset_after).Piece()));
 }
 
 void SetRateLimitHeaders(const Decision& d, Response& res) {
@@ -168,34 +96,22 @@ void SetRetryAfter(const Decision& d, Response& res) {
   res.set(beast_http::field::retry_after, absl::StrCat(d.retry_after < 1 ? 1 : d.retry_after));
 }
 
+Response Render(frontend::Answer answer, unsigned version, bool keep_alive) {
+  Response res =
+      MakeResponse(answer.status, answer.content_type, std::move(answer.body), version, keep_alive);
+  // A fresh response: each field is appended, in the answer's order.
+  for (const frontend::Header& h : answer.headers)
+    res.insert(BeastView(h.name), BeastView(h.value));
+  return res;
+}
+
 Response Problem(unsigned status, std::string_view type, std::string_view title,
                  std::string_view detail, unsigned version, bool keep_alive) {
-  const Json body{{"type", std::string(type)},
-                  {"title", std::string(title)},
-                  {"status", status},
-                  {"detail", std::string(detail)}};
-  return MakeResponse(status, "application/problem+json", Dump(body), version, keep_alive);
+  return Render(frontend::ProblemAnswer(status, type, title, detail), version, keep_alive);
 }
 
 Response QuotaExceeded(const Decision& d, unsigned status, unsigned version, bool keep_alive) {
-  const int64_t retry_after = d.retry_after < 1 ? 1 : d.retry_after;
-  std::vector<std::string> violated;
-  for (const LimitDecision& l : d.limits) {
-    if (l.violated) violated.push_back(l.limit->name);
-  }
-  const std::string detail =
-      violated.empty() ? absl::StrCat("Request denied; retry after ", Seconds(retry_after), ".")
-                       : absl::StrCat("Quota exceeded: ", absl::StrJoin(violated, ", "),
-                                      "; retry after ", Seconds(retry_after), ".");
-  const Json body{{"type", std::string(kQuotaExceededType)},
-                  {"title", "Request cannot be satisfied as assigned quota has been exceeded"},
-                  {"status", status},
-                  {"detail", detail},
-                  {"violated-policies", violated}};
-  Response res = MakeResponse(status, "application/problem+json", Dump(body), version, keep_alive);
-  SetRateLimitHeaders(d, res);
-  SetRetryAfter(d, res);
-  return res;
+  return Render(frontend::QuotaExceededAnswer(d, status), version, keep_alive);
 }
 
 Response JsonResponse(unsigned status, std::string body, unsigned version, bool keep_alive) {

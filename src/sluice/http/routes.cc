@@ -1,7 +1,5 @@
 #include "sluice/http/routes.h"
 
-#include <openssl/crypto.h>
-
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -15,12 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/decide.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/http/await.h"
 #include "sluice/http/check_body.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/render.h"
-#include "sluice/http/resolve.h"
-#include "sluice/http/sha256.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/keys.h"
 
@@ -32,11 +31,6 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kBadRequest = "about:blank";
-
-// Why /v1/authorize turned a client away, when the status alone may not say: "quota" on a denial
-// (whose status is server.deny_status, 403 behind nginx) and "disabled" on the 403 of a subject
-// disabled in the registry. nginx's auth_request passes only the status and headers on.
-constexpr char kDeniedHeader[] = "Sluice-Denied";
 
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -67,7 +61,8 @@ Response LimiterError(const absl::Status& s, unsigned version) {
 }
 
 // The start function for AwaitCallback that asks `limiter` to decide `req`. (A coroutine wrapper
-// would cost one more coroutine frame per request.)
+// would cost one more coroutine frame per request, and wrapping `done` in a larger callback an
+// allocation.)
 auto StartDecide(const Limiter& limiter, DecisionRequest req) {
   return [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); };
 }
@@ -128,12 +123,8 @@ Response Forbidden(std::string_view detail, unsigned version) {
 }
 
 // The answer to a request resolve.h refused.
-Response RefusalResponse(const Refusal& r, unsigned version) {
-  if (r.status == 401) return Unauthorized(r.detail, version);
-  Response res = Problem(r.status, kBadRequest, r.title, r.detail, version, true);
-  if (r.retry_soon) res.set(bhttp::field::retry_after, "1");
-  if (r.disabled) res.set(kDeniedHeader, "disabled");
-  return res;
+Response RefusalResponse(const frontend::Refusal& r, unsigned version) {
+  return Render(frontend::RefusalAnswer(r, {.denied_header = true}), version, true);
 }
 
 }  // namespace
@@ -213,117 +204,7 @@ std::string_view BearerToken(std::string_view authorization) {
 const AdminToken* MatchAdminToken(std::string_view authorization,
                                   const std::vector<AdminToken>& tokens) {
   if (tokens.empty()) return nullptr;
-  const std::string_view credentials = BearerToken(authorization);
-  if (credentials.empty()) return nullptr;
-  // Comparing digests makes the comparison independent of where the tokens differ and of the
-  // presented token's length; every token is compared, so the time says nothing about which
-  // (or whether one) matched.
-  const std::string presented = Sha256(credentials);
-  if (presented.size() != 32) return nullptr;
-  const AdminToken* match = nullptr;
-  for (const AdminToken& t : tokens) {
-    const bool equal = t.digest.size() == presented.size() &&
-                       CRYPTO_memcmp(presented.data(), t.digest.data(), presented.size()) == 0;
-    if (equal && match == nullptr) match = &t;
-  }
-  return match;
-}
-
-AdminToken MakeAdminToken(std::string name, std::string_view token, bool write) {
-  return AdminToken{.name = std::move(name), .digest = Sha256(token), .write = write};
-}
-
-HttpMetrics::HttpMetrics(metrics::Registry& registry)
-    : decisions_(registry.AddCounterFamily("sluice_decisions_total",
-                                           "Decisions by plan and result (allowed, denied).",
-                                           {"plan", "result"})),
-      limit_denials_(registry.AddCounterFamily(
-          "sluice_limit_denials_total",
-          "Denials by plan and limit: a denial counts once for each limit it violated.",
-          {"plan", "limit"})),
-      shadow_denials_(registry.AddCounterFamily(
-          "sluice_shadow_denials_total",
-          "Decisions a shadow limit would have denied, by plan and limit (the shadow limit never "
-          "denies: the request may have been admitted).",
-          {"plan", "limit"})),
-      access_log_dropped_(registry.AddCounter(
-          "sluice_access_log_dropped_total",
-          "Access log lines dropped because server.access_log.max_per_second was reached.")),
-      requests_(registry.AddCounterFamily("sluice_http_requests_total",
-                                          "HTTP requests by route and status code.",
-                                          {"route", "code"})),
-      store_errors_(registry.AddCounterFamily(
-          "sluice_store_errors_total",
-          "Decisions answered by on_store_error because the store failed, by plan and reason "
-          "(timeout, connection, circuit_open, overloaded, late, busy, oom, loading, readonly, "
-          "other).",
-          {"plan", "reason"})),
-      decision_seconds_(registry.AddHistogram(
-          "sluice_decision_duration_seconds", "Time to decide, from request parsed to decision.",
-          {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1})),
-      connections_(registry.AddGauge("sluice_open_connections", "Open data plane connections.")) {
-  registry.AddCallbackGauge(
-      "sluice_store_up",
-      "1 if the store answered the latest decision or readiness probe, 0 if it failed.",
-      [this] { return store_health_.ok() ? 1.0 : 0.0; });
-}
-
-void HttpMetrics::CountDecision(const Frontend& fe, const std::string& plan, const Decision& d) {
-  const DecisionCounters::PlanCounters* counters = nullptr;
-  if (fe.counters != nullptr && d.plan != nullptr && d.plan->index < fe.counters->plans.size()) {
-    counters = &fe.counters->plans[d.plan->index];
-  }
-  if (counters != nullptr) {
-    (d.allowed ? counters->allowed : counters->denied)->Inc();
-  } else {
-    decisions_.WithLabels({plan, d.allowed ? "allowed" : "denied"}).Inc();
-  }
-  store_health_.Report(!d.degraded, d.failure);
-  if (d.degraded) {
-    store_errors_.WithLabels({plan, std::string(StoreFailureName(d.failure))}).Inc();
-    return;
-  }
-  for (size_t i = 0; i < d.limits.size(); ++i) {
-    if (!d.limits[i].would_deny) continue;
-    if (counters != nullptr && i < counters->shadow_denials.size() &&
-        counters->shadow_denials[i] != nullptr) {
-      counters->shadow_denials[i]->Inc();
-    } else if (d.limits[i].limit != nullptr) {
-      shadow_denials_.WithLabels({plan, d.limits[i].limit->name}).Inc();
-    }
-  }
-  if (!d.allowed) {
-    for (size_t i = 0; i < d.limits.size(); ++i) {
-      if (!d.limits[i].violated) continue;
-      if (counters != nullptr && i < counters->limit_denials.size()) {
-        counters->limit_denials[i]->Inc();
-      } else if (d.limits[i].limit != nullptr) {
-        limit_denials_.WithLabels({plan, d.limits[i].limit->name}).Inc();
-      }
-    }
-  }
-}
-
-std::shared_ptr<const DecisionCounters> HttpMetrics::CountersFor(const PlanSet& plans) {
-  auto counters = std::make_shared<DecisionCounters>();
-  for (const std::string& name : plans.names()) {
-    const Plan* plan = plans.Find(name);
-    DecisionCounters::PlanCounters pc{.allowed = &decisions_.WithLabels({name, "allowed"}),
-                                      .denied = &decisions_.WithLabels({name, "denied"})};
-    for (const Limit& limit : plan->limits) {
-      pc.limit_denials.push_back(&limit_denials_.WithLabels({name, limit.name}));
-      // Only shadow limits would deny without denying: no series for the others.
-      pc.shadow_denials.push_back(limit.shadow ? &shadow_denials_.WithLabels({name, limit.name})
-                                               : nullptr);
-    }
-    if (plan->index != counters->plans.size()) return nullptr;  // not FromConfig's PlanSet
-    counters->plans.push_back(std::move(pc));
-  }
-  return counters;
-}
-
-void HttpMetrics::CountRequest(std::string_view route, unsigned status) {
-  requests_.WithLabels({std::string(route), std::to_string(status)}).Inc();
+  return frontend::MatchToken(BearerToken(authorization), tokens);
 }
 
 asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
@@ -370,7 +251,8 @@ asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
 namespace {
 
 // Fills `entry` from a decision (the caller adds route, status, client and latency).
-void DescribeDecision(const Target& target, int64_t cost, const Decision& d, AccessEntry* entry) {
+void DescribeDecision(const frontend::Target& target, int64_t cost, const Decision& d,
+                      AccessEntry* entry) {
   entry->decided = true;
   entry->subject = target.subject;
   entry->plan = target.plan;
@@ -414,23 +296,19 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, Acc
   absl::StatusOr<CheckBody> body = ParseCheckBody(req.body());
   if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
   const absl::Time now = fe.limiter->clock().Now();
-  Target target;
-  Refusal refusal;
-  const bool resolved = !body->api_key.empty()
-                            ? ResolveKey(fe, registry_, body->api_key, now, &target, &refusal)
-                            : ResolveSubject(fe, registry_, std::move(body->subject),
-                                             std::move(body->plan), now, &target, &refusal);
+  frontend::Target target;
+  frontend::Refusal refusal;
+  const bool resolved =
+      !body->api_key.empty()
+          ? frontend::ResolveKey(fe, registry_, body->api_key, now, &target, &refusal)
+          : frontend::ResolveSubject(fe, registry_, std::move(body->subject), std::move(body->plan),
+                                     now, &target, &refusal);
   if (!resolved) co_return RefusalResponse(refusal, req.version());
-  const auto start = std::chrono::steady_clock::now();
+  const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = target.subject,
-                                .plan = target.plan,
-                                .cost = body->cost,
-                                .effective_plan = target.effective}));
-  metrics_->ObserveDecisionSeconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      StartDecide(*fe.limiter, frontend::RequestFor(target, body->cost)));
+  frontend::Record(*metrics_, fe, target.plan, timer, d);
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(fe, target.plan, *d);
   if (access != nullptr) DescribeDecision(target, body->cost, *d, access);
 
   Response res = JsonResponse(200, DecisionJson(*d, target.subject), req.version(), true);
@@ -464,25 +342,26 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
         absl::StrCat("more than one ", fe.server.api_key_header, " or Authorization header"),
         req.version());
   }
-  Target target;
+  frontend::Target target;
   const std::string_view key = PresentedKey(req, fe.server.api_key_header);
   if (key.empty() && req.find(bhttp::field::authorization) != req.end()) {
     // Credentials sluice cannot read are not "no credentials": the client is not anonymous.
     co_return Unauthorized("Authorization: want \"Bearer <API key>\"", req.version());
   }
   if (!key.empty()) {
-    Refusal refusal;
-    if (!ResolveKey(fe, registry_, key, fe.limiter->clock().Now(), &target, &refusal)) {
+    frontend::Refusal refusal;
+    if (!frontend::ResolveKey(fe, registry_, key, fe.limiter->clock().Now(), &target, &refusal)) {
       co_return RefusalResponse(refusal, req.version());
     }
   } else if (!fe.server.anonymous_plan.empty()) {
     // Per network, not per address: an IPv6 client owns a /64 at least and could send each
     // request from another address of it.
     target.subject = absl::StrCat(
-        "ip:", ClientNetwork(fe.proxies.Client(peer.address, JoinFields(req, "X-Forwarded-For"),
-                                               JoinFields(req, "Forwarded", '\n')),
-                             {.ipv4 = fe.server.anonymous_ipv4_prefix,
-                              .ipv6 = fe.server.anonymous_ipv6_prefix}));
+        "ip:",
+        frontend::ClientNetwork(
+            fe.proxies.Client(peer.address, JoinFields(req, "X-Forwarded-For"),
+                              JoinFields(req, "Forwarded", '\n')),
+            {.ipv4 = fe.server.anonymous_ipv4_prefix, .ipv6 = fe.server.anonymous_ipv6_prefix}));
     target.plan = fe.server.anonymous_plan;
   } else {
     co_return Unauthorized(absl::StrCat("missing API key (send ", fe.server.api_key_header,
@@ -490,39 +369,28 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
                            req.version());
   }
 
-  const auto start = std::chrono::steady_clock::now();
+  const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, {.subject = target.subject,
-                                .plan = target.plan,
-                                .cost = cost,
-                                .effective_plan = target.effective}));
-  metrics_->ObserveDecisionSeconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      StartDecide(*fe.limiter, frontend::RequestFor(target, cost)));
+  frontend::Record(*metrics_, fe, target.plan, timer, d);
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
-  metrics_->CountDecision(fe, target.plan, *d);
   if (access != nullptr) DescribeDecision(target, cost, *d, access);
   const std::string& subject = target.subject;
   const std::string& plan = target.plan;
 
-  Response res;
-  if (d->allowed) {
-    res.result(bhttp::status::ok);
-    res.version(req.version());
-    res.set("Sluice-Subject", subject);
-    res.set("Sluice-Plan", plan);
-    SetRateLimitHeaders(*d, res);
-  } else if (d->degraded) {
-    res = Problem(503, "about:blank", "Service Unavailable",
-                  "the rate limit store is unavailable and on_store_error is deny", req.version(),
-                  true);
-    SetRateLimitHeaders(*d, res);
-  } else {
-    res = QuotaExceeded(*d, static_cast<unsigned>(fe.server.deny_status), req.version(), true);
-    res.set(kDeniedHeader, "quota");
-    // Lets a gateway log who was turned away.
-    res.set("Sluice-Subject", subject);
-    res.set("Sluice-Plan", plan);
+  if (!d->allowed) {
+    co_return Render(frontend::DenialAnswer(*d, {.subject = subject, .plan = plan},
+                                            {.status = static_cast<unsigned>(fe.server.deny_status),
+                                             .name_who = true,
+                                             .denied_header = true}),
+                     req.version(), true);
   }
+  Response res;
+  res.result(bhttp::status::ok);
+  res.version(req.version());
+  res.set("Sluice-Subject", subject);
+  res.set("Sluice-Plan", plan);
+  SetRateLimitHeaders(*d, res);
   co_return res;
 }
 
@@ -670,9 +538,9 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
         options_.index != nullptr ? options_.index->FindSubject(subject) : nullptr;
     if (record != nullptr) {
       plan = record->plan;
-      effective =
-          EffectivePlan(limiter.plans(), *record, limiter.clock().Now(), &effective_storage);
-    } else if (const KeyEntry* entry = fe.keys.FindSubject(subject)) {
+      effective = registry::EffectivePlan(limiter.plans(), *record, limiter.clock().Now(),
+                                          &effective_storage);
+    } else if (const frontend::KeyEntry* entry = fe.keys.FindSubject(subject)) {
       plan = entry->plan;
     } else if (options_.index != nullptr && !options_.index->loaded()) {
       // A shared registry still loading (Redis unreachable at start): the subject may be in it.

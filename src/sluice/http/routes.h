@@ -3,8 +3,7 @@
 // RequestHandlers for HttpServer.
 //
 // Everything that a reload may change (plans, keys, proxies, tokens, deny status) lives in one
-// immutable Frontend; a reload builds a new one and swaps it in, and each request uses the Frontend
-// it started with. Counters live in the store, which outlives every Frontend.
+// immutable Frontend (frontend/frontend.h); each request uses the Frontend it started with.
 #ifndef SLUICE_HTTP_ROUTES_H_
 #define SLUICE_HTTP_ROUTES_H_
 
@@ -18,7 +17,11 @@
 #include <vector>
 
 #include "sluice/config/config.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/metrics.h"
 #include "sluice/http/access_log.h"
+// The old names of the key registry and client address (http::KeyRegistry, ...) for routes.h's
+// users, until they take them from frontend/.
 #include "sluice/http/client_address.h"
 #include "sluice/http/key_registry.h"
 #include "sluice/http/server.h"
@@ -33,107 +36,15 @@ namespace sluice::http {
 
 class RegistryApi;
 
-// A token of the admin plane: read-only tokens may read (metrics, usage, the registry), read-write
-// tokens may also change the registry and reset usage.
-struct AdminToken {
-  std::string name;    // names the token in the audit log
-  std::string digest;  // raw SHA-256 of the token; the token itself is not kept
-  bool write = false;
-};
-
-// The decision counters of every plan of one Limiter's PlanSet, resolved once per reload so that
-// counting a decision takes no lock, lookup or allocation (HttpMetrics::CountersFor).
-struct DecisionCounters {
-  struct PlanCounters {
-    metrics::Counter* allowed = nullptr;
-    metrics::Counter* denied = nullptr;
-    std::vector<metrics::Counter*> limit_denials;  // by the limit's position in the plan
-    // Likewise, for the shadow limits (null for the others).
-    std::vector<metrics::Counter*> shadow_denials;
-  };
-  std::vector<PlanCounters> plans;  // by Plan::index
-};
-
-struct Frontend {
-  config::ServerConfig server;
-  config::EnvoyConfig envoy;  // the Envoy Rate Limit Service's descriptor keys
-  config::OnStoreError on_store_error = config::OnStoreError::kAllow;
-  // server.admin_tokens plus server.admin_token (or SLUICE_ADMIN_TOKEN) as the read-write token
-  // "admin"; empty: every admin request is refused.
-  std::vector<AdminToken> admin_tokens;
-  std::unique_ptr<Limiter> limiter;
-  KeyRegistry keys;
-  ProxyTrust proxies;
-  // The limiter's plans' counters; null: decisions are counted through label lookups.
-  std::shared_ptr<const DecisionCounters> counters;
-};
-
-// Holds the current Frontend. Thread-safe.
-class FrontendHolder {
- public:
-  explicit FrontendHolder(std::shared_ptr<const Frontend> initial) : current_(std::move(initial)) {}
-  [[nodiscard]] std::shared_ptr<const Frontend> Get() const { return current_.load(); }
-  void Set(std::shared_ptr<const Frontend> next) { current_.store(std::move(next)); }
-
- private:
-  std::atomic<std::shared_ptr<const Frontend>> current_;
-};
-
-// Whether the store answered the latest decisions and readiness probes. The data plane reports
-// every decision, /readyz its probe; /readyz and the sluice_store_up gauge read it. Thread-safe; a
-// report that does not change the state costs one relaxed load.
-class StoreHealth {
- public:
-  void Report(bool ok, StoreFailure failure) {
-    if (ok) {
-      if (!ok_.load(std::memory_order_relaxed)) ok_.store(true, std::memory_order_relaxed);
-      return;
-    }
-    if (failure_.load(std::memory_order_relaxed) != static_cast<uint8_t>(failure)) {
-      failure_.store(static_cast<uint8_t>(failure), std::memory_order_relaxed);
-    }
-    if (ok_.load(std::memory_order_relaxed)) ok_.store(false, std::memory_order_relaxed);
-  }
-  [[nodiscard]] bool ok() const { return ok_.load(std::memory_order_relaxed); }
-  // Why the store last failed (meaningful while !ok()).
-  [[nodiscard]] StoreFailure last_failure() const {
-    return static_cast<StoreFailure>(failure_.load(std::memory_order_relaxed));
-  }
-
- private:
-  std::atomic<bool> ok_{true};
-  std::atomic<uint8_t> failure_{0};
-};
-
-// The metrics both planes record. Registered once per process in `registry`.
-class HttpMetrics {
- public:
-  explicit HttpMetrics(metrics::Registry& registry);
-
-  StoreHealth& store_health() { return store_health_; }
-
-  // Counts a decision of `plan` (the name `d.plan` is known by), through `fe.counters` when they
-  // cover `d.plan`.
-  void CountDecision(const Frontend& fe, const std::string& plan, const Decision& d);
-  // The counters of `plans`' decisions, for Frontend::counters. Takes the families' locks.
-  [[nodiscard]] std::shared_ptr<const DecisionCounters> CountersFor(const PlanSet& plans);
-  metrics::Counter& access_log_dropped() { return access_log_dropped_; }
-  void CountRequest(std::string_view route, unsigned status);
-  void ObserveDecisionSeconds(double seconds) { decision_seconds_.Observe(seconds); }
-  void ConnectionOpened() { connections_.Add(1); }
-  void ConnectionClosed() { connections_.Add(-1); }
-
- private:
-  metrics::CounterFamily& decisions_;
-  metrics::CounterFamily& limit_denials_;
-  metrics::CounterFamily& shadow_denials_;
-  metrics::Counter& access_log_dropped_;
-  metrics::CounterFamily& requests_;
-  metrics::CounterFamily& store_errors_;
-  metrics::Histogram& decision_seconds_;
-  metrics::Gauge& connections_;
-  StoreHealth store_health_;
-};
+// What moved to frontend/ (the Rate Limit Service shares it), under the names the HTTP planes
+// and their callers still use.
+using frontend::AdminToken;
+using frontend::DecisionCounters;
+using frontend::Frontend;
+using frontend::FrontendHolder;
+using frontend::MakeAdminToken;
+using frontend::StoreHealth;
+using HttpMetrics = frontend::FrontendMetrics;
 
 class DataPlane final : public RequestHandler {
  public:
@@ -216,9 +127,6 @@ class AdminPlane final : public RequestHandler {
 // are compared, whichever matches).
 [[nodiscard]] const AdminToken* MatchAdminToken(std::string_view authorization,
                                                 const std::vector<AdminToken>& tokens);
-
-// The AdminToken for a plaintext token (its digest computed).
-[[nodiscard]] AdminToken MakeAdminToken(std::string name, std::string_view token, bool write);
 
 // Splits a request target into its path and query.
 [[nodiscard]] std::pair<std::string_view, std::string_view> SplitTarget(std::string_view target);

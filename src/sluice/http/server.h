@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "sluice/metrics/metrics.h"
+#include "sluice/net/listener.h"
 
 namespace sluice::http {
 
@@ -91,24 +92,11 @@ struct ServerOptions {
   std::string name = "http";
 };
 
-// Parses "127.0.0.1:8080" or "[::1]:8080".
-[[nodiscard]] absl::StatusOr<boost::asio::ip::tcp::endpoint> ParseEndpoint(std::string_view text);
-
-// Makes sure no other process listens on `endpoint` (port not 0), even one that set SO_REUSEPORT
-// too, such as a second sluice with the same configuration: returns a descriptor to keep open
-// while listening (an abstract Unix socket named after the address, which the kernel releases when
-// the process dies; -1 if it could not be made), or Unavailable naming the address. HttpServer and
-// the gRPC service both use it.
-[[nodiscard]] absl::StatusOr<int> LockListenAddress(const boost::asio::ip::tcp::endpoint& endpoint);
-
-// accept() failures that mean "no resources right now" (EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM):
-// retrying at once cannot succeed, so a listener pauses instead of spinning.
-[[nodiscard]] bool IsResourceExhaustion(const boost::system::error_code& ec);
-
-// Opens `acceptor` listening on `endpoint` with SO_REUSEADDR and SO_REUSEPORT, so that one
-// acceptor per event loop can share the address (the kernel spreads connections over them).
-[[nodiscard]] boost::system::error_code OpenSharedListener(
-    boost::asio::ip::tcp::acceptor& acceptor, const boost::asio::ip::tcp::endpoint& endpoint);
+// The listener helpers, now in net/ (the gRPC service shares them), under their old names.
+using net::IsResourceExhaustion;
+using net::LockListenAddress;
+using net::OpenSharedListener;
+using net::ParseEndpoint;
 
 class HttpServer {
  public:

@@ -1,4 +1,4 @@
-#include "sluice/http/client_address.h"
+#include "sluice/frontend/client_address.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "sluice/common/subject.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 namespace ip = boost::asio::ip;
@@ -239,4 +239,4 @@ TEST_F(ClientNetworkTest, TheTextIsAValidSubject) {
 }
 
 }  // namespace
-}  // namespace sluice::http
+}  // namespace sluice::frontend

@@ -1,4 +1,4 @@
-#include "sluice/http/key_registry.h"
+#include "sluice/frontend/key_registry.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 // SHA-256 of "demo-hashed-key".
@@ -149,4 +149,4 @@ TEST_F(KeyRegistryTest, FindsEachOfManyKeysAndEachSubjectOnce) {
 }
 
 }  // namespace
-}  // namespace sluice::http
+}  // namespace sluice::frontend

@@ -1,17 +1,18 @@
-#include "sluice/http/resolve.h"
+#include "sluice/frontend/resolve.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/subject.h"
-#include "sluice/http/key_registry.h"
-#include "sluice/http/registry_api.h"
-#include "sluice/http/routes.h"
-#include "sluice/http/sha256.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/key_registry.h"
+#include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 bool Refuse(Refusal* refusal, unsigned status, std::string_view title, std::string detail) {
@@ -32,7 +33,8 @@ bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> rec
   if (record->disabled) return Disabled(*record, refusal);
   target->subject = record->id;
   target->plan = record->plan;
-  target->effective = EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
+  target->effective =
+      registry::EffectivePlan(fe.limiter->plans(), *record, now, &target->effective_storage);
   if (target->effective == nullptr) {
     // Another instance's configuration may know a plan this one does not (yet).
     return Refuse(refusal, 503, "Service Unavailable",
@@ -48,16 +50,16 @@ bool FromRecord(const Frontend& fe, std::shared_ptr<const registry::Subject> rec
 bool ResolveKey(const Frontend& fe, const registry::Index* index, std::string_view key,
                 absl::Time now, Target* target, Refusal* refusal) {
   if (key.size() > kMaxApiKeyLength) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
-  const std::string digest = Sha256(key);
-  if (const KeyEntry* entry = fe.keys.FindDigest(digest)) {
+  // The same digest type the registry indexes keys by (registry::Digest): looked up as it is.
+  const std::optional<Sha256Digest> digest = Sha256(key);
+  if (!digest) return Refuse(refusal, 401, "Unauthorized", "unknown API key");
+  if (const KeyEntry* entry = fe.keys.FindDigest(*digest)) {
     target->subject = entry->subject;
     target->plan = entry->plan;
     return true;
   }
-  if (index != nullptr && digest.size() == 32) {
-    registry::Digest d;
-    std::copy(digest.begin(), digest.end(), reinterpret_cast<char*>(d.data()));
-    registry::Index::KeyLookup found = index->FindByDigest(d, now);
+  if (index != nullptr) {
+    registry::Index::KeyLookup found = index->FindByDigest(*digest, now);
     if (found.state == registry::Index::KeyState::kValid) {
       target->key_id = found.key_id;
       return FromRecord(fe, std::move(found.subject), now, target, refusal);
@@ -114,4 +116,4 @@ bool ResolveSubject(const Frontend& fe, const registry::Index* index, std::strin
   return true;
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::frontend

@@ -1,4 +1,4 @@
-#include "sluice/http/client_address.h"
+#include "sluice/frontend/client_address.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 namespace ip = boost::asio::ip;
@@ -308,4 +308,4 @@ std::string ClientNetwork(const ip::address& address, ClientPrefixes prefixes) {
   return absl::StrCat(network.to_string(), "/", prefix);
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::frontend

@@ -1,14 +1,15 @@
-#include "sluice/http/key_registry.h"
+#include "sluice/frontend/key_registry.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/strings.h"
-#include "sluice/http/sha256.h"
 
-namespace sluice::http {
+namespace sluice::frontend {
 namespace {
 
 constexpr size_t kDigestLength = 32;
@@ -20,42 +21,48 @@ int HexValue(char c) {
   return -1;
 }
 
-// The 32 bytes written as 64 hex digits in `hex`, or "" if it is not that.
-std::string DecodeSha256Hex(std::string_view hex) {
-  if (hex.size() != 2 * kDigestLength) return "";
-  std::string bytes(kDigestLength, '\0');
+// The 32 bytes written as 64 hex digits in `hex`, or nothing if it is not that.
+std::optional<Sha256Digest> DecodeSha256Hex(std::string_view hex) {
+  if (hex.size() != 2 * kDigestLength) return std::nullopt;
+  Sha256Digest bytes{};
   for (size_t i = 0; i < kDigestLength; ++i) {
     const int high = HexValue(hex[2 * i]);
     const int low = HexValue(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return "";
-    bytes[i] = static_cast<char>(high * 16 + low);
+    if (high < 0 || low < 0) return std::nullopt;
+    bytes[i] = static_cast<uint8_t>(high * 16 + low);
   }
   return bytes;
 }
 
-// The raw digest `key` stands for; an error's message is what follows "keys[i]".
-absl::StatusOr<std::string> DigestOf(const config::KeyConfig& key) {
+// The digest `key` stands for; an error's message is what follows "keys[i]".
+absl::StatusOr<Sha256Digest> DigestOf(const config::KeyConfig& key) {
   if (!key.key.empty()) {
-    std::string digest = Sha256(key.key);
-    if (digest.empty()) return absl::InternalError(": cannot compute SHA-256");
-    return digest;
+    const std::optional<Sha256Digest> digest = Sha256(key.key);
+    if (!digest) return absl::InternalError(": cannot compute SHA-256");
+    return *digest;
   }
-  std::string digest = DecodeSha256Hex(key.key_sha256);
-  if (digest.empty()) return absl::InvalidArgumentError(".key_sha256: must be 64 hex digits");
-  return digest;
+  const std::optional<Sha256Digest> digest = DecodeSha256Hex(key.key_sha256);
+  if (!digest) return absl::InvalidArgumentError(".key_sha256: must be 64 hex digits");
+  return *digest;
 }
 
 // The index of the first entry of `config.keys` that stands for `digest`. Only an error needs it,
 // so it is searched for instead of every entry's index being kept.
-size_t FirstWithDigest(const config::Config& config, const std::string& digest) {
+size_t FirstWithDigest(const config::Config& config, const Sha256Digest& digest) {
   for (size_t i = 0; i < config.keys.size(); ++i) {
-    const absl::StatusOr<std::string> other = DigestOf(config.keys[i]);
+    const absl::StatusOr<Sha256Digest> other = DigestOf(config.keys[i]);
     if (other.ok() && *other == digest) return i;
   }
   return config.keys.size();  // not reached: the caller found `digest` among the entries
 }
 
 }  // namespace
+
+std::string KeyDigest(std::string_view key) {
+  const std::optional<Sha256Digest> digest = Sha256(key);
+  if (!digest) return "";
+  return std::string(reinterpret_cast<const char*>(digest->data()), digest->size());
+}
 
 absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config) {
   KeyRegistry registry;
@@ -68,7 +75,7 @@ absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config
       return absl::InvalidArgumentError(
           absl::StrCat(where(), ": set exactly one of key and key_sha256"));
     }
-    absl::StatusOr<std::string> digest = DigestOf(key);
+    absl::StatusOr<Sha256Digest> digest = DigestOf(key);
     if (!digest.ok()) {
       return absl::Status(digest.status().code(), absl::StrCat(where(), digest.status().message()));
     }
@@ -82,16 +89,16 @@ absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config
       return absl::InvalidArgumentError(absl::StrCat(where(), ": duplicate key (same as keys[",
                                                      FirstWithDigest(config, *digest), "])"));
     }
-    std::vector<std::string>& of_subject = registry.by_subject_[key.subject];
+    std::vector<Sha256Digest>& of_subject = registry.by_subject_[key.subject];
     if (of_subject.empty()) registry.subjects_.push_back(key.subject);
-    of_subject.push_back(*std::move(digest));
+    of_subject.push_back(*digest);
   }
   std::sort(registry.subjects_.begin(), registry.subjects_.end());
   return registry;
 }
 
-const KeyEntry* KeyRegistry::FindDigest(std::string_view digest) const {
-  const auto it = by_digest_.find(ToAbsl(digest));
+const KeyEntry* KeyRegistry::FindDigest(const Sha256Digest& digest) const {
+  const auto it = by_digest_.find(digest);
   return it == by_digest_.end() ? nullptr : &it->second;
 }
 
@@ -100,17 +107,16 @@ const KeyEntry* KeyRegistry::FindSubject(std::string_view subject) const {
   return it == by_subject_.end() ? nullptr : FindDigest(it->second.front());
 }
 
-std::vector<std::string> KeyRegistry::DigestsOf(std::string_view subject) const {
+std::vector<Sha256Digest> KeyRegistry::DigestsOf(std::string_view subject) const {
   const auto it = by_subject_.find(ToAbsl(subject));
-  return it == by_subject_.end() ? std::vector<std::string>() : it->second;
+  return it == by_subject_.end() ? std::vector<Sha256Digest>() : it->second;
 }
 
 const KeyEntry* KeyRegistry::Find(std::string_view api_key) const {
   if (api_key.empty() || api_key.size() > kMaxApiKeyLength) return nullptr;
-  const std::string digest = Sha256(api_key);
-  if (digest.empty()) return nullptr;
-  const auto it = by_digest_.find(digest);
-  return it == by_digest_.end() ? nullptr : &it->second;
+  const std::optional<Sha256Digest> digest = Sha256(api_key);
+  if (!digest) return nullptr;
+  return FindDigest(*digest);
 }
 
-}  // namespace sluice::http
+}  // namespace sluice::frontend
