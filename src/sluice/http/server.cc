@@ -250,6 +250,10 @@ struct HttpServer::Connection {
   bool counted = true;       // counted in HttpServer::connections_
   bool answering = false;    // between a request's last byte and its answer's: never evicted
   bool mid_request = false;  // bytes of a request not yet answered have arrived
+  // Where the session is between requests: whether a request line has come yet (until then a wait
+  // has the header timeout, not the idle one), and the empty lines skipped before the current one.
+  bool first_request = true;
+  std::size_t empty_line_bytes = 0;
   Peer peer;
 
   void ExpiresAfter(std::chrono::steady_clock::duration d) {
@@ -488,26 +492,199 @@ asio::awaitable<void> LingeringClose(HttpServer::Connection& c) {
   }
 }
 
+using RequestParser = bhttp::request_parser<bhttp::string_body>;
+
+// A session's place in its listener's list of open connections (what eviction picks from) and its
+// share of the count of open connections (the cap; Accept counted it). Undone by the destructor,
+// which runs also when the io_context is destroyed with the session suspended (the frame is then
+// destroyed, never resumed); the handler is told of the close there too.
+class Registration {
+ public:
+  Registration(HttpServer::Connection& conn, std::atomic<int64_t>& open_connections,
+               RequestHandler& handler)
+      : conn_(conn), open_connections_(open_connections), handler_(handler) {
+    conn_.position = conn_.listener->open.insert(conn_.listener->open.end(), &conn_);
+    conn_.listed = true;
+  }
+  ~Registration() {
+    if (conn_.listed) conn_.listener->open.erase(conn_.position);
+    conn_.listed = false;
+    // An evicted connection was taken out of the count already.
+    if (conn_.counted) open_connections_.fetch_sub(1);
+    conn_.counted = false;
+    handler_.ConnectionClosed();
+  }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  HttpServer::Connection& conn_;
+  std::atomic<int64_t>& open_connections_;
+  RequestHandler& handler_;
+};
+
+// How long a kept-alive connection may wait for its next request: shorter for a peer that has not
+// authenticated, when so configured (idle clients must not hold the admin plane's slots).
+std::chrono::seconds IdleTimeout(const Peer& peer, const ServerOptions& options) {
+  return peer.authenticated || options.unauthenticated_idle_timeout.count() == 0
+             ? options.idle_timeout
+             : options.unauthenticated_idle_timeout;
+}
+
+// Before the wait for a request's first byte: that wait's deadline. A new connection gets the
+// header timeout (a client connects to send a request), a kept-alive one its idle timeout. After
+// empty lines the request has begun: its deadline is set already and stays.
+void ExpectNextRequest(HttpServer::Connection& conn, const ServerOptions& options) {
+  if (conn.empty_line_bytes == 0) {
+    conn.ExpiresAfter(conn.first_request ? options.header_timeout
+                                         : IdleTimeout(conn.peer, options));
+  }
+  conn.mid_request = false;
+}
+
+enum class RequestStart {
+  kBegun,              // a request line starts the buffer
+  kOnlyEmptyLines,     // nothing else yet: read on
+  kTooManyEmptyLines,  // more than a client sends by mistake: to be refused (400)
+};
+
+// Once bytes are buffered the request has begun, and eviction takes it last. Skips the empty
+// lines a client may send before its request line (RFC 9112 §2.2: some send CR LF after a body),
+// within a bound. The header timeout runs from the request's first byte, so that empty lines
+// cannot extend it: it is set at the first empty line, or at the request line if none came first.
+RequestStart StartRequest(HttpServer::Connection& conn, beast::flat_buffer& buffer,
+                          const ServerOptions& options) {
+  conn.mid_request = true;
+  const size_t skipped = SkipLeadingEmptyLines(buffer);
+  if (skipped > 0 && conn.empty_line_bytes == 0) conn.ExpiresAfter(options.header_timeout);
+  conn.empty_line_bytes += skipped;
+  if (conn.empty_line_bytes > 64) return RequestStart::kTooManyEmptyLines;
+  if (buffer.size() == 0) return RequestStart::kOnlyEmptyLines;
+  if (conn.empty_line_bytes == 0) conn.ExpiresAfter(options.header_timeout);
+  conn.empty_line_bytes = 0;
+  conn.first_request = false;
+  return RequestStart::kBegun;
+}
+
+// Bounds the chunk extensions of a body, all its chunks together, by the header block's bound (one
+// chunk line alone is bounded by the buffer). The parser keeps a reference: it must outlive the
+// parser's reading.
+struct ChunkExtensionBound {
+  size_t limit;
+  size_t bytes = 0;
+  void operator()(std::uint64_t /*size*/, boost::beast::string_view extensions,
+                  boost::system::error_code& ec) {
+    bytes += extensions.size();
+    if (bytes > limit) ec = bhttp::error::body_limit;
+  }
+};
+
+// After Beast read the header block (`ec` says how that went): why the request cannot be served,
+// or nullopt if it can. A header block Beast could not parse, or framing that breaks a rule
+// (request_framing.h), leaves where the request ends unknown: the answer is a refusal, and the
+// connection is closed after it.
+std::optional<FramingError> CheckHead(const boost::system::error_code& ec,
+                                      const beast::flat_buffer& buffer,
+                                      const RequestParser& parser) {
+  if (ec) return FramingError{ParseErrorStatus(ec, buffer, false), ec.message()};
+  return CheckFraming(parser.get().base());
+}
+
+// Feeds the buffered bytes of a body to `parser`. True when the body is settled: parsed whole
+// (`ec` clear) or refused (`ec` says why); false when more bytes must be read first. `searched`
+// carries over between calls on one body: of the unparsed bytes, those already searched for a
+// bare line end.
+//
+// Beast's async_read would do, but for a chunk line ended by a bare LF or CR: Beast ends a line
+// only at CR LF, so it would wait for one until the request's deadline and close without an
+// answer. Fed by hand, that line is refused at once (400) like one in the header.
+// REQUIRES: the parser is eager, so that put() stops short only at an element not whole yet (a
+// chunk line, the CR LF after a chunk's data, the trailer section): never inside chunk data.
+bool ConsumeBufferedBody(RequestParser& parser, beast::flat_buffer& buffer, size_t& searched,
+                         boost::system::error_code& ec) {
+  if (buffer.size() > 0) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (parser.is_done() || (ec && ec != bhttp::error::need_more)) return true;
+    // Every byte taken, or an element (a chunk line, the trailer) not whole yet.
+    ec = {};
+    searched = used >= searched ? 0 : searched - used;
+    if (parser.chunked() && HasBareLineEnd(buffer, searched)) {
+      ec = bhttp::error::bad_chunk;
+      return true;
+    }
+  }
+  if (buffer.size() >= buffer.max_size()) {
+    ec = bhttp::error::buffer_overflow;
+    return true;
+  }
+  return false;
+}
+
+// Reads the rest of a body that is not buffered whole, feeding it to `parser` as it arrives, and
+// returns what settled it: clear when the body is whole. A coroutine of its own, called only when
+// bytes are missing, so that a request whose body came with its header costs no extra frame.
+asio::awaitable<boost::system::error_code> ReadRestOfBody(tcp::socket& socket,
+                                                          beast::flat_buffer& buffer,
+                                                          RequestParser& parser, size_t& searched) {
+  boost::system::error_code ec;
+  do {
+    const std::size_t n = co_await socket.async_read_some(
+        buffer.prepare(std::min<size_t>(65536, buffer.max_size() - buffer.size())),
+        asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::eof) {
+      // The client closed in the middle of the body: partial_message.
+      parser.put_eof(ec);
+      if (!ec) ec = bhttp::error::partial_message;  // not done (the caller checked): defensive
+      co_return ec;
+    }
+    if (ec) co_return ec;
+    buffer.commit(n);
+  } while (!ConsumeBufferedBody(parser, buffer, searched, ec));
+  co_return ec;
+}
+
+// The parsed request as the handler gets it. Trailer fields of a chunked body are not header
+// fields (RFC 9110 §6.5.1), but Beast adds them to the message: `header_block`, the header block
+// as it came (kept for a chunked body only), is put back. An absolute-form target is put in origin
+// form.
+Request TakeRequest(RequestParser& parser, std::optional<bhttp::request_header<>>& header_block) {
+  Request req = parser.release();
+  if (header_block) req.base() = std::move(*header_block);
+  if (std::optional<std::string> origin =
+          OriginFormTarget(std::string_view(req.target().data(), req.target().size()))) {
+    req.target(*origin);
+  }
+  return req;
+}
+
+// The answer to `req` as bytes on the wire, on a connection that is kept open or not.
+std::string PrepareAnswer(const Request& req, Response& res, bool keep_alive) {
+  res.version(req.version());
+  res.keep_alive(keep_alive);  // for 1.0: "Connection: keep-alive" when kept, none otherwise
+  // The answer says HTTP/1.1 (Serialize), where persistence is the default: a 1.0 connection
+  // that ends must say so.
+  if (req.version() == 10 && !keep_alive) res.set(bhttp::field::connection, "close");
+  res.prepare_payload();
+  // A HEAD answer has the headers a GET would get, Content-Length included, and no body
+  // (RFC 9110 §9.3.2): the client reads none, so any would be taken for the next answer.
+  if (req.method() == bhttp::verb::head) res.body().clear();
+  return Serialize(res);
+}
+
+// The end of a session: stops its watchdog and closes the socket.
+void CloseConnection(HttpServer::Connection& conn) {
+  conn.done = true;
+  conn.timer.cancel();
+  boost::system::error_code ignored;
+  conn.socket.shutdown(tcp::socket::shutdown_send, ignored);
+  conn.socket.close(ignored);
+}
+
 }  // namespace
 
-asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
-  Listener& listener = *conn->listener;
-  conn->position = listener.open.insert(listener.open.end(), conn.get());
-  conn->listed = true;
-  // Runs also when the io_context is destroyed with this coroutine suspended.
-  struct Unregister {
-    HttpServer* server;
-    Connection* conn;
-    ~Unregister() {
-      if (conn->listed) conn->listener->open.erase(conn->position);
-      conn->listed = false;
-      if (conn->counted) server->connections_.fetch_sub(1);
-      conn->counted = false;
-      server->handler_->ConnectionClosed();
-    }
-  } unregister{this, conn.get()};
+void HttpServer::OpenConnection(const std::shared_ptr<Connection>& conn) {
   handler_->ConnectionOpened();
-
   boost::system::error_code ignored;
   conn->socket.set_option(tcp::no_delay(true), ignored);
   Peer& peer = conn->peer;
@@ -515,71 +692,80 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
   if (peer.address.is_v6() && peer.address.to_v6().is_v4_mapped()) {
     peer.address = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.address.to_v6());
   }
-
   conn->ExpiresAfter(options_.header_timeout);
   asio::co_spawn(conn->socket.get_executor(),
                  Watchdog(conn, std::min<std::chrono::steady_clock::duration>(
                                     options_.header_timeout, std::chrono::seconds(5))),
                  asio::detached);
+}
 
-  const auto idle_timeout = [&] {
-    return peer.authenticated || options_.unauthenticated_idle_timeout.count() == 0
-               ? options_.idle_timeout
-               : options_.unauthenticated_idle_timeout;
-  };
+asio::awaitable<bool> HttpServer::Reject(Connection& conn, unsigned status,
+                                         std::string_view detail) {
+  // Anyone who reaches the port can send bad requests: at most one line a second per loop.
+  thread_local LogEvery rejections(std::chrono::seconds(1));
+  if (uint64_t held_back = 0; rejections.Allow(&held_back)) {
+    Log(LogLevel::kWarn, "request rejected")
+        .Int("status", status)
+        .Str("client", conn.peer.address.to_string())
+        .Str("error", detail)
+        .Int("rejections_not_logged", static_cast<int64_t>(held_back));
+  }
+  Response res = handler_->Reject(status, detail, 11);
+  handler_->AnsweredUnrouted(status);
+  res.keep_alive(false);
+  res.prepare_payload();
+  const std::string wire = Serialize(res);
+  boost::system::error_code ec;
+  co_await asio::async_write(conn.socket, asio::buffer(wire),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+bool HttpServer::AnswerUnrouted(const Request& req, Response& res) {
+  if (req.method() == bhttp::verb::unknown) {
+    res = handler_->Reject(501, "unknown method", req.version());
+    handler_->AnsweredUnrouted(501);
+    return true;
+  }
+  if (req.method() == bhttp::verb::options && req.target() == "*") {
+    // About the server as a whole (RFC 9110 §9.3.7): the methods some route takes.
+    res = Response(bhttp::status::ok, req.version());
+    const std::string_view allow = handler_->Methods();
+    res.set(bhttp::field::allow, boost::beast::string_view(allow.data(), allow.size()));
+    handler_->AnsweredUnrouted(200);
+    return true;
+  }
+  return false;
+}
+
+// The reads of a request stay in this loop, in the connection's one coroutine frame; the steps
+// around them are synchronous. Only a refusal and the reading of a body that has not fully arrived
+// are coroutines of their own, so a request that came whole costs no extra frame.
+asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
+  const Registration registration(*conn, connections_, *handler_);
+  OpenConnection(conn);
   // Holds the unparsed input: at most one header block, which bounds the header block exactly and
   // chunk extensions and trailers too (the body itself goes to the parser as it arrives).
   beast::flat_buffer buffer(options_.header_limit);
-  bool first = true;
-  size_t empty_line_bytes = 0;  // skipped before the current request line
   bool linger = false;  // close gracefully: an answer was sent and input may still be coming
   boost::system::error_code ec;
   auto with_ec = asio::redirect_error(asio::use_awaitable, ec);
-  // Answers a request that never reaches the handler; the connection is closed after it.
-  auto reject = [&](unsigned status, std::string_view detail) -> asio::awaitable<void> {
-    // Anyone who reaches the port can send bad requests: at most one line a second per loop.
-    thread_local LogEvery rejections(std::chrono::seconds(1));
-    if (uint64_t held_back = 0; rejections.Allow(&held_back)) {
-      Log(LogLevel::kWarn, "request rejected")
-          .Int("status", status)
-          .Str("client", peer.address.to_string())
-          .Str("error", detail)
-          .Int("rejections_not_logged", static_cast<int64_t>(held_back));
-    }
-    Response res = handler_->Reject(status, detail, 11);
-    handler_->AnsweredUnrouted(status);
-    res.keep_alive(false);
-    res.prepare_payload();
-    const std::string wire = Serialize(res);
-    co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
-    linger = !ec;
-  };
   while (!stopping_.load()) {
     // Wait for the next request's first byte (idle keep-alive), then give the whole header block
     // and body the header timeout, so a client trickling bytes is cut off.
     if (buffer.size() == 0) {
-      // After empty lines the request has begun: its deadline is already set and stays.
-      if (empty_line_bytes == 0) {
-        conn->ExpiresAfter(first ? options_.header_timeout : idle_timeout());
-      }
-      conn->mid_request = false;
+      ExpectNextRequest(*conn, options_);
       const std::size_t n = co_await conn->socket.async_read_some(
           buffer.prepare(std::min<size_t>(4096, buffer.max_size())), with_ec);
       if (ec) break;
       buffer.commit(n);
     }
-    conn->mid_request = true;
-    const size_t skipped = SkipLeadingEmptyLines(buffer);
-    if (skipped > 0 && empty_line_bytes == 0) conn->ExpiresAfter(options_.header_timeout);
-    empty_line_bytes += skipped;
-    if (empty_line_bytes > 64) {
-      co_await reject(400, "too many empty lines before the request line");
+    const RequestStart start = StartRequest(*conn, buffer, options_);
+    if (start == RequestStart::kTooManyEmptyLines) {
+      linger = co_await Reject(*conn, 400, "too many empty lines before the request line");
       break;
     }
-    if (buffer.size() == 0) continue;  // only empty lines so far: wait for the request line
-    if (empty_line_bytes == 0) conn->ExpiresAfter(options_.header_timeout);
-    empty_line_bytes = 0;
-    first = false;
+    if (start == RequestStart::kOnlyEmptyLines) continue;  // wait for the request line
 
     // The whole header block first, within the buffer's bound (exact: the request line and every
     // field line, however the bytes arrive).
@@ -591,38 +777,25 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
       buffer.commit(n);
     }
     if (!ec && !HeaderBlockReady(buffer, scanned)) {
-      co_await reject(431, "header block over the limit");
+      linger = co_await Reject(*conn, 431, "header block over the limit");
       break;
     }
     // A read that failed (the peer closed mid-request, the deadline) fails again in Beast's read
     // below, which answers it as any incomplete request.
     ec = {};
 
-    bhttp::request_parser<bhttp::string_body> parser;
+    ChunkExtensionBound extensions{.limit = options_.header_limit};
+    RequestParser parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.header_limit));
     parser.body_limit(options_.body_limit);
-    // Chunk extensions, all chunks of a body together, share the header block's bound (one chunk
-    // line alone is bounded by the buffer).
-    size_t extension_bytes = 0;
-    auto on_chunk_header = [&](std::uint64_t, boost::beast::string_view extensions,
-                               boost::system::error_code& chunk_ec) {
-      extension_bytes += extensions.size();
-      if (extension_bytes > options_.header_limit) chunk_ec = bhttp::error::body_limit;
-    };
-    parser.on_chunk_header(on_chunk_header);
+    parser.on_chunk_header(extensions);
     co_await bhttp::async_read_header(conn->socket, buffer, parser, with_ec);
     if (IsClosedByPeerOrUs(ec)) break;
-    if (ec) {
-      co_await reject(ParseErrorStatus(ec, buffer, false), ec.message());
+    if (std::optional<FramingError> bad = CheckHead(ec, buffer, parser)) {
+      linger = co_await Reject(*conn, bad->status, bad->detail);
       break;
     }
-    if (std::optional<FramingError> bad = CheckFraming(parser.get().base())) {
-      co_await reject(bad->status, bad->detail);
-      break;
-    }
-    // Trailer fields of a chunked body are not header fields (RFC 9110 §6.5.1): Beast adds them to
-    // the message, so the header block as it came is put back after the body.
-    std::optional<bhttp::request_header<>> header_block;
+    std::optional<bhttp::request_header<>> header_block;  // see TakeRequest
     if (!parser.is_done()) {
       if (parser.chunked()) header_block = parser.get().base();
       // A client that sent "Expect: 100-continue" waits for this before sending the body
@@ -632,88 +805,33 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
         co_await asio::async_write(conn->socket, asio::buffer(kContinue), with_ec);
         if (ec) break;
       }
-      // Beast's async_read would do, but for a chunk line ended by a bare LF or CR: Beast ends
-      // a line only at CR LF, so it would wait for one until the request's deadline and close
-      // without an answer. Read by hand, that line is refused at once (400) like one in the
-      // header. With eager parsing, put() stops short only at an element not whole yet (a chunk
-      // line, the CR LF after a chunk's data, the trailer section): never inside chunk data.
-      parser.eager(true);
-      size_t searched = 0;  // of the unparsed bytes, those already searched for a bare line end
-      for (;;) {
-        if (buffer.size() > 0) {
-          const size_t used = parser.put(buffer.data(), ec);
-          buffer.consume(used);
-          if (parser.is_done() || (ec && ec != bhttp::error::need_more)) break;
-          // Every byte taken, or an element (a chunk line, the trailer) not whole yet.
-          ec = {};
-          searched = used >= searched ? 0 : searched - used;
-          if (parser.chunked() && HasBareLineEnd(buffer, searched)) {
-            ec = bhttp::error::bad_chunk;
-            break;
-          }
-        }
-        if (buffer.size() >= buffer.max_size()) {
-          ec = bhttp::error::buffer_overflow;
-          break;
-        }
-        const std::size_t n = co_await conn->socket.async_read_some(
-            buffer.prepare(std::min<size_t>(65536, buffer.max_size() - buffer.size())), with_ec);
-        if (ec == asio::error::eof) {
-          // The client closed in the middle of the body: partial_message.
-          parser.put_eof(ec);
-          if (!ec) ec = bhttp::error::partial_message;  // not done (checked above): defensive
-          break;
-        }
-        if (ec) break;
-        buffer.commit(n);
+      parser.eager(true);  // as ConsumeBufferedBody requires
+      size_t searched = 0;
+      if (!ConsumeBufferedBody(parser, buffer, searched, ec)) {
+        ec = co_await ReadRestOfBody(conn->socket, buffer, parser, searched);
       }
       // The deadline or a reset: nothing to answer. A client that closed its side in the
       // middle of the body (partial_message) still gets its 400.
       if (IsClosedByPeerOrUs(ec)) break;
       if (ec) {
-        co_await reject(ParseErrorStatus(ec, buffer, true), ec.message());
+        linger = co_await Reject(*conn, ParseErrorStatus(ec, buffer, true), ec.message());
         break;
       }
     }
 
     // Every Connection field line counts ("Connection: foo" then "Connection: close").
     const bool client_keeps_alive = parser.keep_alive();
-    Request req = parser.release();
-    if (header_block) req.base() = std::move(*header_block);
-    if (std::optional<std::string> origin =
-            OriginFormTarget(std::string_view(req.target().data(), req.target().size()))) {
-      req.target(*origin);
-    }
+    Request req = TakeRequest(parser, header_block);
     Response res;
     conn->answering = true;
     const auto started = std::chrono::steady_clock::now();
     {
       ScopedCount busy(in_flight_);
-      if (req.method() == bhttp::verb::unknown) {
-        res = handler_->Reject(501, "unknown method", req.version());
-        handler_->AnsweredUnrouted(501);
-      } else if (req.method() == bhttp::verb::options && req.target() == "*") {
-        // About the server as a whole (RFC 9110 §9.3.7): the methods some route takes.
-        res = Response(bhttp::status::ok, req.version());
-        const std::string_view allow = handler_->Methods();
-        res.set(bhttp::field::allow, boost::beast::string_view(allow.data(), allow.size()));
-        handler_->AnsweredUnrouted(200);
-      } else {
-        res = co_await handler_->Handle(req, peer);
-      }
+      if (!AnswerUnrouted(req, res)) res = co_await handler_->Handle(req, conn->peer);
     }
-    LogRequest(req, res, peer, std::chrono::steady_clock::now() - started);
+    LogRequest(req, res, conn->peer, std::chrono::steady_clock::now() - started);
     const bool keep_alive = client_keeps_alive && !stopping_.load();
-    res.version(req.version());
-    res.keep_alive(keep_alive);  // for 1.0: "Connection: keep-alive" when kept, none otherwise
-    // The answer says HTTP/1.1 (Serialize), where persistence is the default: a 1.0 connection
-    // that ends must say so.
-    if (req.version() == 10 && !keep_alive) res.set(bhttp::field::connection, "close");
-    res.prepare_payload();
-    // A HEAD answer has the headers a GET would get, Content-Length included, and no body
-    // (RFC 9110 §9.3.2): the client reads none, so any would be taken for the next answer.
-    if (req.method() == bhttp::verb::head) res.body().clear();
-    const std::string wire = Serialize(res);
+    const std::string wire = PrepareAnswer(req, res, keep_alive);
     co_await asio::async_write(conn->socket, asio::buffer(wire), with_ec);
     conn->answering = false;
     if (ec) break;
@@ -723,10 +841,7 @@ asio::awaitable<void> HttpServer::Session(std::shared_ptr<Connection> conn) {
     }
   }
   if (linger && !stopping_.load()) co_await LingeringClose(*conn);
-  conn->done = true;
-  conn->timer.cancel();
-  conn->socket.shutdown(tcp::socket::shutdown_send, ignored);
-  conn->socket.close(ignored);
+  CloseConnection(*conn);
 }
 
 }  // namespace sluice::http

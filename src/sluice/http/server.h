@@ -134,7 +134,20 @@ class HttpServer {
 
  private:
   boost::asio::awaitable<void> Accept(Listener& listener);
+  // Serves one connection, request after request, until it closes.
   boost::asio::awaitable<void> Session(std::shared_ptr<Connection> conn);
+  // A new connection: counted for the handler, its socket set up, the peer's address read (an
+  // IPv4 address mapped into IPv6 as plain IPv4), and its watchdog started on the header timeout
+  // (a client connects to send a request).
+  void OpenConnection(const std::shared_ptr<Connection>& conn);
+  // Answers a request that never reaches the handler (see RequestHandler::Reject), logged at most
+  // once a second per thread; true if the answer went out. The session closes the connection
+  // after it: where the rest of the request ends is unknown. Only on error paths, so its
+  // coroutine frame costs a served request nothing.
+  boost::asio::awaitable<bool> Reject(Connection& conn, unsigned status, std::string_view detail);
+  // Answers, without the handler's routes, what none of them takes: an unknown method (501) and
+  // OPTIONS * (200). False, and `res` untouched, for any other request.
+  bool AnswerUnrouted(const Request& req, Response& res);
   // Sheds the connections waiting in the kernel's queue while no descriptor is free, then waits a
   // moment before accepting again (instead of spinning on EMFILE).
   boost::asio::awaitable<void> BackOffAfterAcceptFailure(Listener& listener,
