@@ -3,6 +3,7 @@
 #include "absl/time/clock.h"
 
 namespace sluice {
+inline namespace common {
 
 absl::Time SystemClock::Now() const { return absl::Now(); }
 
@@ -34,4 +35,5 @@ void FakeClock::Advance(absl::Duration d) {
   now_ += d;
 }
 
+}  // namespace common
 }  // namespace sluice

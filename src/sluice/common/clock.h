@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 
 namespace sluice {
+inline namespace common {
 
 // Thread-safe: every implementation may be called from any thread.
 class Clock {
@@ -58,6 +59,7 @@ class FakeClock final : public Clock {
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_CLOCK_H_

@@ -11,6 +11,7 @@
 #include "sluice/common/strings.h"
 
 namespace sluice {
+inline namespace common {
 namespace {
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
@@ -199,4 +200,5 @@ bool LogEvery::AllowAt(Clock::time_point now, uint64_t* held_back) {
   return true;
 }
 
+}  // namespace common
 }  // namespace sluice

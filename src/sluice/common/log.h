@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 
 namespace sluice {
+inline namespace common {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
@@ -78,6 +79,7 @@ class LogEvery {
 // Appends `s` to `out` as the inside of a JSON string (quotes not included).
 void AppendJsonEscaped(std::string& out, std::string_view s);
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_LOG_H_

@@ -1,6 +1,7 @@
 #include "sluice/common/stable_hash.h"
 
 namespace sluice {
+inline namespace common {
 
 uint64_t StableHash64(std::string_view data, uint64_t seed) {
   constexpr uint64_t kPrime = 0x100000001b3ULL;
@@ -12,4 +13,5 @@ uint64_t StableHash64(std::string_view data, uint64_t seed) {
   return h;
 }
 
+}  // namespace common
 }  // namespace sluice

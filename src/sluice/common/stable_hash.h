@@ -7,11 +7,13 @@
 #include <string_view>
 
 namespace sluice {
+inline namespace common {
 
 // 64-bit FNV-1a of `data`, continuing from `seed` (pass a previous result to hash several parts).
 // Not collision resistant against an adversary; never use it to authenticate anything.
 [[nodiscard]] uint64_t StableHash64(std::string_view data, uint64_t seed = 0xcbf29ce484222325ULL);
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_STABLE_HASH_H_

@@ -12,6 +12,7 @@
 #include <string_view>
 
 namespace sluice {
+inline namespace common {
 
 class StderrCapture {
  public:
@@ -58,6 +59,7 @@ class StderrCapture {
   int saved_ = -1;
 };
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_STDERR_CAPTURE_H_

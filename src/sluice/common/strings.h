@@ -9,10 +9,12 @@
 #include "absl/strings/string_view.h"
 
 namespace sluice {
+inline namespace common {
 
 [[nodiscard]] inline absl::string_view ToAbsl(std::string_view s) { return {s.data(), s.size()}; }
 [[nodiscard]] inline std::string_view ToStd(absl::string_view s) { return {s.data(), s.size()}; }
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_STRINGS_H_

@@ -3,6 +3,7 @@
 #include <string_view>
 
 namespace sluice {
+inline namespace common {
 
 bool IsValidSubject(std::string_view subject) {
   if (subject.empty() || subject.size() > kMaxSubjectLength) return false;
@@ -12,4 +13,5 @@ bool IsValidSubject(std::string_view subject) {
   return true;
 }
 
+}  // namespace common
 }  // namespace sluice

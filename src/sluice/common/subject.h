@@ -8,6 +8,7 @@
 #include <string_view>
 
 namespace sluice {
+inline namespace common {
 
 inline constexpr size_t kMaxSubjectLength = 200;
 
@@ -39,6 +40,7 @@ inline constexpr std::string_view kRuleSubjectPrefix = "rl:";
   return subject.substr(0, kRuleSubjectPrefix.size()) == kRuleSubjectPrefix;
 }
 
+}  // namespace common
 }  // namespace sluice
 
 #endif  // SLUICE_COMMON_SUBJECT_H_

@@ -9,6 +9,7 @@
 #include "sluice/common/stable_hash.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 // Two independent FNV-1a runs give the 128 bits of the id. The first starts from the standard
@@ -48,4 +49,5 @@ std::string AlertEvent::Id() const {
                       absl::Hex(HashEvent(*this, kSeedLow), absl::kZeroPad16));
 }
 
+}  // namespace limiter
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 
 namespace sluice {
+inline namespace limiter {
 
 struct AlertEvent {
   std::string subject;
@@ -29,6 +30,7 @@ struct AlertEvent {
   friend bool operator==(const AlertEvent&, const AlertEvent&) = default;
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_ALERT_EVENT_H_

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 namespace sluice {
+inline namespace limiter {
 
 const LimitDecision& Decision::Tightest() const {
   // Enforced limits only, unless there are none.
@@ -20,4 +21,5 @@ const LimitDecision& Decision::Tightest() const {
   return *best;
 }
 
+}  // namespace limiter
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #include "sluice/limiter/store.h"
 
 namespace sluice {
+inline namespace limiter {
 
 struct LimitDecision {
   const Limit* limit = nullptr;  // owned by the Limiter's PlanSet
@@ -44,6 +45,7 @@ struct Decision {
   [[nodiscard]] const LimitDecision& Tightest() const;
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_DECISION_H_

@@ -8,6 +8,7 @@
 #include "sluice/limiter/store.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 void Count(std::atomic<uint64_t>* counter) {
@@ -216,4 +217,5 @@ size_t DegradedLedger::size() const {
   return n;
 }
 
+}  // namespace limiter
 }  // namespace sluice

@@ -39,6 +39,7 @@
 #include "sluice/limiter/window.h"
 
 namespace sluice {
+inline namespace limiter {
 
 // Counts for /metrics, shared by whoever reads them.
 struct DegradedLedgerStats {
@@ -124,6 +125,7 @@ class DegradedLedger {
   std::atomic<int64_t> with_degraded_{0};
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_DEGRADED_LEDGER_H_

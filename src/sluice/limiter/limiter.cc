@@ -14,6 +14,7 @@
 #include "sluice/common/subject.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 using Windows = absl::InlinedVector<WindowBounds, 4>;
@@ -551,4 +552,5 @@ void Limiter::ResetOf(std::string_view subject, const Plan& plan, std::string_vi
                 index, std::move(done));
 }
 
+}  // namespace limiter
 }  // namespace sluice

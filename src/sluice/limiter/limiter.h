@@ -21,6 +21,7 @@
 #include "sluice/limiter/store.h"
 
 namespace sluice {
+inline namespace limiter {
 
 struct DecisionRequest {
   std::string_view subject;
@@ -124,6 +125,7 @@ class Limiter {
   std::unique_ptr<OverLimitCache> cache_;  // null when off
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_LIMITER_H_

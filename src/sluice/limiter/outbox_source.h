@@ -30,6 +30,7 @@
 #include "sluice/limiter/alert_event.h"
 
 namespace sluice {
+inline namespace limiter {
 
 // Names one held event. Meaningful only to the source that issued it (Redis: bucket and stream
 // entry id; memory: the outbox sequence number in `id`).
@@ -89,6 +90,7 @@ class OutboxSource {
   virtual void SetWakeup(std::function<void()> wake) { (void)wake; }
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_OUTBOX_SOURCE_H_

@@ -8,6 +8,7 @@
 #include "sluice/limiter/store.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 void Count(std::atomic<uint64_t>* counter) {
@@ -108,4 +109,5 @@ size_t OverLimitCache::size() const {
   return n;
 }
 
+}  // namespace limiter
 }  // namespace sluice

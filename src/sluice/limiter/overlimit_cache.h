@@ -39,6 +39,7 @@
 #include "sluice/limiter/window.h"
 
 namespace sluice {
+inline namespace limiter {
 
 // Counts shared by every cache a service builds over its reloads (for /metrics).
 struct OverLimitCacheStats {
@@ -111,6 +112,7 @@ class OverLimitCache {
   std::array<Shard, kShards> shards_;
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_OVERLIMIT_CACHE_H_

@@ -8,6 +8,7 @@
 #include "sluice/config/schema.h"
 
 namespace sluice {
+inline namespace limiter {
 
 namespace {
 
@@ -119,4 +120,5 @@ const Plan* PlanSet::Find(std::string_view name) const {
   return it == plans_.end() ? nullptr : it->second.get();
 }
 
+}  // namespace limiter
 }  // namespace sluice

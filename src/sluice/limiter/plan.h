@@ -20,6 +20,7 @@ struct Config;  // config/schema.h: only PlanSet::FromConfig takes one
 }  // namespace sluice::config
 
 namespace sluice {
+inline namespace limiter {
 
 // An alert threshold of a limit: fires when `used >= count` (count = ceil(quota * percent / 100)).
 struct Threshold {
@@ -133,6 +134,7 @@ class PlanSet {
   std::vector<std::string> names_;
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_PLAN_H_

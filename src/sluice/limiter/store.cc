@@ -7,6 +7,7 @@
 #include "sluice/common/strings.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 constexpr std::string_view kPayloadUrl = "sluice/store_failure";
@@ -40,4 +41,5 @@ StoreFailure StoreFailureOf(const absl::Status& status) {
   return StoreFailure::kOther;
 }
 
+}  // namespace limiter
 }  // namespace sluice

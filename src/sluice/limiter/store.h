@@ -41,6 +41,7 @@
 #include "sluice/limiter/window.h"
 
 namespace sluice {
+inline namespace limiter {
 
 // The largest quota the configuration accepts (config.cc's kMaxQuota), hence the largest value
 // a counter can reach: an admission keeps used <= quota for enforced limits, and a shadow limit's
@@ -165,6 +166,7 @@ class Store {
                      StatusCallback done) = 0;
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_STORE_H_

@@ -8,6 +8,7 @@
 #include "absl/time/civil_time.h"
 
 namespace sluice {
+inline namespace limiter {
 namespace {
 
 // Integer division rounding toward -infinity (C++ `/` truncates toward zero). REQUIRES: d > 0.
@@ -158,4 +159,5 @@ WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZo
   return w;
 }
 
+}  // namespace limiter
 }  // namespace sluice

@@ -17,6 +17,7 @@
 #include "sluice/config/vocabulary.h"
 
 namespace sluice {
+inline namespace limiter {
 
 struct WindowBounds {
   int64_t id = 0;    // distinct and increasing for consecutive windows of one spec and zone
@@ -58,6 +59,7 @@ class WindowCache {
   std::atomic<int64_t> end_s_{0};
 };
 
+}  // namespace limiter
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_WINDOW_H_

@@ -9,6 +9,7 @@
 #include "sluice/store/memory/snapshot.h"
 
 namespace sluice {
+inline namespace memory {
 
 MemoryStoreMaintainer::MemoryStoreMaintainer(MemoryStore* store, const Clock* clock,
                                              Options options)
@@ -107,4 +108,5 @@ uint64_t MemoryStoreMaintainer::failed_saves() const {
   return failed_saves_;
 }
 
+}  // namespace memory
 }  // namespace sluice

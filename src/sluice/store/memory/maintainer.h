@@ -15,6 +15,7 @@
 #include "sluice/store/memory/memory_store.h"
 
 namespace sluice {
+inline namespace memory {
 
 class MemoryStoreMaintainer {
  public:
@@ -63,6 +64,7 @@ class MemoryStoreMaintainer {
   std::thread thread_;
 };
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_MAINTAINER_H_

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace sluice {
+inline namespace memory {
 
 absl::StatusOr<std::vector<OutboxItem>> MemoryOutboxSource::Fetch(size_t max) {
   std::vector<OutboxItem> items;
@@ -45,4 +46,5 @@ absl::StatusOr<OutboxStats> MemoryOutboxSource::Stats() {
   return stats;
 }
 
+}  // namespace memory
 }  // namespace sluice

@@ -18,6 +18,7 @@
 #include "sluice/store/memory/outbox.h"
 
 namespace sluice {
+inline namespace memory {
 
 class MemoryOutboxSource final : public OutboxSource {
  public:
@@ -39,6 +40,7 @@ class MemoryOutboxSource final : public OutboxSource {
   uint64_t last_seq_ = 0;  // the largest sequence number handed out
 };
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_MEMORY_OUTBOX_SOURCE_H_

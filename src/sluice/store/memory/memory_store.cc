@@ -12,6 +12,7 @@
 #include "sluice/common/strings.h"
 
 namespace sluice {
+inline namespace memory {
 namespace {
 
 // Entries are keyed by the subject alone: its counters follow it from plan to plan.
@@ -576,4 +577,5 @@ void MemoryStore::Restore(std::vector<SubjectState> states) {
   }
 }
 
+}  // namespace memory
 }  // namespace sluice

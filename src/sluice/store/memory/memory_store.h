@@ -28,6 +28,7 @@
 #include "sluice/store/memory/outbox.h"
 
 namespace sluice {
+inline namespace memory {
 
 class MemoryStore final : public Store {
  public:
@@ -122,6 +123,7 @@ class MemoryStore final : public Store {
   Outbox outbox_;
 };
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_MEMORY_STORE_H_

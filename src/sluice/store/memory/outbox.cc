@@ -1,6 +1,7 @@
 #include "sluice/store/memory/outbox.h"
 
 namespace sluice {
+inline namespace memory {
 
 bool Outbox::Push(AlertEvent event) {
   std::lock_guard lock(mu_);
@@ -63,4 +64,5 @@ uint64_t Outbox::refused() const {
   return refused_;
 }
 
+}  // namespace memory
 }  // namespace sluice

@@ -17,6 +17,7 @@
 #include "sluice/limiter/alert_event.h"
 
 namespace sluice {
+inline namespace memory {
 
 class Outbox {
  public:
@@ -70,6 +71,7 @@ class Outbox {
   std::function<void()> listener_;  // guarded by listener_mu_
 };
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_OUTBOX_H_

@@ -23,6 +23,7 @@
 #include "sluice/config/config.h"
 
 namespace sluice {
+inline namespace memory {
 namespace {
 
 constexpr std::string_view kMagic = "SLUICESN";
@@ -554,4 +555,5 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   return absl::OkStatus();
 }
 
+}  // namespace memory
 }  // namespace sluice

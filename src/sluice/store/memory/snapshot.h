@@ -34,6 +34,7 @@
 #include "sluice/store/memory/memory_store.h"
 
 namespace sluice {
+inline namespace memory {
 
 struct SnapshotStats {
   size_t subjects = 0;  // loaded (saved, for SaveSnapshot)
@@ -67,6 +68,7 @@ struct SnapshotLoadOptions {
 // CRC-32 (IEEE 802.3, as zlib) of `data`.
 [[nodiscard]] uint32_t Crc32(std::string_view data);
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_SNAPSHOT_H_

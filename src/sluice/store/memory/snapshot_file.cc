@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 
 namespace sluice {
+inline namespace memory {
 namespace {
 
 absl::Status ErrnoError(int error, absl::string_view what, const std::string& path) {
@@ -158,4 +159,5 @@ SnapshotLock::~SnapshotLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
+}  // namespace memory
 }  // namespace sluice

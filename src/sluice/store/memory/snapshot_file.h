@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 
 namespace sluice {
+inline namespace memory {
 
 // OK if `snapshot_path` can hold a snapshot: its directory exists and is a directory, and the path
 // itself, if it exists, is a regular file (not a directory, FIFO or device). Otherwise
@@ -58,6 +59,7 @@ class SnapshotLock {
   std::string lock_path_;
 };
 
+}  // namespace memory
 }  // namespace sluice
 
 #endif  // SLUICE_STORE_MEMORY_SNAPSHOT_FILE_H_
