@@ -45,9 +45,9 @@
 
 #include "sluice/common/clock.h"
 #include "sluice/config/config.h"
+#include "sluice/frontend/client_address.h"
+#include "sluice/frontend/key_registry.h"
 #include "sluice/http/check_body.h"
-#include "sluice/http/client_address.h"
-#include "sluice/http/key_registry.h"
 #include "sluice/http/routes.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
@@ -138,22 +138,22 @@ bool Verbose() {
   return verbose;
 }
 
-std::shared_ptr<const sluice::http::Frontend> BuildFrontend(std::string_view yaml,
-                                                            sluice::Store* store,
-                                                            const sluice::Clock* clock) {
+std::shared_ptr<const sluice::frontend::Frontend> BuildFrontend(std::string_view yaml,
+                                                                sluice::Store* store,
+                                                                const sluice::Clock* clock) {
   auto cfg = sluice::config::ParseConfig(yaml, "fuzz.yaml");
   if (!cfg.ok()) Fail("fuzz config does not parse", std::string(cfg.status().ToString()));
   auto plans = sluice::PlanSet::FromConfig(*cfg);
   if (!plans.ok()) Fail("fuzz plans", std::string(plans.status().ToString()));
-  auto keys = sluice::http::KeyRegistry::FromConfig(*cfg);
+  auto keys = sluice::frontend::KeyRegistry::FromConfig(*cfg);
   if (!keys.ok()) Fail("fuzz keys", std::string(keys.status().ToString()));
-  auto proxies = sluice::http::ProxyTrust::FromCidrs(cfg->server.trusted_proxies);
+  auto proxies = sluice::frontend::ProxyTrust::FromCidrs(cfg->server.trusted_proxies);
   if (!proxies.ok()) Fail("fuzz proxies", std::string(proxies.status().ToString()));
-  auto fe = std::make_shared<sluice::http::Frontend>();
+  auto fe = std::make_shared<sluice::frontend::Frontend>();
   fe->server = cfg->server;
   if (!cfg->server.admin_token.empty()) {
     fe->admin_tokens.push_back(
-        sluice::http::MakeAdminToken("admin", cfg->server.admin_token, true));
+        sluice::frontend::MakeAdminToken("admin", cfg->server.admin_token, true));
   }
   fe->limiter = std::make_unique<sluice::Limiter>(
       std::move(*plans), store, clock,
@@ -168,9 +168,9 @@ struct World {
   sluice::FakeClock clock{absl::FromUnixSeconds(1711846770)};
   sluice::MemoryStore store;
   sluice::metrics::Registry registry;
-  sluice::http::HttpMetrics metrics{registry};
-  sluice::http::FrontendHolder frontend_a{BuildFrontend(kConfigA, &store, &clock)};
-  sluice::http::FrontendHolder frontend_b{BuildFrontend(kConfigB, &store, &clock)};
+  sluice::frontend::FrontendMetrics metrics{registry};
+  sluice::frontend::FrontendHolder frontend_a{BuildFrontend(kConfigA, &store, &clock)};
+  sluice::frontend::FrontendHolder frontend_b{BuildFrontend(kConfigB, &store, &clock)};
   sluice::http::DataPlane data_a{&frontend_a, &metrics};
   sluice::http::AdminPlane admin_a{&frontend_a, &metrics, &registry};
   sluice::http::DataPlane data_b{&frontend_b, &metrics};
@@ -369,10 +369,10 @@ void FuzzStandaloneParsers(std::string_view raw) {
   }
 
   // Only the Bearer scheme (any case) with the token, and never with an empty token.
-  static const std::vector<sluice::http::AdminToken> kTokens = {
-      sluice::http::MakeAdminToken("reader", "fuzz-reader-token", false),
-      sluice::http::MakeAdminToken("admin", kAdminToken, true)};
-  const sluice::http::AdminToken* match = sluice::http::MatchAdminToken(raw, kTokens);
+  static const std::vector<sluice::frontend::AdminToken> kTokens = {
+      sluice::frontend::MakeAdminToken("reader", "fuzz-reader-token", false),
+      sluice::frontend::MakeAdminToken("admin", kAdminToken, true)};
+  const sluice::frontend::AdminToken* match = sluice::http::MatchAdminToken(raw, kTokens);
   Check((match != nullptr && match->name == "admin") == IsBearer(raw, kAdminToken),
         "MatchAdminToken", raw);
   Check((match != nullptr && match->name == "reader") == IsBearer(raw, "fuzz-reader-token"),

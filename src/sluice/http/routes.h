@@ -20,10 +20,6 @@
 #include "sluice/frontend/frontend.h"
 #include "sluice/frontend/metrics.h"
 #include "sluice/http/access_log.h"
-// The old names of the key registry and client address (http::KeyRegistry, ...) for routes.h's
-// users, until they take them from frontend/.
-#include "sluice/http/client_address.h"
-#include "sluice/http/key_registry.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"

@@ -22,14 +22,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "sluice/common/strings.h"
-#include "sluice/grpc/ratelimit_rules.h"
-#include "sluice/http/client_address.h"
-#include "sluice/http/key_registry.h"
-#include "sluice/http/routes.h"
-#include "sluice/http/server.h"
+#include "sluice/frontend/client_address.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/key_registry.h"
 #include "sluice/limiter/plan.h"
+#include "sluice/net/listener.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/sqlite_backend.h"
+#include "sluice/rls/ratelimit_rules.h"
 #include "sluice/store/memory/snapshot_file.h"
 #include "sluice/store/redis/connection.h"
 #include "sluice/store/redis/tls_context.h"
@@ -117,9 +117,9 @@ bool Overlap(const ip::tcp::endpoint& a, const ip::tcp::endpoint& b) {
 }
 
 absl::Status CheckListeners(const config::Config& cfg) {
-  absl::StatusOr<ip::tcp::endpoint> data = http::ParseEndpoint(cfg.server.listen);
+  absl::StatusOr<ip::tcp::endpoint> data = net::ParseEndpoint(cfg.server.listen);
   if (!data.ok()) return Refuse(cfg, "server.listen", ToStd(data.status().message()));
-  absl::StatusOr<ip::tcp::endpoint> admin = http::ParseEndpoint(cfg.server.admin_listen);
+  absl::StatusOr<ip::tcp::endpoint> admin = net::ParseEndpoint(cfg.server.admin_listen);
   if (!admin.ok()) return Refuse(cfg, "server.admin_listen", ToStd(admin.status().message()));
   if (Overlap(*data, *admin)) {
     return Refuse(cfg, "server.admin_listen",
@@ -127,7 +127,7 @@ absl::Status CheckListeners(const config::Config& cfg) {
                                " on the same or a wildcard address)"));
   }
   if (cfg.server.grpc_listen.empty()) return absl::OkStatus();
-  absl::StatusOr<ip::tcp::endpoint> grpc = http::ParseEndpoint(cfg.server.grpc_listen);
+  absl::StatusOr<ip::tcp::endpoint> grpc = net::ParseEndpoint(cfg.server.grpc_listen);
   if (!grpc.ok()) return Refuse(cfg, "server.grpc_listen", ToStd(grpc.status().message()));
   for (const auto& [other, name] :
        {std::pair{*data, "server.listen"}, std::pair{*admin, "server.admin_listen"}}) {
@@ -214,11 +214,12 @@ absl::Status CheckServable(const config::Config& cfg) {
   if (absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg); !plans.ok()) {
     return Refuse(cfg, "", ToStd(plans.status().message()));
   }
-  if (absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(cfg); !keys.ok()) {
+  if (absl::StatusOr<frontend::KeyRegistry> keys = frontend::KeyRegistry::FromConfig(cfg);
+      !keys.ok()) {
     return Refuse(cfg, "", ToStd(keys.status().message()));
   }
-  if (absl::StatusOr<http::ProxyTrust> proxies =
-          http::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
+  if (absl::StatusOr<frontend::ProxyTrust> proxies =
+          frontend::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
       !proxies.ok()) {
     // "trusted_proxies[1]: bad CIDR ..." lives under server.
     return Refuse(cfg, "server", ToStd(proxies.status().message()));
@@ -230,12 +231,12 @@ absl::Status CheckServable(const config::Config& cfg) {
   absl::StatusOr<AdminTokenSource> admin = ResolveAdminToken(cfg);
   if (!admin.ok()) return admin.status();
   if (!admin->token.empty()) {
-    const std::string digest = http::MakeAdminToken("admin", admin->token, true).digest;
+    const std::string digest = frontend::MakeAdminToken("admin", admin->token, true).digest;
     for (size_t i = 0; i < cfg.server.admin_tokens.size(); ++i) {
       const config::AdminTokenConfig& t = cfg.server.admin_tokens[i];
       const std::string other = t.token.empty()
                                     ? absl::HexStringToBytes(t.token_sha256)
-                                    : http::MakeAdminToken(t.name, t.token, t.write).digest;
+                                    : frontend::MakeAdminToken(t.name, t.token, t.write).digest;
       if (other == digest) {
         return Refuse(
             cfg, absl::StrCat("server.admin_tokens[", i, "]"),

@@ -10,17 +10,17 @@
 
 namespace sluice::server {
 
-absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config::Config& cfg,
-                                                                    const LimiterContext& lc) {
+absl::StatusOr<std::shared_ptr<const frontend::Frontend>> BuildFrontend(const config::Config& cfg,
+                                                                        const LimiterContext& lc) {
   absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
   if (!plans.ok()) return plans.status();
-  absl::StatusOr<http::KeyRegistry> keys = http::KeyRegistry::FromConfig(cfg);
+  absl::StatusOr<frontend::KeyRegistry> keys = frontend::KeyRegistry::FromConfig(cfg);
   if (!keys.ok()) return keys.status();
-  absl::StatusOr<http::ProxyTrust> proxies =
-      http::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
+  absl::StatusOr<frontend::ProxyTrust> proxies =
+      frontend::ProxyTrust::FromCidrs(cfg.server.trusted_proxies);
   if (!proxies.ok()) return proxies.status();
 
-  auto fe = std::make_shared<http::Frontend>();
+  auto fe = std::make_shared<frontend::Frontend>();
   fe->server = cfg.server;
   fe->envoy = cfg.envoy;
   fe->on_store_error = cfg.on_store_error;
@@ -31,14 +31,14 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   const std::string& admin_token = resolved->token;
   // The single token of earlier versions is the read-write token "admin".
   if (!admin_token.empty()) {
-    fe->admin_tokens.push_back(http::MakeAdminToken("admin", admin_token, /*write=*/true));
+    fe->admin_tokens.push_back(frontend::MakeAdminToken("admin", admin_token, /*write=*/true));
   }
   for (const config::AdminTokenConfig& t : cfg.server.admin_tokens) {
     if (!t.token.empty()) {
-      fe->admin_tokens.push_back(http::MakeAdminToken(t.name, t.token, t.write));
+      fe->admin_tokens.push_back(frontend::MakeAdminToken(t.name, t.token, t.write));
     } else {
       // Validated as 64 lowercase hex digits.
-      fe->admin_tokens.push_back(http::AdminToken{
+      fe->admin_tokens.push_back(frontend::AdminToken{
           .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
     }
   }
@@ -49,12 +49,12 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
   fe->proxies = std::move(*proxies);
   // Observability: the decision counters of this reload's plans, looked up once.
   if (lc.metrics != nullptr) fe->counters = lc.metrics->CountersFor(fe->limiter->plans());
-  return std::shared_ptr<const http::Frontend>(std::move(fe));
+  return std::shared_ptr<const frontend::Frontend>(std::move(fe));
 }
 
-absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::string& path,
-                                                                   const LimiterContext& lc,
-                                                                   config::Config* out) {
+absl::StatusOr<std::shared_ptr<const frontend::Frontend>> LoadFrontend(const std::string& path,
+                                                                       const LimiterContext& lc,
+                                                                       config::Config* out) {
   absl::StatusOr<config::Config> cfg = config::LoadConfigFile(path);
   if (!cfg.ok()) return cfg.status();
   // What a restart would refuse is refused now, so a reload never stores up a failing start.
@@ -62,7 +62,7 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(const std::st
   if (lc.registry != nullptr) {
     if (absl::Status s = CheckPlansInUse(*cfg, *lc.registry); !s.ok()) return s;
   }
-  absl::StatusOr<std::shared_ptr<const http::Frontend>> fe = BuildFrontend(*cfg, lc);
+  absl::StatusOr<std::shared_ptr<const frontend::Frontend>> fe = BuildFrontend(*cfg, lc);
   if (fe.ok()) *out = std::move(*cfg);
   return fe;
 }

@@ -11,9 +11,10 @@
 #include "absl/status/statusor.h"
 #include "sluice/config/config.h"
 #include "sluice/engine/store_backend.h"
-#include "sluice/grpc/ratelimit_rules.h"
-#include "sluice/http/routes.h"
+#include "sluice/frontend/frontend.h"
+#include "sluice/frontend/metrics.h"
 #include "sluice/registry/index.h"
+#include "sluice/rls/ratelimit_rules.h"
 
 namespace sluice::server {
 
@@ -21,20 +22,20 @@ namespace sluice::server {
 // Frontend built with it.
 struct LimiterContext {
   engine::StoreBackend* backend = nullptr;
-  const registry::Index* registry = nullptr;  // the subjects a reload must keep plans for
-  http::HttpMetrics* metrics = nullptr;       // observability: resolves each Frontend's counters
+  const registry::Index* registry = nullptr;     // the subjects a reload must keep plans for
+  frontend::FrontendMetrics* metrics = nullptr;  // observability: resolves each Frontend's counters
 };
 
 // Everything a reload may change, built from a validated config. The admin token is resolved
 // again each time (ResolveAdminToken), so a rotated credential takes effect with a reload.
 // Errors: the plans, keys, trusted proxies or admin token do not build.
-[[nodiscard]] absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<const frontend::Frontend>> BuildFrontend(
     const config::Config& cfg, const LimiterContext& lc);
 
 // Reads and checks `path` as a start would (LoadConfigFile, CheckServable and, with a registry,
 // CheckPlansInUse), then builds its Frontend. On success `*out` is the configuration read; on an
 // error it is left as it was.
-[[nodiscard]] absl::StatusOr<std::shared_ptr<const http::Frontend>> LoadFrontend(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<const frontend::Frontend>> LoadFrontend(
     const std::string& path, const LimiterContext& lc, config::Config* out);
 
 // The envoyproxy/ratelimit rules envoy.ratelimit_config names; null when it names none.

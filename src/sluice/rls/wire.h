@@ -2,8 +2,8 @@
 // message the service writes on every call without building it first (AppendAdmissionWire,
 // mapping.h). Writes what protobuf's own serialization writes for proto3 fields: a field at its
 // default (0, empty) is left out, a nested message is written even when empty.
-#ifndef SLUICE_GRPC_WIRE_H_
-#define SLUICE_GRPC_WIRE_H_
+#ifndef SLUICE_RLS_WIRE_H_
+#define SLUICE_RLS_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -63,4 +63,4 @@ class WireWriter {
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_WIRE_H_
+#endif  // SLUICE_RLS_WIRE_H_

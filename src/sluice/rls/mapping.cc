@@ -1,4 +1,4 @@
-#include "sluice/grpc/mapping.h"
+#include "sluice/rls/mapping.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
 #include "sluice/frontend/cost.h"
-#include "sluice/grpc/wire.h"
 #include "sluice/limiter/limiter.h"
+#include "sluice/rls/wire.h"
 
 namespace sluice::rls {
 namespace {

@@ -12,8 +12,8 @@
 // (a request with more entries than the tree is deep matches nothing, and so does one with none).
 //
 // Thread-safety: an RlRuleSet is immutable once built; share it through shared_ptr<const>.
-#ifndef SLUICE_GRPC_RATELIMIT_RULES_H_
-#define SLUICE_GRPC_RATELIMIT_RULES_H_
+#ifndef SLUICE_RLS_RATELIMIT_RULES_H_
+#define SLUICE_RLS_RATELIMIT_RULES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -191,4 +191,4 @@ void ApplyReplaces(absl::Span<const RlRule*> matched);
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_RATELIMIT_RULES_H_
+#endif  // SLUICE_RLS_RATELIMIT_RULES_H_

@@ -40,8 +40,8 @@
 // that has sent GOAWAY is closed goaway_timeout later whatever is still open.
 //
 // Thread safety: none; everything runs on the socket's io_context thread (one thread per loop).
-#ifndef SLUICE_GRPC_H2_SESSION_H_
-#define SLUICE_GRPC_H2_SESSION_H_
+#ifndef SLUICE_RLS_H2_SESSION_H_
+#define SLUICE_RLS_H2_SESSION_H_
 
 #include <chrono>
 #include <cstddef>
@@ -284,4 +284,4 @@ class H2Connection : public std::enable_shared_from_this<H2Connection> {
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_H2_SESSION_H_
+#endif  // SLUICE_RLS_H2_SESSION_H_

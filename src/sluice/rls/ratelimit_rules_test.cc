@@ -1,4 +1,4 @@
-#include "sluice/grpc/ratelimit_rules.h"
+#include "sluice/rls/ratelimit_rules.h"
 
 #include <string>
 #include <vector>

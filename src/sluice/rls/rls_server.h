@@ -10,8 +10,8 @@
 //
 // Thread safety: Start, BeginShutdown and FinishShutdown from one thread (not a loop's);
 // in_flight() and SetRules from any.
-#ifndef SLUICE_GRPC_RLS_SERVER_H_
-#define SLUICE_GRPC_RLS_SERVER_H_
+#ifndef SLUICE_RLS_RLS_SERVER_H_
+#define SLUICE_RLS_RLS_SERVER_H_
 
 #include <atomic>
 #include <cstddef>
@@ -105,4 +105,4 @@ class RlsServer {
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_RLS_SERVER_H_
+#endif  // SLUICE_RLS_RLS_SERVER_H_

@@ -1,4 +1,4 @@
-#include "sluice/grpc/h2_session.h"
+#include "sluice/rls/h2_session.h"
 
 #include <nghttp2/nghttp2.h>
 

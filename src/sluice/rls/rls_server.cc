@@ -1,4 +1,4 @@
-#include "sluice/grpc/rls_server.h"
+#include "sluice/rls/rls_server.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,11 +26,11 @@
 #include "sluice/common/strings.h"
 #include "sluice/frontend/decide.h"
 #include "sluice/frontend/resolve.h"
-#include "sluice/grpc/h2_session.h"
-#include "sluice/grpc/mapping.h"
-#include "sluice/grpc/ratelimit_request.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/net/listener.h"
+#include "sluice/rls/h2_session.h"
+#include "sluice/rls/mapping.h"
+#include "sluice/rls/ratelimit_request.h"
 
 namespace sluice::rls {
 namespace asio = boost::asio;

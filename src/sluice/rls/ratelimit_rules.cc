@@ -1,5 +1,5 @@
 // Compiles envoyproxy/ratelimit's trees into RlRuleSet and names the counters (ratelimit_rules.h).
-#include "sluice/grpc/ratelimit_rules.h"
+#include "sluice/rls/ratelimit_rules.h"
 
 #include <algorithm>
 #include <cstdint>

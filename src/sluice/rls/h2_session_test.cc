@@ -1,4 +1,4 @@
-#include "sluice/grpc/h2_session.h"
+#include "sluice/rls/h2_session.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sluice/grpc/mapping.h"
+#include "sluice/rls/mapping.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

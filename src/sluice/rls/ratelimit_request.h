@@ -3,8 +3,8 @@
 // of rules, each matched rule is a counter of its own (a subject of its own, in the domain's
 // group), and every counter of the request is decided all-or-nothing in one store step. Pure
 // functions, no I/O: rls_server.cc runs the decision.
-#ifndef SLUICE_GRPC_RATELIMIT_REQUEST_H_
-#define SLUICE_GRPC_RATELIMIT_REQUEST_H_
+#ifndef SLUICE_RLS_RATELIMIT_REQUEST_H_
+#define SLUICE_RLS_RATELIMIT_REQUEST_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,10 +16,10 @@
 #include "absl/status/statusor.h"
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "google/protobuf/struct.pb.h"
-#include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/limiter/decision.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/limiter/plan.h"
+#include "sluice/rls/ratelimit_rules.h"
 
 namespace sluice::rls {
 
@@ -116,4 +116,4 @@ struct RlRequestOptions {
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_RATELIMIT_REQUEST_H_
+#endif  // SLUICE_RLS_RATELIMIT_REQUEST_H_

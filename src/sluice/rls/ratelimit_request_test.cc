@@ -1,4 +1,4 @@
-#include "sluice/grpc/ratelimit_request.h"
+#include "sluice/rls/ratelimit_request.h"
 
 #include <algorithm>
 #include <string>

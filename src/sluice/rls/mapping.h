@@ -1,8 +1,8 @@
 // sluice's own mapping between Envoy's Rate Limit Service v3 messages and a decision
 // (docs/gateways.md): descriptor entries name the API key, or the subject and plan, and the cost;
 // one request is one decision, reported once per descriptor. Pure functions, no I/O.
-#ifndef SLUICE_GRPC_MAPPING_H_
-#define SLUICE_GRPC_MAPPING_H_
+#ifndef SLUICE_RLS_MAPPING_H_
+#define SLUICE_RLS_MAPPING_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -89,4 +89,4 @@ void CopyHeaders(const frontend::Answer& from, rlsv3::RateLimitResponse* to);
 
 }  // namespace sluice::rls
 
-#endif  // SLUICE_GRPC_MAPPING_H_
+#endif  // SLUICE_RLS_MAPPING_H_

@@ -1,4 +1,4 @@
-#include "sluice/grpc/ratelimit_request.h"
+#include "sluice/rls/ratelimit_request.h"
 
 #include <algorithm>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/strings.h"
 #include "sluice/frontend/answer.h"
-#include "sluice/grpc/mapping.h"
+#include "sluice/rls/mapping.h"
 
 namespace sluice::rls {
 namespace {

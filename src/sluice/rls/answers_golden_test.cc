@@ -16,9 +16,9 @@
 #include "gtest/gtest.h"
 #include "sluice/config/config.h"
 #include "sluice/config/ratelimit_file.h"
-#include "sluice/grpc/mapping.h"
-#include "sluice/grpc/ratelimit_request.h"
-#include "sluice/grpc/ratelimit_rules.h"
+#include "sluice/rls/mapping.h"
+#include "sluice/rls/ratelimit_request.h"
+#include "sluice/rls/ratelimit_rules.h"
 
 namespace sluice::rls {
 namespace {
