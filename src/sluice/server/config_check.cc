@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,7 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/frontend.h"
 #include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/http/client_address.h"
 #include "sluice/http/key_registry.h"
@@ -230,12 +233,14 @@ absl::Status CheckServable(const config::Config& cfg) {
   absl::StatusOr<AdminTokenSource> admin = ResolveAdminToken(cfg);
   if (!admin.ok()) return admin.status();
   if (!admin->token.empty()) {
-    const std::string digest = http::MakeAdminToken("admin", admin->token, true).digest;
+    const std::optional<Sha256Digest> digest =
+        http::MakeAdminToken("admin", admin->token, true).digest;
     for (size_t i = 0; i < cfg.server.admin_tokens.size(); ++i) {
       const config::AdminTokenConfig& t = cfg.server.admin_tokens[i];
-      const std::string other = t.token.empty()
-                                    ? absl::HexStringToBytes(t.token_sha256)
-                                    : http::MakeAdminToken(t.name, t.token, t.write).digest;
+      const std::optional<Sha256Digest> other =
+          t.token.empty()
+              ? frontend::MakeAdminTokenFromSha256(t.name, t.token_sha256, t.write).digest
+              : http::MakeAdminToken(t.name, t.token, t.write).digest;
       if (other == digest) {
         return Refuse(
             cfg, absl::StrCat("server.admin_tokens[", i, "]"),

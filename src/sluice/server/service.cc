@@ -28,6 +28,7 @@
 #include "sluice/config/config.h"
 #include "sluice/engine/alert_delivery.h"
 #include "sluice/engine/store_backend.h"
+#include "sluice/frontend/frontend.h"
 #include "sluice/grpc/ratelimit_rules.h"
 #include "sluice/grpc/rls_server.h"
 #include "sluice/http/registry_api.h"
@@ -89,8 +90,8 @@ absl::StatusOr<std::shared_ptr<const http::Frontend>> BuildFrontend(const config
       fe->admin_tokens.push_back(http::MakeAdminToken(t.name, t.token, t.write));
     } else {
       // Validated as 64 lowercase hex digits.
-      fe->admin_tokens.push_back(http::AdminToken{
-          .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
+      fe->admin_tokens.push_back(
+          frontend::MakeAdminTokenFromSha256(t.name, t.token_sha256, t.write));
     }
   }
   fe->limiter =
