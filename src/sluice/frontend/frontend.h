@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "sluice/common/digest.h"
 #include "sluice/config/config.h"
 #include "sluice/frontend/client_address.h"
 #include "sluice/frontend/key_registry.h"
@@ -23,8 +25,10 @@ namespace sluice::frontend {
 // A token of the admin plane: read-only tokens may read (metrics, usage, the registry), read-write
 // tokens may also change the registry and reset usage.
 struct AdminToken {
-  std::string name;    // names the token in the audit log
-  std::string digest;  // raw SHA-256 of the token; the token itself is not kept
+  std::string name;  // names the token in the audit log
+  // SHA-256 of the token; the token itself is not kept. None only if it could not be computed
+  // (OpenSSL out of memory): such a token matches nothing.
+  std::optional<Sha256Digest> digest;
   bool write = false;
 };
 
@@ -61,6 +65,11 @@ class FrontendHolder {
 
 // The AdminToken for a plaintext token (its digest computed).
 [[nodiscard]] AdminToken MakeAdminToken(std::string name, std::string_view token, bool write);
+
+// The AdminToken for a token given by its SHA-256 in hex (server.admin_tokens[].token_sha256,
+// validated as 64 hex digits; anything else gives a token that matches nothing).
+[[nodiscard]] AdminToken MakeAdminTokenFromSha256(std::string name, std::string_view sha256_hex,
+                                                  bool write);
 
 }  // namespace sluice::frontend
 

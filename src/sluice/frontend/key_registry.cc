@@ -58,12 +58,6 @@ size_t FirstWithDigest(const config::Config& config, const Sha256Digest& digest)
 
 }  // namespace
 
-std::string KeyDigest(std::string_view key) {
-  const std::optional<Sha256Digest> digest = Sha256(key);
-  if (!digest) return "";
-  return std::string(reinterpret_cast<const char*>(digest->data()), digest->size());
-}
-
 absl::StatusOr<KeyRegistry> KeyRegistry::FromConfig(const config::Config& config) {
   KeyRegistry registry;
   registry.by_digest_.reserve(config.keys.size());

@@ -22,10 +22,6 @@ namespace sluice::frontend {
 // Longest API key Find looks up; longer keys are unknown without being hashed.
 inline constexpr size_t kMaxApiKeyLength = 512;
 
-// The raw 32-byte SHA-256 of `key` (common::Sha256) as KeyRegistry and AdminToken keep digests,
-// or "" if OpenSSL fails (only when out of memory; an empty digest matches nothing). Thread-safe.
-[[nodiscard]] std::string KeyDigest(std::string_view key);
-
 // What a key stands for.
 struct KeyEntry {
   std::string subject;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,11 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "sluice/common/digest.h"
 #include "sluice/common/strings.h"
 #include "sluice/frontend/client_address.h"
 #include "sluice/frontend/frontend.h"
@@ -231,12 +232,14 @@ absl::Status CheckServable(const config::Config& cfg) {
   absl::StatusOr<AdminTokenSource> admin = ResolveAdminToken(cfg);
   if (!admin.ok()) return admin.status();
   if (!admin->token.empty()) {
-    const std::string digest = frontend::MakeAdminToken("admin", admin->token, true).digest;
+    const std::optional<Sha256Digest> digest =
+        frontend::MakeAdminToken("admin", admin->token, true).digest;
     for (size_t i = 0; i < cfg.server.admin_tokens.size(); ++i) {
       const config::AdminTokenConfig& t = cfg.server.admin_tokens[i];
-      const std::string other = t.token.empty()
-                                    ? absl::HexStringToBytes(t.token_sha256)
-                                    : frontend::MakeAdminToken(t.name, t.token, t.write).digest;
+      const std::optional<Sha256Digest> other =
+          t.token.empty()
+              ? frontend::MakeAdminTokenFromSha256(t.name, t.token_sha256, t.write).digest
+              : frontend::MakeAdminToken(t.name, t.token, t.write).digest;
       if (other == digest) {
         return Refuse(
             cfg, absl::StrCat("server.admin_tokens[", i, "]"),

@@ -3,7 +3,6 @@
 #include <string_view>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "sluice/common/log.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/server/config_check.h"
@@ -38,8 +37,8 @@ absl::StatusOr<std::shared_ptr<const frontend::Frontend>> BuildFrontend(const co
       fe->admin_tokens.push_back(frontend::MakeAdminToken(t.name, t.token, t.write));
     } else {
       // Validated as 64 lowercase hex digits.
-      fe->admin_tokens.push_back(frontend::AdminToken{
-          .name = t.name, .digest = absl::HexStringToBytes(t.token_sha256), .write = t.write});
+      fe->admin_tokens.push_back(
+          frontend::MakeAdminTokenFromSha256(t.name, t.token_sha256, t.write));
     }
   }
   fe->limiter =
