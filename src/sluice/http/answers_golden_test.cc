@@ -132,8 +132,8 @@ class AnswersGoldenTest : public ::testing::Test {
     fe->limiter =
         std::make_unique<Limiter>(*PlanSet::FromConfig(*cfg), store, &clock_,
                                   LimiterOptions{.on_store_error = options.on_store_error});
-    fe->keys = *KeyRegistry::FromConfig(*cfg);
-    fe->proxies = *ProxyTrust::FromCidrs({});
+    fe->keys = *frontend::KeyRegistry::FromConfig(*cfg);
+    fe->proxies = *frontend::ProxyTrust::FromCidrs({});
     return fe;
   }
 
