@@ -339,10 +339,12 @@ void Service::Reload() {
   absl::StatusOr<std::shared_ptr<const rls::RlRuleSet>> rules =
       fe.ok() ? LoadRules(next) : fe.status();
   if (!rules.ok()) {
-    Log(LogLevel::kError, "reload refused; keeping the running configuration")
-        .Error(rules.status());
+    // Counted before it is logged, as an accepted reload is: whoever reads the log line and then
+    // /metrics sees the refusal counted.
     reloads_->WithLabels({"refused"}).Inc();
     last_reload_ok_->Set(0);
+    Log(LogLevel::kError, "reload refused; keeping the running configuration")
+        .Error(rules.status());
     notifier_.Ready(absl::StrCat("reload refused; keeping the running configuration: ",
                                  rules.status().message()));
     return;
