@@ -312,6 +312,7 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
     case WindowSpec::Kind::kWeek:
     case WindowSpec::Kind::kMonth:
     case WindowSpec::Kind::kYear:
+    case WindowSpec::Kind::kConcurrent:
       return absl::OkStatus();
     case WindowSpec::Kind::kFixed:
       break;
@@ -320,7 +321,7 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
   if (window.kind != WindowSpec::Kind::kFixed || length < absl::Seconds(1) ||
       length > kMaxFixedWindow || length % absl::Seconds(1) != absl::ZeroDuration()) {
     return Error(path, absl::StrCat("bad window ", Quote(window.text),
-                                    " (want Ns, Nm, Nh, day, week, month or year)"));
+                                    " (want Ns, Nm, Nh, day, week, month, year or concurrent)"));
   }
   return absl::OkStatus();
 }
@@ -333,6 +334,10 @@ absl::Status ValidateLimit(absl::string_view path, const LimitConfig& limit) {
   SLUICE_RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".quota"), limit.quota, 1, kMaxQuota));
   SLUICE_RETURN_IF_ERROR(ValidateWindow(absl::StrCat(path, ".window"), limit.window));
   const std::string alert_at = absl::StrCat(path, ".alert_at");
+  if (limit.window.kind == WindowSpec::Kind::kConcurrent && !limit.alert_at.empty()) {
+    return Error(alert_at,
+                 "a concurrent limit has no alerts (it counts requests in flight, not usage)");
+  }
   if (limit.alert_at.size() > kMaxAlertThresholds) {
     return Error(alert_at, absl::StrCat("at most ", kMaxAlertThresholds, " percentages, got ",
                                         limit.alert_at.size()));
@@ -565,6 +570,17 @@ absl::Status Validate(const Config& config) {
   SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
   SLUICE_RETURN_IF_ERROR(ValidateStore(config.store));
   SLUICE_RETURN_IF_ERROR(ValidatePlans(config.plans));
+  // Reservations, and with them concurrent limits, are kept by the embedded store only so far.
+  if (config.store.type != StoreType::kMemory) {
+    for (const PlanConfig& plan : config.plans) {
+      for (size_t i = 0; i < plan.limits.size(); ++i) {
+        if (plan.limits[i].window.kind != WindowSpec::Kind::kConcurrent) continue;
+        return Error(absl::StrCat("plans.", absl::CHexEscape(plan.name), ".limits[", i, "].window"),
+                     "a concurrent limit needs the embedded store (store.type: memory) in this "
+                     "version");
+      }
+    }
+  }
   SLUICE_RETURN_IF_ERROR(ValidateKeys(config));
   SLUICE_RETURN_IF_ERROR(ValidateAlerts(config.alerts));
   const std::string& anonymous = config.server.anonymous_plan;

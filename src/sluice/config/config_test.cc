@@ -395,6 +395,38 @@ TEST_F(ConfigTest, ALimitOrAPlanMayBeShadow) {
   EXPECT_TRUE(config->FindPlan("beta")->shadow);
 }
 
+TEST_F(ConfigTest, APlanMayCapWorkInFlightAndSayWhatExpiredReservationsCharge) {
+  absl::StatusOr<Config> config = Parse(
+      "plans:\n"
+      "  llm:\n"
+      "    on_reservation_expiry: release\n"
+      "    limits:\n"
+      "      - { name: tokens, quota: 10000, window: 1m }\n"
+      "      - { name: inflight, quota: 10, window: concurrent }\n"
+      "  free:\n"
+      "    limits:\n"
+      "      - { name: daily, quota: 5, window: day }\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->plans[0].on_reservation_expiry, PlanConfig::OnReservationExpiry::kRelease);
+  EXPECT_EQ(config->plans[0].limits[1].window.kind, WindowSpec::Kind::kConcurrent);
+  EXPECT_EQ(config->plans[1].on_reservation_expiry, PlanConfig::OnReservationExpiry::kCharge);
+}
+
+TEST_F(ConfigTest, AConcurrentLimitHasNoAlertsAndNeedsTheEmbeddedStore) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: inflight, quota: 5, window: concurrent, alert_at: [80]")),
+            "test.yaml: plans.free.limits[0].alert_at: a concurrent limit has no alerts (it "
+            "counts requests in flight, not usage)");
+  EXPECT_EQ(ErrorOf(absl::StrCat("store: { type: redis }\n",
+                                 WithLimit("name: inflight, quota: 5, window: concurrent"))),
+            "test.yaml: plans.free.limits[0].window: a concurrent limit needs the embedded store "
+            "(store.type: memory) in this version");
+  EXPECT_EQ(
+      ErrorOf("plans:\n  free:\n    on_reservation_expiry: later\n    limits:\n"
+              "      - { name: daily, quota: 5, window: day }\n"),
+      "test.yaml: plans.free.on_reservation_expiry: unknown reservation expiry policy \"later\" "
+      "(want charge or release)");
+}
+
 TEST_F(ConfigTest, ShadowIsTrueOrFalse) {
   EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 5, window: day, shadow: yes")),
             "test.yaml: plans.free.limits[0].shadow: expected true or false, got \"yes\"");
@@ -549,7 +581,7 @@ TEST_F(ConfigTest, BadWindowIsRejected) {
   EXPECT_EQ(
       ErrorOf(WithLimit("name: daily, quota: 1, window: 5x")),
       "test.yaml: plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, "
-      "month or year)");
+      "month, year or concurrent)");
 }
 
 TEST_F(ConfigTest, UnknownTimeZoneIsRejected) {
@@ -678,9 +710,10 @@ TEST_F(ConfigTest, YearAndWeekWindowsAreReadFromTheFile) {
 TEST(ParseWindowTest, RejectsAnythingElse) {
   for (const char* text : {"", "0m", "5x", "1d", "Day", "1ms", "m", "-1m", "1.5h", "1 m", "Year",
                            "years", "1y", "1w", "weekly", "week ", "2week"}) {
-    EXPECT_EQ(ParseWindow(text).status(),
-              absl::InvalidArgumentError(absl::StrCat(
-                  "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month or year)")))
+    EXPECT_EQ(
+        ParseWindow(text).status(),
+        absl::InvalidArgumentError(absl::StrCat(
+            "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month, year or concurrent)")))
         << text;
   }
 }
@@ -1725,8 +1758,8 @@ TEST_F(ValidateTest, UnknownTimeZoneIsRefused) {
 TEST_F(ValidateTest, WindowNotBuiltByParseWindowIsChecked) {
   cfg_.plans[0].limits[0].window = WindowSpec{.length = absl::Milliseconds(500), .text = "0.5s"};
   EXPECT_EQ(ErrorOf(),
-            "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day, week, month "
-            "or year)");
+            "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day, week, month, "
+            "year or concurrent)");
 }
 
 TEST_F(ValidateTest, CalendarWindowsNeedNoLength) {
@@ -1740,8 +1773,8 @@ TEST_F(ValidateTest, WindowKindOutsideTheEnumIsRefused) {
   cfg_.plans[0].limits[0].window =
       WindowSpec{.kind = static_cast<WindowSpec::Kind>(99), .text = "?"};
   EXPECT_EQ(ErrorOf(),
-            "plans.free.limits[0].window: bad window \"?\" (want Ns, Nm, Nh, day, week, month or "
-            "year)");
+            "plans.free.limits[0].window: bad window \"?\" (want Ns, Nm, Nh, day, week, month, "
+            "year or concurrent)");
 }
 
 TEST_F(ValidateTest, AlertPercentagesMustBeInRangeAndIncreasing) {

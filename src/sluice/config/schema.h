@@ -176,6 +176,10 @@ struct PlanConfig {
   std::string timezone = "UTC";     // IANA name known to abseil's time zone database
   std::vector<LimitConfig> limits;  // at least one
   bool shadow = false;              // every limit is shadow (LimitConfig::shadow)
+  // What an unsettled reservation charges when it expires: its estimate (the work was probably
+  // done) or nothing (docs/semantics.md, Reservations).
+  enum class OnReservationExpiry { kCharge, kRelease };
+  OnReservationExpiry on_reservation_expiry = OnReservationExpiry::kCharge;
 };
 
 // The longest plaintext API key (keys[].key), in bytes.

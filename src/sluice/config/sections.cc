@@ -276,9 +276,14 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
 
 absl::Status ParsePlan(const Field& field, PlanConfig& plan) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"timezone", "limits", "shadow"}, f));
+  SLUICE_RETURN_IF_ERROR(
+      ReadFields(field, {"timezone", "limits", "shadow", "on_reservation_expiry"}, f));
   SLUICE_RETURN_IF_ERROR(ReadString(f.Get("timezone"), plan.timezone));
   SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("shadow"), plan.shadow));
+  using Expiry = PlanConfig::OnReservationExpiry;
+  SLUICE_RETURN_IF_ERROR(ReadEnum(f.Get("on_reservation_expiry"), "reservation expiry policy",
+                                  {{"charge", Expiry::kCharge}, {"release", Expiry::kRelease}},
+                                  plan.on_reservation_expiry));
   return ForEachItem(f.Get("limits"), [&](const Field& item, size_t) {
     return ParseLimit(item, plan.limits.emplace_back());
   });

@@ -17,13 +17,14 @@ namespace sluice::config {
 // What a decision answers when the store cannot be reached in time.
 enum class OnStoreError { kAllow, kDeny };
 
-// A limit's window as written: a fixed duration aligned to the Unix epoch, or a calendar period in
-// the plan's time zone.
+// A limit's window as written: a fixed duration aligned to the Unix epoch, a calendar period in
+// the plan's time zone, or `concurrent`: no window at all, the limit counts requests in flight
+// (reservations and leases hold a slot each until they end; docs/semantics.md).
 struct WindowSpec {
-  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear };
+  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear, kConcurrent };
   Kind kind = Kind::kFixed;
   absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
-  std::string text;                              // as written: "1m", "day", "week", "month", "year"
+  std::string text;  // as written: "1m", "day", "week", "month", "year", "concurrent"
 
   friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
 };
@@ -37,8 +38,8 @@ inline constexpr absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
 // Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
 [[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 
-// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month" or
-// "year".
+// Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month",
+// "year" or "concurrent".
 [[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
 }  // namespace sluice::config

@@ -14,9 +14,12 @@ inline namespace limiter {
 
 struct LimitDecision {
   const Limit* limit = nullptr;  // owned by the Limiter's PlanSet
-  int64_t used = 0;              // after this request
-  int64_t remaining = 0;         // max(quota - used, 0)
-  int64_t reset_after = 0;       // seconds until the window ends, rounded up
+  int64_t used = 0;              // after this request (a concurrent limit: 0)
+  int64_t held = 0;              // held by open reservations (a concurrent limit: slots taken)
+  int64_t remaining = 0;         // max(quota - used - held, 0)
+  // A settled reservation: what it charged to this limit beyond its quota (docs/semantics.md).
+  int64_t overshoot = 0;
+  int64_t reset_after = 0;  // seconds until the window ends, rounded up
   absl::Time window_start;
   absl::Time window_end;
   bool violated = false;  // this limit denied the request; never set for a shadow limit

@@ -1,6 +1,9 @@
 #include "sluice/limiter/limiter.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 #include <string>
 #include <utility>
@@ -8,7 +11,9 @@
 
 #include "absl/base/attributes.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
@@ -53,11 +58,17 @@ struct LiveTerms {
   const Plan& plan;
   [[nodiscard]] int64_t quota(size_t i) const { return plan.limits[i].quota; }
   [[nodiscard]] bool shadow(size_t i) const { return plan.limits[i].shadow; }
+  [[nodiscard]] bool concurrent(size_t i) const {
+    return plan.limits[i].window.kind == config::WindowSpec::Kind::kConcurrent;
+  }
 };
 struct CopiedTerms {
   const PlanQuotas& plan;
   [[nodiscard]] int64_t quota(size_t i) const { return plan.quotas[i]; }
   [[nodiscard]] bool shadow(size_t i) const { return i < plan.shadow.size() && plan.shadow[i]; }
+  [[nodiscard]] bool concurrent(size_t i) const {
+    return i < plan.concurrent.size() && plan.concurrent[i];
+  }
 };
 
 // Applies the store's counters: per-limit used/remaining/violated/would_deny and the overall
@@ -69,16 +80,25 @@ struct CopiedTerms {
 // A shadow limit is never violated (docs/semantics.md, Shadow limits). Every value is then in
 // [0, kMaxUsed], so nothing overflows. `terms` gives each limit's quota and shadow flag, in plan
 // order (LiveTerms or CopiedTerms).
+//
+// What open reservations hold (StoreResult::held) counts as used: a limit is violated when
+// used + held + what the request asked for > quota — its cost and `hold` on a counting limit, one
+// slot on a concurrent limit for a request of cost >= 1 or a reservation (`slot`).
 template <typename Terms>
-void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, Decision& d) {
+void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, Decision& d,
+                   int64_t hold = 0, bool slot = false) {
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
     const int64_t quota = terms.quota(i);
     const bool usable = UsableCounter(result.used[i]);
+    const int64_t held = std::clamp<int64_t>(result.held_at(i), 0, kMaxUsed);
     l.used = usable ? result.used[i] : quota;
-    l.remaining = l.used >= quota ? 0 : quota - l.used;
-    const bool over = !usable || (result.allowed ? l.used > quota : l.used > quota - cost);
+    l.held = held;
+    l.remaining = l.used >= quota - held ? 0 : quota - held - l.used;
+    const int64_t need = terms.concurrent(i) ? (cost > 0 || slot ? 1 : 0) : cost + hold;
+    const bool over =
+        !usable || (result.allowed ? l.used > quota - held : l.used > quota - held - need);
     if (terms.shadow(i)) {
       l.would_deny = over;
       continue;
@@ -463,6 +483,240 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
                        done = std::move(done)](absl::StatusOr<StoreGroupResult> result) mutable {
                         FinishGroup(std::move(result), std::move(decisions), g, std::move(done));
                       });
+}
+
+namespace {
+
+constexpr std::string_view kReservationPrefix = "rsv_";
+constexpr size_t kReservationRandomChars = 26;  // 130 bits in base32
+
+// 26 base32 characters of the OS's random source (getrandom: never blocks once the system's
+// pool is initialised, which it is long before a server answers requests).
+absl::StatusOr<std::string> RandomToken() {
+  uint8_t bytes[kReservationRandomChars];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InternalError("the OS random source failed (getrandom)");
+    got += static_cast<size_t>(n);
+  }
+  constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+  std::string token;
+  for (uint8_t b : bytes) token += kAlphabet[b & 31];
+  return token;
+}
+
+std::string ReservationId(std::string_view token, std::string_view plan, std::string_view subject) {
+  return absl::StrCat(ToAbsl(kReservationPrefix), ToAbsl(token), ".",
+                      absl::WebSafeBase64Escape(ToAbsl(plan)), ".",
+                      absl::WebSafeBase64Escape(ToAbsl(subject)));
+}
+
+bool IsBase32(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '2' && c <= '7'); });
+}
+
+// The plan a reservation whose plan is no longer configured is ended under: no limits, so ending
+// it releases what it holds and charges nothing.
+const Plan& NoPlan() {
+  static const Plan* const plan = [] {
+    auto* p = new Plan;
+    p->name = "";
+    return p;
+  }();
+  return *plan;
+}
+
+absl::Status CheckTtl(absl::Duration ttl) {
+  if (ttl <= absl::ZeroDuration() || ttl > kMaxReservationTtl) {
+    return absl::InvalidArgumentError("ttl: must be more than 0 and at most 1h");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::optional<ReservationRef> ParseReservationId(std::string_view id) {
+  if (id.size() > 1024 || !id.starts_with(kReservationPrefix)) return std::nullopt;
+  id.remove_prefix(kReservationPrefix.size());
+  const std::vector<absl::string_view> parts = absl::StrSplit(ToAbsl(id), '.');
+  if (parts.size() != 3 || parts[0].size() != kReservationRandomChars ||
+      !IsBase32(std::string_view(parts[0].data(), parts[0].size()))) {
+    return std::nullopt;
+  }
+  ReservationRef ref;
+  if (!absl::WebSafeBase64Unescape(parts[1], &ref.plan) ||
+      !absl::WebSafeBase64Unescape(parts[2], &ref.subject) || !IsValidSubject(ref.subject) ||
+      ref.plan.empty() || ref.plan.size() > 64) {
+    return std::nullopt;
+  }
+  // Only the canonical spelling: one reservation has one id.
+  if (ReservationId(std::string_view(parts[0].data(), parts[0].size()), ref.plan, ref.subject) !=
+      absl::StrCat(ToAbsl(kReservationPrefix), ToAbsl(id))) {
+    return std::nullopt;
+  }
+  return ref;
+}
+
+void Limiter::Reserve(const ReserveRequest& req, ReserveCallback done) const {
+  const DecisionRequest& dr = req.decision;
+  absl::Status bad = ValidateSubject(dr.subject);
+  if (bad.ok()) bad = ValidateCost(dr.cost);
+  if (bad.ok() && (req.hold < 0 || req.hold > kMaxCost)) {
+    bad = absl::InvalidArgumentError(
+        absl::StrCat("estimate: must be an integer from 0 to ", kMaxCost));
+  }
+  if (bad.ok()) bad = CheckTtl(req.ttl);
+  const Plan* plan = dr.effective_plan != nullptr ? dr.effective_plan : plans_.Find(dr.plan);
+  if (bad.ok() && plan == nullptr) {
+    bad = absl::NotFoundError(absl::StrCat("plan: unknown plan \"", ToAbsl(dr.plan), "\""));
+  }
+  absl::StatusOr<std::string> token = RandomToken();
+  if (bad.ok() && !token.ok()) bad = token.status();
+  if (!bad.ok()) {
+    std::move(done)(std::move(bad));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  const Windows windows = WindowsFor(*plan, now);
+  ReserveDecision out;
+  out.decision = SkeletonDecision(*plan, windows, now);
+  out.id = ReservationId(*token, plan->name, dr.subject);
+  out.expires_at = now + req.ttl;
+  const StoreReserveRequest store_req{.decide = {.subject = dr.subject,
+                                                 .plan = plan,
+                                                 .cost = dr.cost,
+                                                 .now = now,
+                                                 .windows = windows},
+                                      .hold = req.hold,
+                                      .id = out.id,
+                                      .expires_at = out.expires_at,
+                                      .charge_on_expiry = plan->charge_on_expiry};
+  store_->Reserve(store_req, [out = std::move(out), quotas = PlanQuotas::Of(*plan), cost = dr.cost,
+                              hold = req.hold, policy = options_.on_store_error,
+                              done = std::move(done)](absl::StatusOr<StoreResult> r) mutable {
+    if (!r.ok()) {
+      if (absl::IsUnimplemented(r.status()) || absl::IsAlreadyExists(r.status())) {
+        std::move(done)(r.status());
+        return;
+      }
+      Degrade(r.status(), policy, Enforces(CopiedTerms{quotas}, quotas.quotas.size()),
+              out.decision);
+      out.id.clear();
+      std::move(done)(std::move(out));
+      return;
+    }
+    ApplyCounters(*r, cost, CopiedTerms{quotas}, out.decision, hold, /*slot=*/true);
+    if (!out.decision.allowed) out.id.clear();
+    std::move(done)(std::move(out));
+  });
+}
+
+void Limiter::Settle(const SettleRequest& req, SettleDecisionCallback done) const {
+  const std::optional<ReservationRef> ref = ParseReservationId(req.id);
+  if (!ref.has_value()) {
+    std::move(done)(absl::InvalidArgumentError("reservation: not a reservation id"));
+    return;
+  }
+  if (absl::Status s = ValidateCost(req.cost); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const Plan* plan = req.effective_plan != nullptr ? req.effective_plan : plans_.Find(ref->plan);
+  if (plan == nullptr) plan = &NoPlan();
+  const absl::Time now = clock_->Now();
+  const Windows windows = WindowsFor(*plan, now);
+  SettleDecision out;
+  out.decision = SkeletonDecision(*plan, windows, now);
+  const StoreSettleRequest store_req{
+      .decide = {.subject = ref->subject,
+                 .plan = plan,
+                 .cost = req.end == ReservationEnd::kSettle ? req.cost : 0,
+                 .now = now,
+                 .windows = windows},
+      .id = req.id,
+      .end = req.end};
+  store_->Settle(store_req, [out = std::move(out), quotas = PlanQuotas::Of(*plan),
+                             done = std::move(done)](absl::StatusOr<StoreSettleResult> r) mutable {
+    if (!r.ok()) {
+      std::move(done)(r.status());
+      return;
+    }
+    out.outcome = r->outcome;
+    out.charged = r->charged;
+    out.ended_by = r->ended_by;
+    if (r->outcome != StoreSettleResult::Outcome::kNotFound &&
+        r->result.used.size() == out.decision.limits.size()) {
+      r->result.allowed = true;
+      ApplyCounters(r->result, 0, CopiedTerms{quotas}, out.decision);
+      for (size_t i = 0; i < r->overshoot.size() && i < out.decision.limits.size(); ++i) {
+        out.decision.limits[i].overshoot = r->overshoot[i];
+      }
+    }
+    std::move(done)(std::move(out));
+  });
+}
+
+void Limiter::Extend(std::string_view id, absl::Duration ttl, ExtendCallback done) const {
+  const std::optional<ReservationRef> ref = ParseReservationId(id);
+  if (!ref.has_value()) {
+    std::move(done)(absl::InvalidArgumentError("reservation: not a reservation id"));
+    return;
+  }
+  if (absl::Status s = CheckTtl(ttl); !s.ok()) {
+    std::move(done)(std::move(s));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  store_->Extend(ref->subject, id, now + ttl, now, std::move(done));
+}
+
+void Limiter::ExpireDue(size_t max,
+                        absl::AnyInvocable<void(absl::StatusOr<size_t>) &&> done) const {
+  store_->DueReservations(
+      clock_->Now(), max,
+      [this, done = std::move(done)](absl::StatusOr<std::vector<DueReservation>> due) mutable {
+        if (!due.ok()) {
+          std::move(done)(due.status());
+          return;
+        }
+        // Ended all at once; the last to finish reports how many ended (or the first failure,
+        // when none did).
+        struct Tally {
+          size_t left = 0;
+          size_t ended = 0;
+          absl::Status failure;
+          absl::AnyInvocable<void(absl::StatusOr<size_t>) &&> done;
+        };
+        if (due->empty()) {
+          std::move(done)(size_t{0});
+          return;
+        }
+        auto tally = std::make_shared<Tally>();
+        tally->left = due->size();
+        tally->done = std::move(done);
+        for (const DueReservation& r : *due) {
+          const Plan* plan = plans_.Find(r.plan);
+          Settle({.id = r.id,
+                  .effective_plan = plan != nullptr ? plan : &NoPlan(),
+                  .end = ReservationEnd::kExpire},
+                 [tally](absl::StatusOr<SettleDecision> s) {
+                   if (!s.ok()) {
+                     if (tally->failure.ok()) tally->failure = s.status();
+                   } else if (s->outcome == StoreSettleResult::Outcome::kEnded) {
+                     ++tally->ended;
+                   }
+                   if (--tally->left > 0) return;
+                   if (!tally->failure.ok() && tally->ended == 0) {
+                     std::move(tally->done)(tally->failure);
+                   } else {
+                     std::move(tally->done)(tally->ended);
+                   }
+                 });
+        }
+      });
 }
 
 absl::StatusOr<const Plan*> Limiter::Resolve(std::string_view subject,

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +51,52 @@ struct GroupPart {
 
 using GroupDecisionCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<Decision>>) &&>;
 
+// Reservations (docs/semantics.md, Reservations and Concurrency).
+inline constexpr absl::Duration kDefaultReservationTtl = absl::Seconds(60);
+inline constexpr absl::Duration kMaxReservationTtl = absl::Hours(1);
+
+struct ReserveRequest {
+  // Who, under which plan; `cost` is charged now, as by Decide (an /v1/authorize that also takes
+  // a lease); 0 for a reservation that charges only when it ends.
+  DecisionRequest decision;
+  int64_t hold = 0;  // the estimate, held on every counting limit (0..kMaxCost)
+  absl::Duration ttl = kDefaultReservationTtl;  // (0, kMaxReservationTtl], whole milliseconds
+};
+
+struct ReserveDecision {
+  Decision decision;  // limits show what is held after it
+  std::string id;     // set iff allowed and recorded (a degraded answer has none)
+  absl::Time expires_at;
+};
+using ReserveCallback = absl::AnyInvocable<void(absl::StatusOr<ReserveDecision>) &&>;
+
+struct SettleRequest {
+  std::string_view id;  // as ReserveDecision::id
+  // The subject's plan now (its effective plan, for a registry subject); null: the plan the
+  // reservation was made under, by name. Read during the call; the Decision refers to it.
+  const Plan* effective_plan = nullptr;
+  int64_t cost = 0;  // ReservationEnd::kSettle: the real cost, 0..kMaxCost
+  ReservationEnd end = ReservationEnd::kSettle;
+};
+
+struct SettleDecision {
+  StoreSettleResult::Outcome outcome = StoreSettleResult::Outcome::kNotFound;
+  // The counters after the call (not for kNotFound); limits carry the overshoot of this charge.
+  Decision decision;
+  int64_t charged = 0;
+  ReservationEnd ended_by = ReservationEnd::kSettle;
+};
+using SettleDecisionCallback = absl::AnyInvocable<void(absl::StatusOr<SettleDecision>) &&>;
+
+// What a reservation id says: whose it is and the plan it was made under. Ids are
+// "rsv_<26 random base32 characters>.<plan>.<subject>", plan and subject in unpadded base64url:
+// any instance can settle one in one store step, knowing where it lives without looking it up.
+struct ReservationRef {
+  std::string subject;
+  std::string plan;
+};
+[[nodiscard]] std::optional<ReservationRef> ParseReservationId(std::string_view id);
+
 struct LimiterOptions {
   config::OnStoreError on_store_error = config::OnStoreError::kAllow;
   // Entries of the over-limit cache (overlimit_cache.h); 0 turns it off. Worth it when the store is
@@ -88,6 +136,21 @@ class Limiter {
   // the call.
   void DecideGroup(std::string_view group, absl::Span<const GroupPart> parts,
                    GroupDecisionCallback done) const;
+
+  // Reserves (ReserveRequest): decided as Decide, with `hold` held besides the cost and a slot of
+  // every concurrent limit taken; if admitted, the reservation is recorded and its id returned.
+  // InvalidArgument for a bad subject, cost, hold or ttl; NotFound for an unknown plan;
+  // Unimplemented from a store without reservations. A failed store: on_store_error decides,
+  // with no reservation (no id).
+  void Reserve(const ReserveRequest& req, ReserveCallback done) const;
+  // Ends a reservation (SettleRequest). InvalidArgument for a malformed id or bad cost; an id
+  // this store does not know is Outcome::kNotFound. Never denied: a settle charges in full.
+  void Settle(const SettleRequest& req, SettleDecisionCallback done) const;
+  // Moves an open reservation's expiry to now + ttl ((0, kMaxReservationTtl]).
+  void Extend(std::string_view id, absl::Duration ttl, ExtendCallback done) const;
+  // Ends up to `max` reservations that are due (ReservationEnd::kExpire, under the plan each was
+  // made under; one whose plan is no longer configured is released). `done` gets how many ended.
+  void ExpireDue(size_t max, absl::AnyInvocable<void(absl::StatusOr<size_t>) &&> done) const;
 
   // Current usage of `subject` under `plan` without consuming anything. Counters follow the
   // subject: they are those of the plan's limits (by name and window), whatever plan counted them.

@@ -20,10 +20,17 @@ void Count(std::atomic<uint64_t>* counter) {
 PlanQuotas PlanQuotas::Of(const Plan& plan) {
   PlanQuotas pq{.plan_tag = plan.tag};
   bool any_shadow = false;
+  bool any_concurrent = false;
   for (const Limit& limit : plan.limits) {
     pq.quotas.push_back(limit.quota);
     pq.tags.push_back(limit.tag);
     any_shadow = any_shadow || limit.shadow;
+    any_concurrent = any_concurrent || limit.window.kind == config::WindowSpec::Kind::kConcurrent;
+  }
+  if (any_concurrent) {
+    for (const Limit& limit : plan.limits) {
+      pq.concurrent.push_back(limit.window.kind == config::WindowSpec::Kind::kConcurrent);
+    }
   }
   // Left empty when no limit is shadow (nearly every plan): a decision copies this.
   if (any_shadow) {

@@ -56,6 +56,8 @@ struct PlanQuotas {
   // Per limit: a shadow limit (Limit::shadow), which never denies; missing: enforced (Of leaves
   // it empty for a plan without shadow limits).
   absl::InlinedVector<bool, 4> shadow;
+  // Per limit: a concurrent limit (window: concurrent); empty when the plan has none.
+  absl::InlinedVector<bool, 4> concurrent;
   // Per limit: Limit::tag (what the limit's counters are known by, whatever the plan).
   absl::InlinedVector<uint32_t, 4> tags;
 

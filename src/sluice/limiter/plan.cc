@@ -89,6 +89,8 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
     auto plan = std::make_unique<Plan>();
     plan->name = pc.name;
     plan->tag = StableHash64(pc.name);
+    plan->charge_on_expiry =
+        pc.on_reservation_expiry == config::PlanConfig::OnReservationExpiry::kCharge;
     plan->index = static_cast<uint32_t>(set.names_.size());
     if (!absl::LoadTimeZone(pc.timezone, &plan->tz)) {
       return absl::InvalidArgumentError(

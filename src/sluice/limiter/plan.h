@@ -90,6 +90,9 @@ struct Plan {
   absl::TimeZone tz;
   std::vector<Limit> limits;  // at least one
   uint64_t tag = 0;           // stable hash of the name: identifies the plan in saved state
+  // An unsettled reservation that expires is charged its estimate (true) or released (false):
+  // the plan's on_reservation_expiry.
+  bool charge_on_expiry = true;
   // Position in PlanSet::names() (kept by WithQuotas), so per-plan state such as metrics can be
   // kept in a vector; kNoIndex in plans built by hand.
   static constexpr uint32_t kNoIndex = UINT32_MAX;

@@ -32,6 +32,33 @@ void Store::DecideGroup(const StoreGroupRequest& req, GroupDecideCallback done) 
   std::move(done)(absl::UnimplementedError("store: group decisions are not supported"));
 }
 
+namespace {
+absl::Status NoReservations() {
+  return absl::UnimplementedError("store: reservations are not supported by this store yet");
+}
+}  // namespace
+
+void Store::Reserve(const StoreReserveRequest& req, DecideCallback done) {
+  (void)req;
+  std::move(done)(NoReservations());
+}
+
+void Store::Settle(const StoreSettleRequest& req, SettleCallback done) {
+  (void)req;
+  std::move(done)(NoReservations());
+}
+
+void Store::Extend(std::string_view subject, std::string_view id, absl::Time expires_at,
+                   absl::Time now, ExtendCallback done) {
+  (void)subject, (void)id, (void)expires_at, (void)now;
+  std::move(done)(NoReservations());
+}
+
+void Store::DueReservations(absl::Time now, size_t max, DueCallback done) {
+  (void)now, (void)max;
+  std::move(done)(NoReservations());
+}
+
 StoreFailure StoreFailureOf(const absl::Status& status) {
   auto payload = status.GetPayload(ToAbsl(kPayloadUrl));
   if (!payload.has_value()) return StoreFailure::kOther;

@@ -73,8 +73,13 @@ struct StoreResult {
   bool allowed = false;
   // Per limit, in plan order: the counter after this request (after the increment if admitted,
   // the unchanged value if denied). A value outside [0, kMaxUsed] is an unusable counter (and the
-  // request was denied).
+  // request was denied). A concurrent limit has no counter: 0.
   absl::InlinedVector<int64_t, 4> used;
+  // Per limit, in plan order: what open reservations hold of it after this request (for a
+  // concurrent limit, the slots taken). Empty when nothing is held on any limit.
+  absl::InlinedVector<int64_t, 4> held;
+
+  [[nodiscard]] int64_t held_at(size_t i) const { return i < held.size() ? held[i] : 0; }
 };
 
 struct LimitUsage {
@@ -121,7 +126,76 @@ struct StoreGroupResult {
   absl::InlinedVector<StoreResult, 4> parts;  // same order; each part's `allowed` == the group's
 };
 
+// Reservations (docs/semantics.md, Reservations and Concurrency). A reservation holds amounts of
+// the limits of its subject's plan until it ends: every counting limit an estimate, every
+// concurrent limit one slot. While held, they count against admission: a limit admits iff
+// used + held + cost <= quota (a concurrent limit: held + 1 <= quota, for any request of cost
+// >= 1, and only reservations take a slot). A reservation ends exactly once — settled (its holds
+// released and a real cost charged to the counting limits, in full even past their quotas),
+// released (nothing charged) or expired (at its expires_at, charged its estimate or released by
+// its plan's on_reservation_expiry) — and is then remembered, for answering a repeated settle the
+// same, until kReservationMemory after its expires_at.
+inline constexpr absl::Duration kReservationMemory = absl::Minutes(10);
+
+struct StoreReserveRequest {
+  // The decision: subject, plan, windows and `cost`, charged now like an admission (an
+  // /v1/authorize that also takes a lease); 0 for a reservation that charges only when settled.
+  StoreRequest decide;
+  int64_t hold = 0;              // held on every counting limit: the estimate (0..kMaxCost)
+  std::string_view id;           // the reservation's id, unique (the caller draws it at random)
+  absl::Time expires_at;         // after decide.now
+  bool charge_on_expiry = true;  // the plan's on_reservation_expiry
+};
+
+// How a reservation ends.
+enum class ReservationEnd : uint8_t {
+  kSettle,   // charge `cost`
+  kRelease,  // charge nothing
+  kExpire,   // only when open and due (expires_at <= now): charge the estimate or release it
+};
+
+struct StoreSettleRequest {
+  // The subject (the reservation's), its plan now, the windows now, and for kSettle the real cost
+  // (0..kMaxCost), charged to every counting limit of this plan.
+  StoreRequest decide;
+  std::string_view id;
+  ReservationEnd end = ReservationEnd::kSettle;
+};
+
+struct StoreSettleResult {
+  enum class Outcome : uint8_t {
+    kEnded,     // ended now
+    kRepeated,  // a settle with the cost it was settled with before: nothing changed
+    kConflict,  // already settled with another cost, released or expired: nothing changed
+    kNotFound,  // no such reservation of this subject (never made, or forgotten)
+    kNotDue,    // kExpire of a reservation not due (extended) or no longer open
+  };
+  Outcome outcome = Outcome::kNotFound;
+  // The counters after this call (every outcome but kNotFound reads them).
+  StoreResult result;
+  // Per limit of the request's plan: what this call charged beyond the quota (0 when nothing).
+  absl::InlinedVector<int64_t, 4> overshoot;
+  int64_t charged = 0;  // what was charged (now, or when it first ended)
+  ReservationEnd ended_by = ReservationEnd::kSettle;  // kRepeated/kConflict: how it had ended
+};
+
+struct StoreExtendResult {
+  enum class Outcome : uint8_t { kExtended, kNotFound, kEnded };
+  Outcome outcome = Outcome::kNotFound;
+  absl::Time expires_at;  // kExtended: the new expiry
+};
+
+// An open reservation whose expires_at has passed (Store::DueReservations).
+struct DueReservation {
+  std::string id;
+  std::string subject;
+  std::string plan;  // the plan it was made under
+};
+
 using DecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreResult>) &&>;
+using SettleCallback = absl::AnyInvocable<void(absl::StatusOr<StoreSettleResult>) &&>;
+using ExtendCallback = absl::AnyInvocable<void(absl::StatusOr<StoreExtendResult>) &&>;
+using DueCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<DueReservation>>) &&>;
 using GroupDecideCallback = absl::AnyInvocable<void(absl::StatusOr<StoreGroupResult>) &&>;
 using UsageCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<LimitUsage>>) &&>;
 using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
@@ -164,6 +238,23 @@ class Store {
   // of every limit of the plan; the subject's counters of limits the plan does not have are kept.
   virtual void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
                      StatusCallback done) = 0;
+
+  // Reservations (see kReservationMemory above). Each is one atomic step. The defaults answer
+  // Unimplemented: a store without reservations.
+  //
+  // Decides req.decide with req.hold held besides its cost; if admitted, charges the cost (as
+  // Decide), holds the estimate and the slots, and records the reservation. The result's `held`
+  // is after it. AlreadyExists when the id is taken.
+  virtual void Reserve(const StoreReserveRequest& req, DecideCallback done);
+  // Ends reservation `req.id` of subject req.decide.subject as req.end says (a settle charges
+  // req.decide.cost; alerts fire on what is charged, as for an admission; never denied).
+  virtual void Settle(const StoreSettleRequest& req, SettleCallback done);
+  // Moves an open reservation's expiry to `expires_at` (later or earlier; after `now`).
+  virtual void Extend(std::string_view subject, std::string_view id, absl::Time expires_at,
+                      absl::Time now, ExtendCallback done);
+  // Up to `max` open reservations due at `now` (expires_at <= now), for whoever ends them
+  // (Settle with kExpire, which decides again whether each is still due).
+  virtual void DueReservations(absl::Time now, size_t max, DueCallback done);
 };
 
 }  // namespace limiter

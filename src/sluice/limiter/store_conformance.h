@@ -82,6 +82,23 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   std::unique_ptr<Limiter> limiter_;
 };
 
+// Reservations, concurrency limits and settlement (reservation_conformance.cc), for the stores
+// that support them: instantiated like StoreConformanceTest.
+class ReservationConformanceTest : public StoreConformanceTest {
+ protected:
+  // Plan "p": per_minute 100 (1m), daily 1,000 (day, alerts at 80 and 100), inflight 3
+  // (concurrent), with the given on_reservation_expiry.
+  void UseReservationPlans(bool charge_on_expiry = true);
+  // Reserves `hold` (charging `cost` now) for `ttl`; fails the test on an error status.
+  ReserveDecision Reserve(const std::string& subject, int64_t hold,
+                          absl::Duration ttl = absl::Seconds(60), int64_t cost = 0,
+                          const std::string& plan = "p");
+  // Ends reservation `id` as `end` says (a settle charges `cost`); fails on an error status.
+  SettleDecision End(const std::string& id, ReservationEnd end, int64_t cost = 0);
+  // Ends the due reservations (Limiter::ExpireDue); how many ended.
+  size_t ExpireDue();
+};
+
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_STORE_CONFORMANCE_H_

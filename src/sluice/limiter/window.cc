@@ -78,6 +78,8 @@ const char* CalendarName(config::WindowSpec::Kind kind) {
       return "month";
     case config::WindowSpec::Kind::kYear:
       return "year";
+    case config::WindowSpec::Kind::kConcurrent:
+      return "concurrent";
     case config::WindowSpec::Kind::kFixed:
       break;
   }
@@ -96,6 +98,10 @@ WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, 
       return MonthWindowAt(tz, t);
     case config::WindowSpec::Kind::kYear:
       return YearWindowAt(tz, t);
+    case config::WindowSpec::Kind::kConcurrent:
+      // No window: what is held now. An empty span at `t` (reset_after 0), so nothing of it
+      // outlives the request (stores write no counter for a concurrent limit).
+      return {.id = 0, .start = t, .end = t};
     case config::WindowSpec::Kind::kFixed:
       break;
   }
@@ -106,6 +112,7 @@ std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz) 
   if (spec.kind == config::WindowSpec::Kind::kFixed) {
     return absl::StrCat(absl::ToInt64Seconds(spec.length), "s");
   }
+  if (spec.kind == config::WindowSpec::Kind::kConcurrent) return "concurrent";
   std::string key = absl::StrCat(CalendarName(spec.kind), "@", tz.name());
   std::replace(key.begin(), key.end(), ':', '.');
   return key;

@@ -22,7 +22,7 @@ inline namespace limiter {
 struct WindowBounds {
   int64_t id = 0;    // distinct and increasing for consecutive windows of one spec and zone
   absl::Time start;  // inclusive
-  absl::Time end;    // exclusive; always > start
+  absl::Time end;    // exclusive; > start, except for a concurrent limit: start == end (no window)
 
   friend bool operator==(const WindowBounds&, const WindowBounds&) = default;
 };

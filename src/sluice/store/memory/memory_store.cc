@@ -37,6 +37,31 @@ struct Entry {
 static_assert(sizeof(Entry) == 48);
 
 using Map = absl::flat_hash_map<std::string, Entry, SubjectHash, SubjectEq>;
+
+// What open reservations hold of one limit of a subject (a concurrent limit: slots).
+struct Hold {
+  uint16_t tag = 0;  // as Counter::tag
+  int64_t amount = 0;
+};
+using Holds = absl::InlinedVector<Hold, 2>;
+
+// One reservation (store.h). Open until it ends; then kept, ended, for answering a repeated
+// settle, until kReservationMemory after its expires_at.
+struct Reservation {
+  std::string subject;
+  std::string plan;
+  Holds holds;           // what it holds while open
+  int64_t estimate = 0;  // charged at expiry under charge_on_expiry
+  absl::Time expires_at;
+  bool charge_on_expiry = true;
+  bool open = true;
+  ReservationEnd ended_by = ReservationEnd::kSettle;
+  int64_t charged = 0;  // when ended: what it charged
+};
+
+bool Concurrent(const Limit& limit) {
+  return limit.window.kind == config::WindowSpec::Kind::kConcurrent;
+}
 using OtherQuotas = absl::InlinedVector<MemoryStore::OtherQuota, 1>;
 // Bound of a subject's side-table records (Shard::Stash).
 constexpr size_t kMaxOtherQuotas = 16;
@@ -118,6 +143,47 @@ struct alignas(64) MemoryStore::Shard {
   absl::flat_hash_map<uint32_t, std::shared_ptr<const AlertLayout>> layouts;
   // Bits of quotas not in force, by subject (MemoryStore::OtherQuota). Guarded by mu.
   absl::flat_hash_map<std::string, OtherQuotas, SubjectHash, SubjectEq> others;
+  // What open reservations hold, by subject: only subjects with an open reservation, so the
+  // others pay one emptiness check per decision for it. Guarded by mu.
+  absl::flat_hash_map<std::string, Holds, SubjectHash, SubjectEq> holds;
+  // The reservations of this shard's subjects, by id. Guarded by mu.
+  absl::flat_hash_map<std::string, Reservation, SubjectHash, SubjectEq> reservations;
+
+  const Holds* HoldsOf(std::string_view subject) const {
+    if (holds.empty()) [[likely]]
+      return nullptr;
+    auto it = holds.find(subject);
+    return it == holds.end() ? nullptr : &it->second;
+  }
+  static int64_t HeldOf(const Holds* list, uint16_t tag) {
+    if (list == nullptr) return 0;
+    for (const Hold& h : *list) {
+      if (h.tag == tag) return h.amount;
+    }
+    return 0;
+  }
+  // Adds (sign +1) or takes back (-1) what `r` holds.
+  void ChangeHolds(const Reservation& r, int sign) {
+    if (r.holds.empty()) return;
+    Holds& list = holds[r.subject];
+    for (const Hold& h : r.holds) {
+      auto it =
+          std::find_if(list.begin(), list.end(), [&](const Hold& x) { return x.tag == h.tag; });
+      if (it == list.end()) it = list.insert(list.end(), Hold{.tag = h.tag});
+      it->amount = std::clamp<int64_t>(it->amount + sign * h.amount, 0, kMaxUsed);
+    }
+    list.erase(
+        std::remove_if(list.begin(), list.end(), [](const Hold& x) { return x.amount == 0; }),
+        list.end());
+    if (list.empty()) holds.erase(r.subject);
+  }
+  // result.held for `plan`: what is held of each of its limits now (empty when nothing is).
+  void FillHeld(std::string_view subject, const Plan& plan, StoreResult& result) const {
+    result.held.clear();
+    const Holds* list = HoldsOf(subject);
+    if (list == nullptr) return;
+    for (const Limit& limit : plan.limits) result.held.push_back(HeldOf(list, Tag16(limit)));
+  }
 
   const AlertLayout* Layout(uint32_t id) const {
     auto it = layouts.find(id);
@@ -242,8 +308,13 @@ struct alignas(64) MemoryStore::Shard {
   // The first half of a decision, under the lock: finds (and adapts) the subject's entry, fills
   // result.used with the counters in the request's windows and result.allowed with whether every
   // limit fits. Changes no counter. Returns the entry, or nullptr when the subject has none.
+  //
+  // What open reservations hold counts as used; `hold` more is asked for on every counting limit
+  // besides the cost, and `slot` asks for a slot of every concurrent limit (a reservation). Any
+  // request of cost >= 1 needs a free slot; only a reservation takes one.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Entry* Admit(const StoreRequest& req, size_t hash,
-                                            StoreResult& result) {
+                                            StoreResult& result, int64_t hold = 0,
+                                            bool slot = false) {
     const Plan& plan = *req.plan;
     const size_t n = plan.limits.size();
     result.used.clear();  // filled below, one push at a time (resize() zeroes them out of line)
@@ -252,18 +323,30 @@ struct alignas(64) MemoryStore::Shard {
     if (entry != nullptr && (entry->alert_layout != plan.alert_layout || !Aligned(*entry, plan))) {
       Adapt(req.subject, *entry, plan);
     }
+    const Holds* held = HoldsOf(req.subject);
     bool allowed = true;
     for (size_t i = 0; i < n; ++i) {
+      const Limit& limit = plan.limits[i];
+      if (Concurrent(limit)) [[unlikely]] {
+        result.used.emplace_back(0);
+        const int64_t need = req.cost > 0 || slot ? 1 : 0;
+        if (HeldOf(held, Tag16(limit)) > limit.quota - need && !limit.shadow) allowed = false;
+        continue;
+      }
       const MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
       const int64_t used = result.used.emplace_back(UsedNow(c, req.windows[i]));
-      // Written so that nothing overflows: an unusable counter (store.h) only comes from crafted
-      // state, and it denies. A shadow limit never denies.
-      if ((!UsableCounter(used) || used > plan.limits[i].quota - req.cost) &&
-          !plan.limits[i].shadow) [[unlikely]] {
+      // Written so that nothing overflows (quota, held <= kMaxUsed; cost, hold <= kMaxCost): an
+      // unusable counter (store.h) only comes from crafted state, and it denies. A shadow limit
+      // never denies.
+      const int64_t room =
+          limit.quota - req.cost - (held ? HeldOf(held, Tag16(limit)) + hold : hold);
+      if ((!UsableCounter(used) || used > room) && !limit.shadow) [[unlikely]] {
         allowed = false;
       }
     }
     result.allowed = allowed;
+    if (held != nullptr) [[unlikely]]
+      FillHeld(req.subject, plan, result);
     return entry;
   }
 
@@ -284,6 +367,8 @@ struct alignas(64) MemoryStore::Shard {
     bool wrote = false;  // the expiry is computed once, and only when something was written
     for (size_t i = 0; i < n; ++i) {
       const Limit& limit = plan.limits[i];
+      if (Concurrent(limit)) [[unlikely]]
+        continue;  // no counter: reservations hold its slots
       const WindowBounds& w = req.windows[i];
       // An unusable counter denies (unless shadow) but is left as it is: nothing is written or
       // fired for it.
@@ -295,7 +380,7 @@ struct alignas(64) MemoryStore::Shard {
         if (!UsableCounter(used)) [[unlikely]]
           continue;
         after = used > kMaxUsed - req.cost ? kMaxUsed : used + req.cost;
-      } else if (!UsableCounter(used) || used <= limit.quota - req.cost) {
+      } else if (!UsableCounter(used) || used <= limit.quota - req.cost - result.held_at(i)) {
         continue;  // a denial fires only for a limit that denied (or, shadow, would have)
       }
 
@@ -475,6 +560,156 @@ void MemoryStore::Reset(const StoreRequest& req, std::optional<size_t> limit_ind
   std::move(done)(absl::OkStatus());
 }
 
+void MemoryStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
+  const StoreRequest& d = req.decide;
+  const size_t hash = SubjectHash{}(d.subject);
+  Shard& shard = ShardForHash(hash);
+  StoreResult result;
+  bool recorded = false;
+  {
+    std::lock_guard lock(shard.mu);
+    if (shard.reservations.contains(req.id)) {
+      std::move(done)(absl::AlreadyExistsError("store: reservation id already in use"));
+      return;
+    }
+    Entry* entry = shard.Admit(d, hash, result, req.hold, /*slot=*/true);
+    recorded = shard.Apply(d, entry, result, outbox_, options_.grace);
+    if (result.allowed) {
+      Reservation r{.subject = std::string(d.subject),
+                    .plan = d.plan->name,
+                    .estimate = req.hold,
+                    .expires_at = req.expires_at,
+                    .charge_on_expiry = req.charge_on_expiry};
+      for (const Limit& limit : d.plan->limits) {
+        const int64_t amount = Concurrent(limit) ? 1 : req.hold;
+        if (amount > 0) r.holds.push_back({.tag = Tag16(limit), .amount = amount});
+      }
+      shard.ChangeHolds(r, +1);
+      shard.reservations.emplace(std::string(req.id), std::move(r));
+      shard.FillHeld(d.subject, *d.plan, result);
+    }
+  }
+  if (recorded) outbox_.NotifyRecorded();
+  std::move(done)(std::move(result));
+}
+
+void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
+  using Outcome = StoreSettleResult::Outcome;
+  const StoreRequest& d = req.decide;
+  const size_t hash = SubjectHash{}(d.subject);
+  Shard& shard = ShardForHash(hash);
+  StoreSettleResult out;
+  bool recorded = false;
+  {
+    std::lock_guard lock(shard.mu);
+    auto it = shard.reservations.find(req.id);
+    if (it == shard.reservations.end() || it->second.subject != d.subject) {
+      out.outcome = Outcome::kNotFound;
+      std::move(done)(std::move(out));
+      return;
+    }
+    Reservation& r = it->second;
+    StoreRequest charge = d;
+    charge.cost = 0;
+    if (!r.open) {
+      out.ended_by = r.ended_by;
+      out.charged = r.charged;
+      if (req.end == ReservationEnd::kExpire) {
+        out.outcome = Outcome::kNotDue;
+      } else if (req.end == r.ended_by &&
+                 (req.end == ReservationEnd::kRelease || d.cost == r.charged)) {
+        out.outcome = Outcome::kRepeated;
+      } else {
+        out.outcome = Outcome::kConflict;
+      }
+    } else if (req.end == ReservationEnd::kExpire && r.expires_at > d.now) {
+      out.outcome = Outcome::kNotDue;
+    } else {
+      out.outcome = Outcome::kEnded;
+      switch (req.end) {
+        case ReservationEnd::kSettle:
+          charge.cost = d.cost;
+          break;
+        case ReservationEnd::kRelease:
+          break;
+        case ReservationEnd::kExpire:
+          charge.cost = r.charge_on_expiry ? r.estimate : 0;
+          break;
+      }
+      shard.ChangeHolds(r, -1);
+      r.holds.clear();
+      r.open = false;
+      r.ended_by = req.end;
+      r.charged = charge.cost;
+      out.ended_by = req.end;
+      out.charged = charge.cost;
+    }
+    // Read the counters (adapting the entry to the plan); a charge is applied as an admission
+    // whatever the quotas say: the work was done.
+    Entry* entry = shard.Admit(charge, hash, out.result);
+    out.result.allowed = true;
+    if (out.outcome == Outcome::kEnded && charge.cost > 0) {
+      const absl::InlinedVector<int64_t, 4> before = out.result.used;
+      recorded = shard.Apply(charge, entry, out.result, outbox_, options_.grace);
+      out.overshoot.resize(before.size());
+      for (size_t i = 0; i < before.size(); ++i) {
+        const int64_t quota = d.plan->limits[i].quota;
+        const int64_t after = out.result.used[i];
+        if (UsableCounter(before[i]) && UsableCounter(after) && after > quota) {
+          out.overshoot[i] = after - std::max(quota, before[i]);
+        }
+      }
+    }
+    shard.FillHeld(d.subject, *d.plan, out.result);
+  }
+  if (recorded) outbox_.NotifyRecorded();
+  std::move(done)(std::move(out));
+}
+
+void MemoryStore::Extend(std::string_view subject, std::string_view id, absl::Time expires_at,
+                         absl::Time now, ExtendCallback done) {
+  (void)now;
+  Shard& shard = ShardFor(subject);
+  StoreExtendResult out;
+  {
+    std::lock_guard lock(shard.mu);
+    auto it = shard.reservations.find(id);
+    if (it == shard.reservations.end() || it->second.subject != subject) {
+      out.outcome = StoreExtendResult::Outcome::kNotFound;
+    } else if (!it->second.open) {
+      out.outcome = StoreExtendResult::Outcome::kEnded;
+    } else {
+      it->second.expires_at = expires_at;
+      out.outcome = StoreExtendResult::Outcome::kExtended;
+      out.expires_at = expires_at;
+    }
+  }
+  std::move(done)(out);
+}
+
+void MemoryStore::DueReservations(absl::Time now, size_t max, DueCallback done) {
+  std::vector<DueReservation> due;
+  for (size_t s = 0; s < (size_t{1} << shard_bits_) && due.size() < max; ++s) {
+    std::lock_guard lock(shards_[s].mu);
+    for (const auto& [id, r] : shards_[s].reservations) {
+      if (due.size() >= max) break;
+      if (r.open && r.expires_at <= now) {
+        due.push_back({.id = id, .subject = r.subject, .plan = r.plan});
+      }
+    }
+  }
+  std::move(done)(std::move(due));
+}
+
+size_t MemoryStore::open_reservations() const {
+  size_t total = 0;
+  for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
+    std::lock_guard lock(shards_[s].mu);
+    for (const auto& [id, r] : shards_[s].reservations) total += r.open ? 1 : 0;
+  }
+  return total;
+}
+
 size_t MemoryStore::Sweep(absl::Time now) {
   const int64_t now_s = absl::ToUnixSeconds(now);
   size_t removed = 0;
@@ -496,6 +731,11 @@ size_t MemoryStore::Sweep(absl::Time now) {
     });
     absl::erase_if(shard.layouts, [&](const auto& kv) {
       return std::find(in_use.begin(), in_use.end(), kv.first) == in_use.end();
+    });
+    // Ended reservations are remembered until kReservationMemory after their expiry; open ones
+    // stay until they end (the reservation expirer ends those that are due).
+    absl::erase_if(shard.reservations, [&](const auto& kv) {
+      return !kv.second.open && kv.second.expires_at + kReservationMemory <= now;
     });
     absl::erase_if(shard.others, [&](auto& kv) {
       OtherQuotas& list = kv.second;

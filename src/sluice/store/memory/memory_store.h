@@ -93,7 +93,19 @@ class MemoryStore final : public Store {
   void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
              StatusCallback done) override;
 
-  // Drops every entry whose windows all ended (plus grace) at or before `now`. Returns how many.
+  // Reservations (store.h): kept in the shard of their subject, so each is one step under that
+  // shard's lock.
+  void Reserve(const StoreReserveRequest& req, DecideCallback done) override;
+  void Settle(const StoreSettleRequest& req, SettleCallback done) override;
+  void Extend(std::string_view subject, std::string_view id, absl::Time expires_at, absl::Time now,
+              ExtendCallback done) override;
+  // Visits every shard (a linear scan of its reservations): called about once a second.
+  void DueReservations(absl::Time now, size_t max, DueCallback done) override;
+  // Open reservations, for tests and metrics.
+  [[nodiscard]] size_t open_reservations() const;
+
+  // Drops every entry whose windows all ended (plus grace) at or before `now`, and every ended
+  // reservation forgotten by then. Returns how many entries.
   size_t Sweep(absl::Time now);
 
   [[nodiscard]] size_t subject_count() const;

@@ -66,6 +66,10 @@ INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
                              "memory", [] { return std::make_unique<MemoryHarness>(); }}),
                          StoreHarnessName);
+INSTANTIATE_TEST_SUITE_P(Memory, ReservationConformanceTest,
+                         ::testing::Values(StoreHarnessFactory{
+                             "memory", [] { return std::make_unique<MemoryHarness>(); }}),
+                         StoreHarnessName);
 
 // Memory-store specifics: sweeping, a full outbox, reloads, and concurrency.
 class MemoryStoreTest : public ::testing::Test {
