@@ -166,7 +166,8 @@ class DocumentTest(unittest.TestCase):
                 self.assertIs(p.get("required"), True, where)
 
     def test_every_path_names_its_plane_and_answers_other_methods_with_405(self):
-        data = {"/v1/check", "/v1/authorize"}
+        data = {"/v1/check", "/v1/authorize", "/v1/reserve", "/v1/reservations/{id}",
+                "/v1/reservations/{id}/settle", "/v1/reservations/{id}/extend"}
         for template, item in self.doc["paths"].items():
             urls = [s["url"] for s in item["servers"]]
             self.assertEqual(urls, ["http://127.0.0.1:8080" if template in data
@@ -192,8 +193,8 @@ class SelfTest(unittest.TestCase):
 
     DECISION = {"allowed": True, "subject": "u", "plan": "free", "degraded": False,
                 "retry_after": 0, "violated": [],
-                "limits": [{"name": "per_minute", "quota": 60, "used": 1, "remaining": 59,
-                            "reset_after": 42, "window": "1m"}]}
+                "limits": [{"name": "per_minute", "quota": 60, "used": 1, "held": 0,
+                            "remaining": 59, "reset_after": 42, "window": "1m"}]}
     HEADERS = {"Content-Type": "application/json",
                "RateLimit-Policy": '"per_minute";q=60;w=60',
                "RateLimit": '"per_minute";r=59;t=42',
@@ -321,6 +322,38 @@ class DataPlaneTest(LiveTestCase):
         self.check({"subject": "t", "plan": "tiny", "cost": 2})
         status, _, body = self.check({"subject": "t", "plan": "tiny"})
         self.assertEqual((status, json.loads(body)["violated"]), (200, ["per_minute"]))
+
+    def test_reservations_settle_extend_release_and_their_refusals(self):
+        json_type = {"Content-Type": "application/json"}
+
+        def reserve(payload):
+            return self.data("POST", "/v1/reserve", "/v1/reserve", json.dumps(payload), json_type)
+
+        status, _, body = reserve({"subject": "r-1", "plan": "free", "cost": 5, "ttl": "30s"})
+        rid = json.loads(body)["reservation"]
+        self.assertEqual(status, 200)
+        denied = json.loads(reserve({"subject": "t", "plan": "tiny", "cost": 3})[2])
+        self.assertNotIn("reservation", denied)
+        self.assertEqual(reserve({"subject": "r-1", "plan": "free", "ttl": "2h"})[0], 400)
+        settle, extend = f"/v1/reservations/{rid}/settle", f"/v1/reservations/{rid}/extend"
+        self.assertEqual(self.data("POST", extend, "/v1/reservations/{id}/extend",
+                                   json.dumps({"ttl": "1m"}), json_type)[0], 200)
+        self.assertEqual(self.data("POST", settle, "/v1/reservations/{id}/settle",
+                                   json.dumps({"cost": 4}), json_type)[0], 200)
+        self.assertEqual(self.data("POST", settle, "/v1/reservations/{id}/settle",
+                                   json.dumps({"cost": 5}), json_type)[0], 409)
+        self.assertEqual(self.data("POST", settle, "/v1/reservations/{id}/settle",
+                                   json.dumps({}), json_type)[0], 400)
+        self.assertEqual(self.data("POST", extend, "/v1/reservations/{id}/extend")[0], 409)
+        self.assertEqual(self.data("DELETE", f"/v1/reservations/{rid}",
+                                   "/v1/reservations/{id}")[0], 409)
+        self.assertEqual(self.data("DELETE", "/v1/reservations/rsv_none",
+                                   "/v1/reservations/{id}")[0], 404)
+        self.assertEqual(self.data("GET", f"/v1/reservations/{rid}",
+                                   "/v1/reservations/{id}")[0], 405)
+        other = json.loads(reserve({"subject": "r-2", "plan": "free", "cost": 1})[2])
+        self.assertEqual(self.data("DELETE", f"/v1/reservations/{other['reservation']}",
+                                   "/v1/reservations/{id}")[0], 204)
 
     def test_check_by_api_key_and_peek(self):
         self.assertEqual(self.check({"api_key": "key-free", "cost": 0})[0], 200)

@@ -39,6 +39,27 @@ FrontendMetrics::FrontendMetrics(metrics::Registry& registry)
       "sluice_store_up",
       "1 if the store answered the latest decision or readiness probe, 0 if it failed.",
       [this] { return store_health_.ok() ? 1.0 : 0.0; });
+  reservations_ended_ = &registry.AddCounterFamily(
+      "sluice_reservations_ended_total",
+      "Reservations that ended, by how: settled, released or expired (charged its estimate or "
+      "released by the plan's on_reservation_expiry).",
+      {"how"});
+  overshoot_ = &registry.AddCounterFamily(
+      "sluice_overshoot_total",
+      "Units charged beyond a limit's quota by settled reservations (the real cost exceeded what "
+      "was left), by plan and limit.",
+      {"plan", "limit"});
+}
+
+void FrontendMetrics::CountEnded(ReservationEnd how, const Decision& d) {
+  const char* name = how == ReservationEnd::kSettle    ? "settled"
+                     : how == ReservationEnd::kRelease ? "released"
+                                                       : "expired";
+  reservations_ended_->WithLabels({name}).Inc();
+  for (const LimitDecision& l : d.limits) {
+    if (l.overshoot <= 0 || l.limit == nullptr || d.plan == nullptr) continue;
+    overshoot_->WithLabels({d.plan->name, l.limit->name}).Inc(static_cast<uint64_t>(l.overshoot));
+  }
 }
 
 void FrontendMetrics::CountDecision(const Frontend& fe, const std::string& plan,

@@ -78,6 +78,13 @@ class FrontendMetrics {
   void ObserveDecisionSeconds(double seconds) { decision_seconds_.Observe(seconds); }
   void ConnectionOpened() { connections_.Add(1); }
   void ConnectionClosed() { connections_.Add(-1); }
+  // Counts a reservation that ended now, `how`, and what its charge (`d`, the decision after it)
+  // put past each limit's quota.
+  void CountEnded(ReservationEnd how, const Decision& d);
+  // Counts `n` reservations that expired (ended by the expirer).
+  void CountExpired(size_t n) {
+    if (n > 0) reservations_ended_->WithLabels({"expired"}).Inc(n);
+  }
 
  private:
   metrics::CounterFamily& decisions_;
@@ -88,6 +95,8 @@ class FrontendMetrics {
   metrics::CounterFamily& store_errors_;
   metrics::Histogram& decision_seconds_;
   metrics::Gauge& connections_;
+  metrics::CounterFamily* reservations_ended_ = nullptr;
+  metrics::CounterFamily* overshoot_ = nullptr;
   StoreHealth store_health_;
 };
 

@@ -481,34 +481,36 @@ TEST_F(AnswersGoldenTest, CheckAdmission) {
             "X-RateLimit-Limit: 2\r\n"
             "X-RateLimit-Remaining: 1\r\n"
             "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 279\r\n"
+            "Content-Length: 297\r\n"
             "\r\n"
             "{\"allowed\":true,\"subject\":\"user-1\",\"plan\":\"free\",\"degraded\":false,"
             "\"retry_after\":0,\"violated\":[],\"limits\":[{\"name\":\"per_minute\",\"quota\":2,"
-            "\"used\":1,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
-            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"remaining\":9,\"reset_after\":35982,"
+            "\"used\":1,\"held\":0,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
+            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"held\":0,\"remaining\":9,\"reset_"
+            "after\":35982,"
             "\"window\":\"day\"}]}");
 }
 
 TEST_F(AnswersGoldenTest, CheckDenial) {
   const uint16_t port = Start(&store_);
   Answer(port, Check(R"({"subject":"user-9","plan":"free","cost":2})"));
-  EXPECT_EQ(Answer(port, Check(R"({"subject":"user-9","plan":"free"})")),
-            "HTTP/1.1 200 OK\r\n"
-            "Date: <date>\r\n"
-            "Content-Type: application/json\r\n"
-            "RateLimit-Policy: \"per_minute\";q=2;w=60, \"daily\";q=10;w=86400\r\n"
-            "RateLimit: \"per_minute\";r=0;t=42, \"daily\";r=8;t=35982\r\n"
-            "X-RateLimit-Limit: 2\r\n"
-            "X-RateLimit-Remaining: 0\r\n"
-            "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 293\r\n"
-            "\r\n"
-            "{\"allowed\":false,\"subject\":\"user-9\",\"plan\":\"free\",\"degraded\":false,"
-            "\"retry_after\":42,\"violated\":[\"per_minute\"],"
-            "\"limits\":[{\"name\":\"per_minute\",\"quota\":2,\"used\":2,\"remaining\":0,"
-            "\"reset_after\":42,\"window\":\"1m\"},{\"name\":\"daily\",\"quota\":10,\"used\":2,"
-            "\"remaining\":8,\"reset_after\":35982,\"window\":\"day\"}]}");
+  EXPECT_EQ(
+      Answer(port, Check(R"({"subject":"user-9","plan":"free"})")),
+      "HTTP/1.1 200 OK\r\n"
+      "Date: <date>\r\n"
+      "Content-Type: application/json\r\n"
+      "RateLimit-Policy: \"per_minute\";q=2;w=60, \"daily\";q=10;w=86400\r\n"
+      "RateLimit: \"per_minute\";r=0;t=42, \"daily\";r=8;t=35982\r\n"
+      "X-RateLimit-Limit: 2\r\n"
+      "X-RateLimit-Remaining: 0\r\n"
+      "X-RateLimit-Reset: 42\r\n"
+      "Content-Length: 311\r\n"
+      "\r\n"
+      "{\"allowed\":false,\"subject\":\"user-9\",\"plan\":\"free\",\"degraded\":false,"
+      "\"retry_after\":42,\"violated\":[\"per_minute\"],"
+      "\"limits\":[{\"name\":\"per_minute\",\"quota\":2,\"used\":2,\"held\":0,\"remaining\":0,"
+      "\"reset_after\":42,\"window\":\"1m\"},{\"name\":\"daily\",\"quota\":10,\"used\":2,"
+      "\"held\":0,\"remaining\":8,\"reset_after\":35982,\"window\":\"day\"}]}");
 }
 
 TEST_F(AnswersGoldenTest, CheckStoreFailureUnderDeny) {
@@ -524,12 +526,13 @@ TEST_F(AnswersGoldenTest, CheckStoreFailureUnderDeny) {
             "X-RateLimit-Limit: 2\r\n"
             "X-RateLimit-Remaining: 2\r\n"
             "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 280\r\n"
+            "Content-Length: 298\r\n"
             "\r\n"
             "{\"allowed\":false,\"subject\":\"user-9\",\"plan\":\"free\",\"degraded\":true,"
             "\"retry_after\":0,\"violated\":[],\"limits\":[{\"name\":\"per_minute\",\"quota\":2,"
-            "\"used\":0,\"remaining\":2,\"reset_after\":42,\"window\":\"1m\"},"
-            "{\"name\":\"daily\",\"quota\":10,\"used\":0,\"remaining\":10,\"reset_after\":35982,"
+            "\"used\":0,\"held\":0,\"remaining\":2,\"reset_after\":42,\"window\":\"1m\"},"
+            "{\"name\":\"daily\",\"quota\":10,\"used\":0,\"held\":0,\"remaining\":10,\"reset_"
+            "after\":35982,"
             "\"window\":\"day\"}]}");
 }
 
@@ -546,12 +549,13 @@ TEST_F(AnswersGoldenTest, CheckShadowLimitThatWouldHaveDenied) {
             "X-RateLimit-Limit: 5\r\n"
             "X-RateLimit-Remaining: 3\r\n"
             "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 279\r\n"
+            "Content-Length: 297\r\n"
             "\r\n"
             "{\"allowed\":true,\"subject\":\"user-2\",\"plan\":\"trial\",\"degraded\":false,"
             "\"retry_after\":0,\"violated\":[],\"limits\":[{\"name\":\"per_minute\",\"quota\":5,"
-            "\"used\":2,\"remaining\":3,\"reset_after\":42,\"window\":\"1m\"},"
-            "{\"name\":\"preview\",\"quota\":1,\"used\":2,\"remaining\":0,\"reset_after\":3582,"
+            "\"used\":2,\"held\":0,\"remaining\":3,\"reset_after\":42,\"window\":\"1m\"},"
+            "{\"name\":\"preview\",\"quota\":1,\"used\":2,\"held\":0,\"remaining\":0,\"reset_"
+            "after\":3582,"
             "\"window\":\"1h\"}]}");
 }
 
@@ -809,12 +813,13 @@ TEST_F(AnswersGoldenTest, AChunkedBodyIsReadWhole) {
             "X-RateLimit-Limit: 2\r\n"
             "X-RateLimit-Remaining: 1\r\n"
             "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 279\r\n"
+            "Content-Length: 297\r\n"
             "\r\n"
             "{\"allowed\":true,\"subject\":\"user-1\",\"plan\":\"free\",\"degraded\":false,"
             "\"retry_after\":0,\"violated\":[],\"limits\":[{\"name\":\"per_minute\",\"quota\":2,"
-            "\"used\":1,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
-            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"remaining\":9,\"reset_after\":35982,"
+            "\"used\":1,\"held\":0,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
+            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"held\":0,\"remaining\":9,\"reset_"
+            "after\":35982,"
             "\"window\":\"day\"}]}");
 }
 
@@ -840,12 +845,13 @@ TEST_F(AnswersGoldenTest, AnExpectationOfContinueIsAnsweredFirst) {
             "X-RateLimit-Limit: 2\r\n"
             "X-RateLimit-Remaining: 1\r\n"
             "X-RateLimit-Reset: 42\r\n"
-            "Content-Length: 279\r\n"
+            "Content-Length: 297\r\n"
             "\r\n"
             "{\"allowed\":true,\"subject\":\"user-1\",\"plan\":\"free\",\"degraded\":false,"
             "\"retry_after\":0,\"violated\":[],\"limits\":[{\"name\":\"per_minute\",\"quota\":2,"
-            "\"used\":1,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
-            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"remaining\":9,\"reset_after\":35982,"
+            "\"used\":1,\"held\":0,\"remaining\":1,\"reset_after\":42,\"window\":\"1m\"},"
+            "{\"name\":\"daily\",\"quota\":10,\"used\":1,\"held\":0,\"remaining\":9,\"reset_"
+            "after\":35982,"
             "\"window\":\"day\"}]}");
 }
 

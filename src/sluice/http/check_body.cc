@@ -4,12 +4,15 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "sluice/common/strings.h"
+#include "sluice/config/vocabulary.h"
 #include "sluice/frontend/cost.h"
 #include "sluice/limiter/limiter.h"
 
@@ -55,15 +58,14 @@ absl::Status ReadCost(const Json& value, int64_t& out) {
   return FieldError("cost", absl::StrCat("must be an integer from 0 to ", kMaxCost));
 }
 
-}  // namespace
-
-absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
+// Parses `body` as a JSON object whose members are among `fields`; the errors of ParseCheckBody.
+absl::StatusOr<Json> ParseObject(std::string_view body, absl::Span<const char* const> fields) {
   // The parser callback sees top-level member names in document order, so the first unknown name is
   // the one reported. It also catches repeats: nlohmann keeps the last of repeated members without
   // a word, and two readers of one body must not disagree on its subject.
   std::optional<std::string> unknown;
   const char* duplicate = nullptr;
-  bool seen[std::size(kFields)] = {};
+  std::vector<bool> seen(fields.size(), false);
   // The member whose value is being parsed: a number nlohmann cannot hold is refused mid-parse.
   std::string member;
   const Json::parser_callback_t note_names = [&](int depth, Json::parse_event_t event,
@@ -71,14 +73,14 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
     if (depth != 1 || event != Json::parse_event_t::key) return true;
     const std::string& name = parsed.get_ref<const std::string&>();
     member = name.substr(0, kMaxQuotedName);
-    const auto field = std::find(std::begin(kFields), std::end(kFields), name);
-    if (field == std::end(kFields)) {
+    const auto field = std::find(fields.begin(), fields.end(), name);
+    if (field == fields.end()) {
       // Quoted back shortened: a body may be up to 64 KiB.
       if (!unknown) unknown = name.substr(0, kMaxQuotedName);
     } else {
-      bool& was_seen = seen[field - std::begin(kFields)];
-      if (was_seen && duplicate == nullptr) duplicate = *field;
-      was_seen = true;
+      const size_t at = static_cast<size_t>(field - fields.begin());
+      if (seen[at] && duplicate == nullptr) duplicate = *field;
+      seen[at] = true;
     }
     return true;
   };
@@ -108,6 +110,28 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
   if (unknown) return FieldError(*unknown, "unknown field");
   if (duplicate != nullptr) return FieldError(duplicate, "duplicate field");
 
+  return json;
+}
+
+absl::Status ReadTtl(const Json& value, absl::Duration& out) {
+  if (value.is_string()) {
+    absl::StatusOr<absl::Duration> ttl = config::ParseDuration(value.get_ref<const std::string&>());
+    if (ttl.ok() && *ttl > absl::ZeroDuration() && *ttl <= kMaxReservationTtl) {
+      out = *ttl;
+      return absl::OkStatus();
+    }
+  }
+  return FieldError("ttl", "must be a duration such as \"60s\", more than 0 and at most 1h");
+}
+
+}  // namespace
+
+absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body, BodyOf of) {
+  constexpr const char* kReserveFields[] = {"subject", "plan", "api_key", "cost", "ttl"};
+  absl::StatusOr<Json> parsed =
+      of == BodyOf::kReserve ? ParseObject(body, kReserveFields) : ParseObject(body, kFields);
+  if (!parsed.ok()) return parsed.status();
+  const Json& json = *parsed;
   CheckBody out;
   const auto subject = json.find("subject");
   const auto plan = json.find("plan");
@@ -125,6 +149,9 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
   if (cost != json.end()) {
     if (absl::Status s = ReadCost(*cost, out.cost); !s.ok()) return s;
   }
+  if (const auto ttl = json.find("ttl"); ttl != json.end()) {
+    if (absl::Status s = ReadTtl(*ttl, out.ttl); !s.ok()) return s;
+  }
 
   const bool has_subject = subject != json.end();
   const bool has_plan = plan != json.end();
@@ -133,6 +160,29 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body) {
   }
   if (has_plan && !has_subject) return FieldError("subject", "required with plan");
   // A subject alone takes its plan from the registry (the caller looks it up).
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseSettleBody(std::string_view body) {
+  constexpr const char* kSettleFields[] = {"cost"};
+  absl::StatusOr<Json> json = ParseObject(body, kSettleFields);
+  if (!json.ok()) return json.status();
+  const auto cost = json->find("cost");
+  if (cost == json->end()) return FieldError("cost", "required: the real cost");
+  int64_t out = 0;
+  if (absl::Status s = ReadCost(*cost, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<absl::Duration> ParseExtendBody(std::string_view body) {
+  constexpr const char* kExtendFields[] = {"ttl"};
+  absl::Duration out = kDefaultReservationTtl;
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;  // no body
+  absl::StatusOr<Json> json = ParseObject(body, kExtendFields);
+  if (!json.ok()) return json.status();
+  if (const auto ttl = json->find("ttl"); ttl != json->end()) {
+    if (absl::Status s = ReadTtl(*ttl, out); !s.ok()) return s;
+  }
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sluice/limiter/limiter.h"
 
 namespace sluice::http {
 
@@ -19,7 +21,10 @@ struct CheckBody {
   std::string plan;
   std::string api_key;
   int64_t cost = 1;
+  absl::Duration ttl = kDefaultReservationTtl;  // POST /v1/reserve only
 };
+
+enum class BodyOf { kCheck, kReserve };
 
 // Parses {"subject":"user-42","plan":"free","cost":1} or {"api_key":"...","cost":1}. Errors are
 // InvalidArgument whose message starts with the field at fault, e.g. "body: not valid JSON",
@@ -29,7 +34,17 @@ struct CheckBody {
 // 1e400 or hundreds of digits, in any member: "plan: number out of range"),
 // "subject: required with plan",
 // "api_key: give either api_key or subject and plan".
-[[nodiscard]] absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body);
+// POST /v1/reserve's body (`of` kReserve) is the same plus "ttl": a duration ("60s"), more than 0
+// and at most 1h ("ttl: must be a duration ...").
+[[nodiscard]] absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body,
+                                                       BodyOf of = BodyOf::kCheck);
+
+// The body of POST /v1/reservations/{id}/settle: {"cost": N}, N required, 0..1000000 (errors as
+// ParseCheckBody's: "cost: required: the real cost", "cost: must be an integer ...").
+[[nodiscard]] absl::StatusOr<int64_t> ParseSettleBody(std::string_view body);
+
+// The body of POST /v1/reservations/{id}/extend: {"ttl": "60s"}, or nothing (60 s).
+[[nodiscard]] absl::StatusOr<absl::Duration> ParseExtendBody(std::string_view body);
 
 // Parses a Sluice-Cost header value: ASCII digits only, 0 to 1000000. The error is InvalidArgument
 // "Sluice-Cost: must be an integer from 0 to 1000000".

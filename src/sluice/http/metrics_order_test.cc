@@ -57,7 +57,14 @@ TEST(MetricsOrderTest, TheDecisionMetricsKeepTheirRegistrationOrder) {
           "# TYPE sluice_open_connections gauge",
           "# HELP sluice_store_up 1 if the store answered the latest decision or readiness probe, "
           "0 if it failed.",
-          "# TYPE sluice_store_up gauge"));
+          "# TYPE sluice_store_up gauge",
+          "# HELP sluice_reservations_ended_total Reservations that ended, by how: settled, "
+          "released or expired (charged its estimate or released by the plan's "
+          "on_reservation_expiry).",
+          "# TYPE sluice_reservations_ended_total counter",
+          "# HELP sluice_overshoot_total Units charged beyond a limit's quota by settled "
+          "reservations (the real cost exceeded what was left), by plan and limit.",
+          "# TYPE sluice_overshoot_total counter"));
 }
 
 // A plan's series appear when its Frontend is built (CountersFor), each family's children in

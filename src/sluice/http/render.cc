@@ -55,25 +55,68 @@ Response MakeResponse(unsigned status, std::string_view content_type, std::strin
 
 }  // namespace
 
-std::string DecisionJson(const Decision& d, std::string_view subject) {
+namespace {
+
+// The decision as docs/http.md writes it; `overshoot` adds each limit's (a settled reservation).
+Json DecisionObject(const Decision& d, std::string_view subject, bool overshoot = false) {
   Json limits = Json::array();
   for (const LimitDecision& l : d.limits) {
     const frontend::Shown shown = frontend::Show(l);
-    limits.push_back(Json{{"name", l.limit->name},
-                          {"quota", l.limit->quota},
-                          {"used", shown.used},
-                          {"remaining", shown.remaining},
-                          {"reset_after", shown.reset_after},
-                          {"window", l.limit->window.text}});
+    Json limit{{"name", l.limit->name},
+               {"quota", l.limit->quota},
+               {"used", shown.used},
+               {"held", l.held},
+               {"remaining", shown.remaining},
+               {"reset_after", shown.reset_after},
+               {"window", l.limit->window.text}};
+    if (overshoot) limit["overshoot"] = l.overshoot;
+    limits.push_back(std::move(limit));
   }
-  const Json body{{"allowed", d.allowed},
-                  {"subject", std::string(subject)},
-                  {"plan", d.plan != nullptr ? d.plan->name : std::string()},
-                  {"degraded", d.degraded},
-                  {"retry_after", d.retry_after},
-                  {"violated", ViolatedNames(d)},
-                  {"limits", std::move(limits)}};
+  return Json{{"allowed", d.allowed},
+              {"subject", std::string(subject)},
+              {"plan", d.plan != nullptr ? d.plan->name : std::string()},
+              {"degraded", d.degraded},
+              {"retry_after", d.retry_after},
+              {"violated", ViolatedNames(d)},
+              {"limits", std::move(limits)}};
+}
+
+}  // namespace
+
+std::string DecisionJson(const Decision& d, std::string_view subject) {
+  return Dump(DecisionObject(d, subject));
+}
+
+std::string ReserveJson(const ReserveDecision& r, std::string_view subject) {
+  Json body = DecisionObject(r.decision, subject);
+  if (!r.id.empty()) {
+    body["reservation"] = r.id;
+    body["expires_at"] = FormatTimestamp(r.expires_at);
+  }
   return Dump(body);
+}
+
+std::string SettleJson(const SettleDecision& s, std::string_view id, std::string_view subject) {
+  Json body = DecisionObject(s.decision, subject, /*overshoot=*/true);
+  body["reservation"] = std::string(id);
+  body["settled"] = Json{{"how", ReservationEndName(s.ended_by)}, {"charged", s.charged}};
+  return Dump(body);
+}
+
+std::string_view ReservationEndName(ReservationEnd end) {
+  switch (end) {
+    case ReservationEnd::kSettle:
+      return "settled";
+    case ReservationEnd::kRelease:
+      return "released";
+    case ReservationEnd::kExpire:
+      return "expired";
+  }
+  return "settled";
+}
+
+std::string FormatTimestamp(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
 }
 
 void SetRateLimitHeaders(const Decision& d, Response& res) {

@@ -10,8 +10,10 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "absl/time/time.h"
 #include "sluice/frontend/answer.h"
 #include "sluice/limiter/decision.h"
+#include "sluice/limiter/limiter.h"
 
 namespace sluice::http {
 
@@ -23,9 +25,20 @@ using frontend::kQuotaExceededType;
 
 // The body of a POST /v1/check answer, members in this order:
 // {"allowed":true,"subject":"user-42","plan":"free","degraded":false,"retry_after":0,
-//  "violated":[],"limits":[{"name":"per_minute","quota":60,"used":1,"remaining":59,
+//  "violated":[],"limits":[{"name":"per_minute","quota":60,"used":1,"held":0,"remaining":59,
 //  "reset_after":42,"window":"1m"}]}
 [[nodiscard]] std::string DecisionJson(const Decision& d, std::string_view subject);
+
+// POST /v1/reserve's answer: the decision, plus "reservation" and "expires_at" when one was made.
+[[nodiscard]] std::string ReserveJson(const ReserveDecision& r, std::string_view subject);
+// A settled (or repeated) reservation's answer: the decision after it, each limit with its
+// "overshoot", the "reservation" id, and "settled": {"how", "charged"}.
+[[nodiscard]] std::string SettleJson(const SettleDecision& s, std::string_view id,
+                                     std::string_view subject);
+// "settled", "released" or "expired".
+[[nodiscard]] std::string_view ReservationEndName(ReservationEnd end);
+// RFC 3339 in UTC with milliseconds: "2026-12-06T18:00:00.000Z".
+[[nodiscard]] std::string FormatTimestamp(absl::Time t);
 
 // Sets the fields frontend::ForEachRateLimitHeader gives, in its order: Sluice-Degraded and
 // Sluice-Shadow-Denied when they apply, RateLimit-Policy, RateLimit and X-RateLimit-Limit,

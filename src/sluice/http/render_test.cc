@@ -64,23 +64,25 @@ class RenderTest : public ::testing::Test {
 };
 
 TEST_F(RenderTest, DecisionJsonHasTheDesignShape) {
-  EXPECT_EQ(DecisionJson(Allowed(), "user-42"),
-            R"({"allowed":true,"subject":"user-42","plan":"free","degraded":false,)"
-            R"("retry_after":0,"violated":[],"limits":[)"
-            R"({"name":"per_minute","quota":60,"used":1,"remaining":59,"reset_after":42,)"
-            R"("window":"1m"},)"
-            R"({"name":"daily","quota":5000,"used":1,"remaining":4999,"reset_after":36012,)"
-            R"("window":"day"}]})");
+  EXPECT_EQ(
+      DecisionJson(Allowed(), "user-42"),
+      R"({"allowed":true,"subject":"user-42","plan":"free","degraded":false,)"
+      R"("retry_after":0,"violated":[],"limits":[)"
+      R"({"name":"per_minute","quota":60,"used":1,"held":0,"remaining":59,"reset_after":42,)"
+      R"("window":"1m"},)"
+      R"({"name":"daily","quota":5000,"used":1,"held":0,"remaining":4999,"reset_after":36012,)"
+      R"("window":"day"}]})");
 }
 
 TEST_F(RenderTest, DecisionJsonOfADenialNamesTheViolatedLimitsAndTheWait) {
-  EXPECT_EQ(DecisionJson(Denied(), "user-42"),
-            R"({"allowed":false,"subject":"user-42","plan":"free","degraded":false,)"
-            R"("retry_after":42,"violated":["per_minute"],"limits":[)"
-            R"({"name":"per_minute","quota":60,"used":60,"remaining":0,"reset_after":42,)"
-            R"("window":"1m"},)"
-            R"({"name":"daily","quota":5000,"used":1,"remaining":4999,"reset_after":36012,)"
-            R"("window":"day"}]})");
+  EXPECT_EQ(
+      DecisionJson(Denied(), "user-42"),
+      R"({"allowed":false,"subject":"user-42","plan":"free","degraded":false,)"
+      R"("retry_after":42,"violated":["per_minute"],"limits":[)"
+      R"({"name":"per_minute","quota":60,"used":60,"held":0,"remaining":0,"reset_after":42,)"
+      R"("window":"1m"},)"
+      R"({"name":"daily","quota":5000,"used":1,"held":0,"remaining":4999,"reset_after":36012,)"
+      R"("window":"day"}]})");
 }
 
 TEST_F(RenderTest, DecisionJsonSaysDegraded) {
@@ -255,8 +257,8 @@ TEST_F(RenderTest, RemainingIsNeverNegativeNorAboveWhatTheCounterLeaves) {
   EXPECT_EQ(Header(res, "X-RateLimit-Remaining"), "0");
   EXPECT_EQ(Header(res, "RateLimit"), "\"per_minute\";r=0;t=42, \"daily\";r=4999;t=36012");
   const std::string json = DecisionJson(d, "user-42");
-  EXPECT_NE(json.find("\"used\":61,\"remaining\":0"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"used\":1,\"remaining\":4999"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"used\":61,\"held\":0,\"remaining\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"used\":1,\"held\":0,\"remaining\":4999"), std::string::npos) << json;
 }
 
 TEST_F(RenderTest, AnUnusableCounterShowsAsExhaustedNeverAsWrappedRoom) {
@@ -270,8 +272,10 @@ TEST_F(RenderTest, AnUnusableCounterShowsAsExhaustedNeverAsWrappedRoom) {
   EXPECT_EQ(Header(res, "RateLimit"), "\"per_minute\";r=0;t=42, \"daily\";r=0;t=36012");
   EXPECT_EQ(Header(res, "X-RateLimit-Remaining"), "0");
   const std::string json = DecisionJson(d, "user-42");
-  EXPECT_NE(json.find("\"quota\":60,\"used\":60,\"remaining\":0"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"quota\":5000,\"used\":5000,\"remaining\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"quota\":60,\"used\":60,\"held\":0,\"remaining\":0"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"quota\":5000,\"used\":5000,\"held\":0,\"remaining\":0"), std::string::npos)
+      << json;
 }
 
 TEST_F(RenderTest, JsonResponseIsApplicationJsonWithTheBodyAsGiven) {

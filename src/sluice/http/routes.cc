@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/common/log.h"
 #include "sluice/common/strings.h"
+#include "sluice/frontend/cost.h"
 #include "sluice/frontend/decide.h"
 #include "sluice/frontend/resolve.h"
 #include "sluice/http/await.h"
@@ -31,6 +32,7 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kBadRequest = "about:blank";
+constexpr std::string_view kReservationsPrefix = "/v1/reservations/";
 
 std::string_view Sv(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -65,6 +67,28 @@ Response LimiterError(const absl::Status& s, unsigned version) {
 // allocation.)
 auto StartDecide(const Limiter& limiter, DecisionRequest req) {
   return [&limiter, req](DecisionCallback done) { limiter.Decide(req, std::move(done)); };
+}
+
+// Likewise for reservations.
+auto StartReserve(const Limiter& limiter, ReserveRequest req) {
+  return [&limiter, req](ReserveCallback done) { limiter.Reserve(req, std::move(done)); };
+}
+auto StartSettle(const Limiter& limiter, SettleRequest req) {
+  return [&limiter, req](SettleDecisionCallback done) { limiter.Settle(req, std::move(done)); };
+}
+auto StartExtend(const Limiter& limiter, std::string_view id, absl::Duration ttl) {
+  return [&limiter, id, ttl](ExtendCallback done) { limiter.Extend(id, ttl, std::move(done)); };
+}
+
+// The answer to a reservation call the store cannot keep (a store without reservations).
+Response NotImplemented(const absl::Status& s, unsigned version) {
+  return Problem(501, kBadRequest, "Not Implemented", ToStd(s.message()), version, true);
+}
+
+Response UnknownReservation(unsigned version) {
+  return Problem(404, kBadRequest, "Not Found",
+                 "no such reservation (never made, or ended more than 10 minutes after it expired)",
+                 version, true);
 }
 
 // How many field lines named `name` the request carries.
@@ -230,6 +254,16 @@ asio::awaitable<Response> DataPlane::Handle(Request& req, Peer& peer) {
     } else {
       res = MethodNotAllowed("POST", req.version());
     }
+  } else if (path == "/v1/reserve") {
+    route = path;
+    if (req.method() == bhttp::verb::post) {
+      res = co_await Reserve(*fe, req, entry);
+    } else {
+      res = MethodNotAllowed("POST", req.version());
+    }
+  } else if (path.starts_with(kReservationsPrefix)) {
+    route = "/v1/reservations";
+    res = co_await Reservation(*fe, req, path.substr(kReservationsPrefix.size()));
   } else if (IsAuthorizePath(path, fe->server.authorize_prefix)) {
     route = "/v1/authorize";  // whatever the prefix and the path below it: one label
     if (IsAuthorizeMethod(req.method())) {
@@ -292,18 +326,23 @@ void DataPlane::LogAccess(const Frontend& fe, const Request& req, const Peer& pe
   AccessLog::Write(entry);
 }
 
+bool DataPlane::ResolveBody(const Frontend& fe, CheckBody& body, frontend::Target* target,
+                            frontend::Refusal* refusal) const {
+  const absl::Time now = fe.limiter->clock().Now();
+  return !body.api_key.empty()
+             ? frontend::ResolveKey(fe, registry_, body.api_key, now, target, refusal)
+             : frontend::ResolveSubject(fe, registry_, std::move(body.subject),
+                                        std::move(body.plan), now, target, refusal);
+}
+
 asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, AccessEntry* access) {
   absl::StatusOr<CheckBody> body = ParseCheckBody(req.body());
   if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
-  const absl::Time now = fe.limiter->clock().Now();
   frontend::Target target;
   frontend::Refusal refusal;
-  const bool resolved =
-      !body->api_key.empty()
-          ? frontend::ResolveKey(fe, registry_, body->api_key, now, &target, &refusal)
-          : frontend::ResolveSubject(fe, registry_, std::move(body->subject), std::move(body->plan),
-                                     now, &target, &refusal);
-  if (!resolved) co_return RefusalResponse(refusal, req.version());
+  if (!ResolveBody(fe, *body, &target, &refusal)) {
+    co_return RefusalResponse(refusal, req.version());
+  }
   const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
   absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
       StartDecide(*fe.limiter, frontend::RequestFor(target, body->cost)));
@@ -314,6 +353,129 @@ asio::awaitable<Response> DataPlane::Check(const Frontend& fe, Request& req, Acc
   Response res = JsonResponse(200, DecisionJson(*d, target.subject), req.version(), true);
   SetRateLimitHeaders(*d, res);
   co_return res;
+}
+
+asio::awaitable<Response> DataPlane::Reserve(const Frontend& fe, Request& req,
+                                             AccessEntry* access) {
+  absl::StatusOr<CheckBody> body = ParseCheckBody(req.body(), BodyOf::kReserve);
+  if (!body.ok()) co_return BadRequest(ToStd(body.status().message()), req.version());
+  frontend::Target target;
+  frontend::Refusal refusal;
+  if (!ResolveBody(fe, *body, &target, &refusal)) {
+    co_return RefusalResponse(refusal, req.version());
+  }
+  const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
+  // The body's cost is the estimate: held, not charged, until the reservation ends.
+  absl::StatusOr<ReserveDecision> r =
+      co_await AwaitCallback<absl::StatusOr<ReserveDecision>>(StartReserve(
+          *fe.limiter,
+          {.decision = frontend::RequestFor(target, 0), .hold = body->cost, .ttl = body->ttl}));
+  if (!r.ok()) {
+    if (absl::IsUnimplemented(r.status())) co_return NotImplemented(r.status(), req.version());
+    co_return LimiterError(r.status(), req.version());
+  }
+  frontend::Record(*metrics_, fe, target.plan, timer, r->decision);
+  if (access != nullptr) DescribeDecision(target, body->cost, r->decision, access);
+  Response res = JsonResponse(200, ReserveJson(*r, target.subject), req.version(), true);
+  SetRateLimitHeaders(r->decision, res);
+  co_return res;
+}
+
+asio::awaitable<Response> DataPlane::Reservation(const Frontend& fe, Request& req,
+                                                 std::string_view rest) {
+  // {id}, {id}/settle or {id}/extend.
+  std::string_view id = rest;
+  std::string_view action;
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    id = rest.substr(0, slash);
+    action = rest.substr(slash + 1);
+  }
+  const bool known_action = action.empty() || action == "settle" || action == "extend";
+  if (id.empty() || !known_action) co_return NotFound(req.version());
+  const std::string_view allowed = action.empty() ? "DELETE" : "POST";
+  if ((action.empty() && req.method() != bhttp::verb::delete_) ||
+      (!action.empty() && req.method() != bhttp::verb::post)) {
+    co_return MethodNotAllowed(allowed, req.version());
+  }
+  const std::optional<ReservationRef> ref = ParseReservationId(id);
+  if (!ref.has_value()) co_return UnknownReservation(req.version());
+
+  if (action == "extend") {
+    absl::StatusOr<absl::Duration> ttl = ParseExtendBody(req.body());
+    if (!ttl.ok()) co_return BadRequest(ToStd(ttl.status().message()), req.version());
+    absl::StatusOr<StoreExtendResult> e = co_await AwaitCallback<absl::StatusOr<StoreExtendResult>>(
+        StartExtend(*fe.limiter, id, *ttl));
+    if (!e.ok()) {
+      if (absl::IsUnimplemented(e.status())) co_return NotImplemented(e.status(), req.version());
+      co_return LimiterError(e.status(), req.version());
+    }
+    switch (e->outcome) {
+      case StoreExtendResult::Outcome::kExtended:
+        co_return JsonResponse(
+            200,
+            Json{{"reservation", std::string(id)}, {"expires_at", FormatTimestamp(e->expires_at)}}
+                .dump(),
+            req.version(), true);
+      case StoreExtendResult::Outcome::kEnded:
+        co_return Problem(409, kBadRequest, "Conflict",
+                          "the reservation has ended: it can no longer be extended", req.version(),
+                          true);
+      case StoreExtendResult::Outcome::kNotFound:
+        break;
+    }
+    co_return UnknownReservation(req.version());
+  }
+
+  SettleRequest settle{.id = id, .end = ReservationEnd::kRelease};
+  if (action == "settle") {
+    absl::StatusOr<int64_t> cost = ParseSettleBody(req.body());
+    if (!cost.ok()) co_return BadRequest(ToStd(cost.status().message()), req.version());
+    settle.cost = *cost;
+    settle.end = ReservationEnd::kSettle;
+  }
+  // The subject's plan now: a registry subject's own (with its overrides), else the plan the
+  // reservation was made under.
+  frontend::Target target;
+  frontend::Refusal refusal;
+  if (frontend::ResolveSubject(fe, registry_, ref->subject, "", fe.limiter->clock().Now(), &target,
+                               &refusal) &&
+      target.effective != nullptr) {
+    settle.effective_plan = target.effective;
+  } else {
+    settle.effective_plan = fe.limiter->plans().Find(ref->plan);
+  }
+  absl::StatusOr<SettleDecision> s =
+      co_await AwaitCallback<absl::StatusOr<SettleDecision>>(StartSettle(*fe.limiter, settle));
+  if (!s.ok()) {
+    if (absl::IsUnimplemented(s.status())) co_return NotImplemented(s.status(), req.version());
+    co_return LimiterError(s.status(), req.version());
+  }
+  using Outcome = StoreSettleResult::Outcome;
+  switch (s->outcome) {
+    case Outcome::kNotFound:
+    case Outcome::kNotDue:
+      co_return UnknownReservation(req.version());
+    case Outcome::kConflict:
+      co_return Problem(
+          409, kBadRequest, "Conflict",
+          s->ended_by == ReservationEnd::kSettle
+              ? absl::StrCat("the reservation was settled with cost ", s->charged)
+              : absl::StrCat("the reservation was ", ToAbsl(ReservationEndName(s->ended_by))),
+          req.version(), true);
+    case Outcome::kEnded:
+      metrics_->CountEnded(settle.end, s->decision);
+      [[fallthrough]];
+    case Outcome::kRepeated:
+      break;
+  }
+  if (settle.end == ReservationEnd::kRelease) {
+    Response res;
+    res.result(bhttp::status::no_content);
+    res.version(req.version());
+    res.keep_alive(true);
+    co_return res;
+  }
+  co_return JsonResponse(200, SettleJson(*s, id, ref->subject), req.version(), true);
 }
 
 asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req, const Peer& peer,
@@ -369,9 +531,48 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
                            req.version());
   }
 
+  // Sluice-Reserve: <estimate> holds the estimate instead of charging the cost; Sluice-Lease: 1
+  // charges the cost and takes a slot of every concurrent limit. Either answers the
+  // reservation's id in Sluice-Reservation, for whoever settles or releases it.
+  std::optional<int64_t> estimate;
+  bool lease = false;
+  if (CountFields(req, "Sluice-Reserve") > 1 || CountFields(req, "Sluice-Lease") > 1) {
+    co_return BadRequest("more than one Sluice-Reserve or Sluice-Lease header", req.version());
+  }
+  if (auto it = req.find("Sluice-Reserve"); it != req.end()) {
+    absl::StatusOr<int64_t> parsed = frontend::ParseCost(Sv(it->value()));
+    if (!parsed.ok()) {
+      co_return BadRequest(absl::StrCat("Sluice-Reserve: ", parsed.status().message()),
+                           req.version());
+    }
+    estimate = *parsed;
+  }
+  if (auto it = req.find("Sluice-Lease"); it != req.end()) {
+    if (Sv(it->value()) != "1") co_return BadRequest("Sluice-Lease: must be 1", req.version());
+    lease = true;
+  }
+
   const frontend::DecisionTimer timer = frontend::DecisionTimer::Start();
-  absl::StatusOr<Decision> d = co_await AwaitCallback<absl::StatusOr<Decision>>(
-      StartDecide(*fe.limiter, frontend::RequestFor(target, cost)));
+  absl::StatusOr<Decision> d;
+  std::string reservation;
+  if (estimate.has_value() || lease) [[unlikely]] {
+    absl::StatusOr<ReserveDecision> r =
+        co_await AwaitCallback<absl::StatusOr<ReserveDecision>>(StartReserve(
+            *fe.limiter, {.decision = frontend::RequestFor(target, estimate.has_value() ? 0 : cost),
+                          .hold = estimate.value_or(0)}));
+    if (!r.ok() && absl::IsUnimplemented(r.status())) {
+      co_return NotImplemented(r.status(), req.version());
+    }
+    if (r.ok()) {
+      reservation = std::move(r->id);
+      d = std::move(r->decision);
+    } else {
+      d = r.status();
+    }
+  } else {
+    d = co_await AwaitCallback<absl::StatusOr<Decision>>(
+        StartDecide(*fe.limiter, frontend::RequestFor(target, cost)));
+  }
   frontend::Record(*metrics_, fe, target.plan, timer, d);
   if (!d.ok()) co_return LimiterError(d.status(), req.version());
   if (access != nullptr) DescribeDecision(target, cost, *d, access);
@@ -390,6 +591,7 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
   res.version(req.version());
   res.set("Sluice-Subject", subject);
   res.set("Sluice-Plan", plan);
+  if (!reservation.empty()) res.set("Sluice-Reservation", reservation);
   SetRateLimitHeaders(*d, res);
   co_return res;
 }

@@ -19,7 +19,9 @@
 #include "sluice/config/config.h"
 #include "sluice/frontend/frontend.h"
 #include "sluice/frontend/metrics.h"
+#include "sluice/frontend/resolve.h"
 #include "sluice/http/access_log.h"
+#include "sluice/http/check_body.h"
 #include "sluice/http/server.h"
 #include "sluice/limiter/limiter.h"
 #include "sluice/metrics/metrics.h"
@@ -61,6 +63,14 @@ class DataPlane final : public RequestHandler {
   // `access` (null unless the access log is on) receives what the access log says of the
   // decision; `decided` stays false when the request was answered before a decision.
   boost::asio::awaitable<Response> Check(const Frontend& fe, Request& req, AccessEntry* access);
+  // POST /v1/reserve, and /v1/reservations/{id}[/settle|/extend] (`rest` is what follows
+  // /v1/reservations/).
+  boost::asio::awaitable<Response> Reserve(const Frontend& fe, Request& req, AccessEntry* access);
+  boost::asio::awaitable<Response> Reservation(const Frontend& fe, Request& req,
+                                               std::string_view rest);
+  // Who a /v1/check or /v1/reserve body names (frontend/resolve.h); false with `refusal` set.
+  bool ResolveBody(const Frontend& fe, CheckBody& body, frontend::Target* target,
+                   frontend::Refusal* refusal) const;
   boost::asio::awaitable<Response> Authorize(const Frontend& fe, Request& req, const Peer& peer,
                                              AccessEntry* access);
   void LogAccess(const Frontend& fe, const Request& req, const Peer& peer, unsigned status,

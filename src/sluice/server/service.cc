@@ -255,6 +255,7 @@ int Service::Listen() {
 void Service::StartLoops() {
   loop_heartbeats_.emplace(contexts_);
   heartbeats_.store(&*loop_heartbeats_);
+  reservation_expirer_.emplace(*contexts_.front(), &*frontend_, &*http_metrics_);
 
   for (size_t i = 0; i < contexts_.size(); ++i) {
     workers_.emplace_back([ctx = contexts_[i].get(), backend = backend_.get(), i] {
@@ -433,6 +434,7 @@ int Service::Stop() {
   for (std::thread& t : workers_) t.join();
   heartbeats_.store(nullptr);
   loop_heartbeats_->Release();
+  reservation_expirer_->Release();
   // Tear down in dependency order: acceptors, then the contexts (and the coroutine frames they
   // still hold, which refer to the servers), then the servers.
   data_server_->ReleaseAcceptors();

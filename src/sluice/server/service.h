@@ -35,6 +35,7 @@
 #include "sluice/server/frontend_loader.h"
 #include "sluice/server/loop_heartbeats.h"
 #include "sluice/server/notify.h"
+#include "sluice/server/reservation_expirer.h"
 #include "sluice/server/store_probe.h"
 
 namespace sluice::server {
@@ -150,6 +151,7 @@ class Service {
   // The Envoy Rate Limit Service (server.grpc_listen); empty without one.
   std::optional<rls::RlsServer> rls_server_;
   std::optional<LoopHeartbeats> loop_heartbeats_;
+  std::optional<ReservationExpirer> reservation_expirer_;
   std::vector<std::thread> workers_;
   bool store_late_ = false;  // Redis had not answered when the start was announced
   engine::AlertDeliveryContext alert_context_;

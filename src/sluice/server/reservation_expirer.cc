@@ -1,0 +1,44 @@
+#include "sluice/server/reservation_expirer.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "sluice/common/log.h"
+
+namespace sluice::server {
+
+ReservationExpirer::ReservationExpirer(boost::asio::io_context& io,
+                                       const frontend::FrontendHolder* frontend,
+                                       frontend::FrontendMetrics* metrics)
+    : frontend_(frontend), metrics_(metrics) {
+  timer_.emplace(io);
+  Schedule(kInterval);
+}
+
+void ReservationExpirer::Schedule(std::chrono::steady_clock::duration after) {
+  timer_->expires_after(after);
+  timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Round();
+  });
+}
+
+void ReservationExpirer::Round() {
+  // The Frontend (and its Limiter) is kept alive by the callback until the round has answered.
+  std::shared_ptr<const frontend::Frontend> fe = frontend_->Get();
+  const Limiter& limiter = *fe->limiter;
+  limiter.ExpireDue(kBatch, [this, fe = std::move(fe)](absl::StatusOr<size_t> ended) {
+    if (!ended.ok()) {
+      // A store without reservations answers Unimplemented: nothing to end, ever.
+      if (!absl::IsUnimplemented(ended.status())) {
+        Log(LogLevel::kWarn, "ending expired reservations failed; retrying").Error(ended.status());
+      }
+      Schedule(kInterval);
+      return;
+    }
+    metrics_->CountExpired(*ended);
+    Schedule(*ended >= kBatch ? std::chrono::steady_clock::duration::zero() : kInterval);
+  });
+}
+
+}  // namespace sluice::server
