@@ -6,6 +6,8 @@ requests in flight with a concurrent limit, also through /v1/authorize's Sluice-
 Sluice-Lease headers."""
 import concurrent.futures
 import json
+import os
+import signal
 import tempfile
 import threading
 import time
@@ -239,6 +241,42 @@ class ReservationTest(unittest.TestCase):
             status, _, _ = self.svc.request(
                 "GET", "/v1/authorize", headers={"X-API-Key": "k-alice", "Sluice-Lease": value})
             self.assertEqual(status, 400)
+
+
+class ReservationRestartTest(unittest.TestCase):
+    """With a snapshot, reservations outlive a restart: what they hold, and how they ended."""
+
+    def test_an_open_reservation_is_kept_across_a_restart_and_ends_once(self):
+        harness.clear_of_window_end(3600, 30)
+        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+        self.addCleanup(d.cleanup)
+        snapshot = os.path.join(d.name, "state.snap")
+        body = (f'store:\n  type: memory\n  memory: {{ snapshot_path: "{snapshot}" }}\n' + PLANS)
+        svc = harness.Service(body, d.name)
+        with svc:
+            status, _, raw = svc.request("POST", "/v1/reserve",
+                                         json.dumps({"subject": "kim", "plan": "llm", "cost": 400}))
+            rid = json.loads(raw)["reservation"]
+            status, _, raw = svc.request("POST", "/v1/reserve",
+                                         json.dumps({"subject": "kim", "plan": "llm", "cost": 100}))
+            settled = json.loads(raw)["reservation"]
+            status, _, _ = svc.request("POST", f"/v1/reservations/{settled}/settle",
+                                       json.dumps({"cost": 90}))
+            self.assertEqual(status, 200)
+            self.assertEqual(svc.server.stop(signal.SIGTERM), 0)  # the final snapshot
+            svc.server = None
+            svc.__enter__()
+            status, _, raw = svc.check({"subject": "kim", "plan": "llm", "cost": 0})
+            tokens = next(l for l in raw["limits"] if l["name"] == "tokens")
+            self.assertEqual((tokens["used"], tokens["held"]), (90, 400))
+            status, _, raw = svc.request("POST", f"/v1/reservations/{settled}/settle",
+                                         json.dumps({"cost": 90}))
+            self.assertEqual(status, 200)  # the same settle again: the same answer
+            status, _, raw = svc.request("POST", f"/v1/reservations/{rid}/settle",
+                                         json.dumps({"cost": 380}))
+            self.assertEqual(status, 200, raw)
+            tokens = next(l for l in json.loads(raw)["limits"] if l["name"] == "tokens")
+            self.assertEqual((tokens["used"], tokens["held"]), (470, 0))
 
 
 if __name__ == "__main__":

@@ -766,7 +766,8 @@ size_t MemoryStore::subject_count() const {
   return total;
 }
 
-void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) const {
+void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn,
+                          const std::function<void(const ReservationState&)>& reservations) const {
   SubjectState state;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     const Shard& shard = shards_[s];
@@ -785,15 +786,51 @@ void MemoryStore::ForEach(const std::function<void(const SubjectState&)>& fn) co
       }
       fn(state);
     }
+    if (!reservations) continue;
+    ReservationState r;
+    for (const auto& [id, res] : shard.reservations) {
+      r.id = id;
+      r.subject = res.subject;
+      r.plan = res.plan;
+      r.holds.clear();
+      for (const Hold& h : res.holds) r.holds.emplace_back(h.tag, h.amount);
+      r.estimate = res.estimate;
+      r.expires_at = res.expires_at;
+      r.charge_on_expiry = res.charge_on_expiry;
+      r.open = res.open;
+      r.ended_by = res.ended_by;
+      r.charged = res.charged;
+      reservations(r);
+    }
   }
 }
 
-void MemoryStore::Restore(std::vector<SubjectState> states) {
+void MemoryStore::Restore(std::vector<SubjectState> states,
+                          std::vector<ReservationState> reservations) {
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     std::lock_guard lock(shards_[s].mu);
     shards_[s].map.clear();
     shards_[s].layouts.clear();
     shards_[s].others.clear();
+    shards_[s].holds.clear();
+    shards_[s].reservations.clear();
+  }
+  for (ReservationState& st : reservations) {
+    Shard& shard = ShardFor(st.subject);
+    std::lock_guard lock(shard.mu);
+    Reservation r{.subject = std::move(st.subject),
+                  .plan = std::move(st.plan),
+                  .estimate = st.estimate,
+                  .expires_at = st.expires_at,
+                  .charge_on_expiry = st.charge_on_expiry,
+                  .open = st.open,
+                  .ended_by = st.ended_by,
+                  .charged = st.charged};
+    if (r.open) {
+      for (const auto& [tag, amount] : st.holds) r.holds.push_back({.tag = tag, .amount = amount});
+      shard.ChangeHolds(r, +1);
+    }
+    shard.reservations.insert_or_assign(std::move(st.id), std::move(r));
   }
   for (SubjectState& st : states) {
     Shard& shard = ShardFor(st.subject);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -115,11 +116,28 @@ class MemoryStore final : public Store {
   // Side-table records (OtherQuota) held, for tests and metrics.
   [[nodiscard]] size_t other_quota_count() const;
 
-  // Calls `fn` for every entry, one shard at a time under that shard's lock (`fn` must not call
-  // back into the store). Each shard is a consistent cut.
-  void ForEach(const std::function<void(const SubjectState&)>& fn) const;
-  // Replaces all entries with `states` (used when loading a snapshot before serving).
-  void Restore(std::vector<SubjectState> states);
+  // A reservation's saved state, for snapshots (what it holds while open: per limit tag).
+  struct ReservationState {
+    std::string id;
+    std::string subject;
+    std::string plan;
+    absl::InlinedVector<std::pair<uint16_t, int64_t>, 2> holds;  // (Counter::tag, amount)
+    int64_t estimate = 0;
+    absl::Time expires_at;
+    bool charge_on_expiry = true;
+    bool open = true;
+    ReservationEnd ended_by = ReservationEnd::kSettle;  // when ended
+    int64_t charged = 0;                                // when ended
+  };
+
+  // Calls `fn` for every entry and then `reservations` (if set) for every reservation, one shard at
+  // a time under that shard's lock (neither may call back into the store). Each shard is a
+  // consistent cut: a reservation and the counters its settle charged are saved together.
+  void ForEach(const std::function<void(const SubjectState&)>& fn,
+               const std::function<void(const ReservationState&)>& reservations = {}) const;
+  // Replaces all entries with `states` and all reservations with `reservations` (used when
+  // loading a snapshot before serving); what open reservations hold is recomputed from them.
+  void Restore(std::vector<SubjectState> states, std::vector<ReservationState> reservations = {});
 
  private:
   struct Shard;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
 #include "sluice/config/config.h"
+#include "sluice/limiter/limiter.h"
 
 namespace sluice {
 inline namespace memory {
@@ -33,7 +35,8 @@ constexpr std::string_view kMagic = "SLUICESN";
 // subject's bits fired under other quotas (MemoryStore::OtherQuota). Versions 1 and 2 are still
 // read: their (plan, subject) records are merged by subject, and their tags and window ids are
 // marked legacy (AlertLayout::legacy) so that the store translates them when a plan meets them.
-constexpr uint32_t kVersion = 3;
+// Version 4 adds the reservations (open, and ended ones still remembered) after the events.
+constexpr uint32_t kVersion = 4;
 // magic, version, payload length, payload CRC.
 constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
 // Sanity bounds for a file we did not write ourselves.
@@ -52,6 +55,9 @@ constexpr uint8_t kNoLayout = 0;
 constexpr uint8_t kLayout = 1;
 constexpr uint8_t kLegacyLayout = 2;
 constexpr size_t kMinEventBytes = 8 + 3 * 4 + 4 + 8 + 8 + 3 * 8;
+// id, subject, plan, estimate, expires_at, charge_on_expiry, open, ended_by, charged, holds.
+constexpr size_t kMinReservationBytes = 3 * 4 + 8 + 8 + 3 + 8 + 4;
+constexpr size_t kHoldBytes = 2 + 8;
 // No decision sets an expiry further ahead than its window's end plus the grace period, and the
 // longest window is a `year`: 366 days in a leap year, longer only by however much its zone set
 // its clocks back during the year. Two days of slack cover both and any grace. Expiries are
@@ -133,39 +139,60 @@ std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
   // outbox before its shard was copied, so it is in the outbox copy too (or already delivered).
   Writer subjects;
   uint64_t subject_count = 0;
-  store.ForEach([&](const MemoryStore::SubjectState& st) {
-    ++subject_count;
-    subjects.Str(st.subject);
-    subjects.Int<int64_t>(st.expires);
-    subjects.Int<uint32_t>(static_cast<uint32_t>(st.counters.size()));
-    for (const MemoryStore::Counter& c : st.counters) {
-      subjects.Int<int64_t>(c.used);
-      subjects.Int<uint32_t>(c.window);
-      subjects.Int<uint16_t>(c.tag);
-      subjects.Int<uint16_t>(c.fired);
+  Writer reservations;
+  uint64_t reservation_count = 0;
+  const auto save_reservation = [&](const MemoryStore::ReservationState& r) {
+    ++reservation_count;
+    reservations.Str(r.id);
+    reservations.Str(r.subject);
+    reservations.Str(r.plan);
+    reservations.Int<int64_t>(r.estimate);
+    WriteTime(reservations, r.expires_at);
+    reservations.Int<uint8_t>(r.charge_on_expiry ? 1 : 0);
+    reservations.Int<uint8_t>(r.open ? 1 : 0);
+    reservations.Int<uint8_t>(static_cast<uint8_t>(r.ended_by));
+    reservations.Int<int64_t>(r.charged);
+    reservations.Int<uint32_t>(static_cast<uint32_t>(r.holds.size()));
+    for (const auto& [tag, amount] : r.holds) {
+      reservations.Int<uint16_t>(tag);
+      reservations.Int<int64_t>(amount);
     }
-    subjects.Int<uint8_t>(st.alerts == nullptr ? kNoLayout
-                          : st.alerts->legacy  ? kLegacyLayout
-                                               : kLayout);
-    if (st.alerts != nullptr) {
-      subjects.Int<uint32_t>(static_cast<uint32_t>(st.alerts->limits.size()));
-      for (const AlertLayout::LimitAlerts& l : st.alerts->limits) {
-        subjects.Int<uint16_t>(l.tag);
-        subjects.Int<uint8_t>(static_cast<uint8_t>(l.percents.size()));
-        for (int p : l.percents) subjects.Int<uint8_t>(static_cast<uint8_t>(p));
-        subjects.Int<int64_t>(l.quota);
-      }
-    }
-    subjects.Int<uint32_t>(static_cast<uint32_t>(st.other_quotas.size()));
-    for (const MemoryStore::OtherQuota& q : st.other_quotas) {
-      subjects.Int<uint16_t>(q.tag);
-      subjects.Int<uint32_t>(q.window);
-      subjects.Int<int64_t>(q.quota);
-      subjects.Int<uint32_t>(q.expires);
-      subjects.Int<uint64_t>(q.percents[0]);
-      subjects.Int<uint64_t>(q.percents[1]);
-    }
-  });
+  };
+  store.ForEach(
+      [&](const MemoryStore::SubjectState& st) {
+        ++subject_count;
+        subjects.Str(st.subject);
+        subjects.Int<int64_t>(st.expires);
+        subjects.Int<uint32_t>(static_cast<uint32_t>(st.counters.size()));
+        for (const MemoryStore::Counter& c : st.counters) {
+          subjects.Int<int64_t>(c.used);
+          subjects.Int<uint32_t>(c.window);
+          subjects.Int<uint16_t>(c.tag);
+          subjects.Int<uint16_t>(c.fired);
+        }
+        subjects.Int<uint8_t>(st.alerts == nullptr ? kNoLayout
+                              : st.alerts->legacy  ? kLegacyLayout
+                                                   : kLayout);
+        if (st.alerts != nullptr) {
+          subjects.Int<uint32_t>(static_cast<uint32_t>(st.alerts->limits.size()));
+          for (const AlertLayout::LimitAlerts& l : st.alerts->limits) {
+            subjects.Int<uint16_t>(l.tag);
+            subjects.Int<uint8_t>(static_cast<uint8_t>(l.percents.size()));
+            for (int p : l.percents) subjects.Int<uint8_t>(static_cast<uint8_t>(p));
+            subjects.Int<int64_t>(l.quota);
+          }
+        }
+        subjects.Int<uint32_t>(static_cast<uint32_t>(st.other_quotas.size()));
+        for (const MemoryStore::OtherQuota& q : st.other_quotas) {
+          subjects.Int<uint16_t>(q.tag);
+          subjects.Int<uint32_t>(q.window);
+          subjects.Int<int64_t>(q.quota);
+          subjects.Int<uint32_t>(q.expires);
+          subjects.Int<uint64_t>(q.percents[0]);
+          subjects.Int<uint64_t>(q.percents[1]);
+        }
+      },
+      save_reservation);
   const std::vector<Outbox::Entry> events = store.outbox().All();
 
   body.Int<uint64_t>(subject_count);
@@ -183,8 +210,11 @@ std::string Encode(const MemoryStore& store, SnapshotStats& stats) {
     WriteTime(body, e.event.window_end);
     WriteTime(body, e.event.occurred_at);
   }
+  body.Int<uint64_t>(reservation_count);
+  body.out().append(reservations.out());
   stats.subjects = subject_count;
   stats.events = events.size();
+  stats.reservations = reservation_count;
 
   Writer file;
   file.out().append(kMagic);
@@ -381,6 +411,58 @@ class SnapshotDecoder {
     return absl::OkStatus();
   }
 
+  // The reservations (version 4; none in older files). One no sequence of calls could have made
+  // (a malformed id, a subject the id does not name, an amount out of range, an expiry beyond
+  // the longest time to live) is dropped and counted; so is a repeated id.
+  absl::Status ReadReservations() {
+    if (version_ < 4) return absl::OkStatus();
+    const uint64_t count = r_.Int<uint64_t>();
+    if (count > kMaxCount || count > r_.left() / kMinReservationBytes) {
+      return Damaged("reservation count does not match the data");
+    }
+    absl::flat_hash_set<std::string> ids;
+    for (uint64_t i = 0; i < count && r_.ok(); ++i) {
+      MemoryStore::ReservationState st;
+      st.id = r_.Str();
+      st.subject = r_.Str();
+      st.plan = r_.Str();
+      st.estimate = r_.Int<int64_t>();
+      st.expires_at = ReadTime(r_);
+      const uint8_t charge = r_.Int<uint8_t>();
+      const uint8_t open = r_.Int<uint8_t>();
+      const uint8_t ended_by = r_.Int<uint8_t>();
+      st.charged = r_.Int<int64_t>();
+      const uint32_t holds = r_.Int<uint32_t>();
+      if (holds > kMaxLimits || holds > r_.left() / kHoldBytes) {
+        return Damaged("reservation holds do not match the data");
+      }
+      bool valid = charge <= 1 && open <= 1 && ended_by <= 2;
+      for (uint32_t k = 0; k < holds && r_.ok(); ++k) {
+        const uint16_t tag = r_.Int<uint16_t>();
+        const int64_t amount = r_.Int<int64_t>();
+        valid = valid && amount >= 1 && amount <= kMaxUsed;
+        st.holds.emplace_back(tag, amount);
+      }
+      if (!r_.ok()) break;
+      st.charge_on_expiry = charge == 1;
+      st.open = open == 1;
+      st.ended_by = static_cast<ReservationEnd>(std::min<uint8_t>(ended_by, 2));
+      const std::optional<ReservationRef> ref = ParseReservationId(st.id);
+      valid = valid && ref.has_value() && ref->subject == st.subject && ref->plan == st.plan &&
+              st.estimate >= 0 && st.estimate <= kMaxCost && st.charged >= 0 &&
+              st.charged <= kMaxCost;
+      if (valid && options_.now != absl::InfinitePast()) {
+        valid = st.expires_at <= options_.now + kMaxReservationTtl + absl::Hours(48);
+      }
+      if (!valid || !ids.insert(st.id).second) {
+        ++loaded_.dropped_reservations;
+        continue;
+      }
+      reservations_.push_back(std::move(st));
+    }
+    return absl::OkStatus();
+  }
+
   // Every record was whole, and the payload ends where the last one does.
   absl::Status CheckEnd() const {
     if (!r_.ok()) return Damaged("truncated record");
@@ -392,9 +474,10 @@ class SnapshotDecoder {
   void Apply(MemoryStore& store, SnapshotStats* stats) {
     loaded_.subjects = subjects_.size();
     loaded_.events = events_.size();
+    loaded_.reservations = reservations_.size();
     loaded_.bytes = bytes_;
     if (stats) *stats = loaded_;
-    store.Restore(std::move(subjects_));
+    store.Restore(std::move(subjects_), std::move(reservations_));
     store.outbox().Restore(std::move(events_));
   }
 
@@ -503,6 +586,7 @@ class SnapshotDecoder {
   std::vector<MemoryStore::SubjectState> subjects_;
   absl::flat_hash_map<std::string, size_t> seen_;  // subject -> index in subjects_
   std::vector<Outbox::Entry> events_;
+  std::vector<MemoryStore::ReservationState> reservations_;
   SnapshotStats loaded_;
 };
 
@@ -550,6 +634,7 @@ absl::Status LoadSnapshot(const std::string& path, MemoryStore& store, SnapshotS
   if (absl::Status s = decoder.CheckHeader(*data); !s.ok()) return s;
   if (absl::Status s = decoder.ReadSubjects(); !s.ok()) return s;
   if (absl::Status s = decoder.ReadEvents(); !s.ok()) return s;
+  if (absl::Status s = decoder.ReadReservations(); !s.ok()) return s;
   if (absl::Status s = decoder.CheckEnd(); !s.ok()) return s;
   decoder.Apply(store, stats);
   return absl::OkStatus();

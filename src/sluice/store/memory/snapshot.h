@@ -5,6 +5,10 @@
 // mix. The file carries a magic, a format version, its payload length and a CRC-32 of the payload;
 // a torn, truncated or corrupted file is reported as DataLoss and nothing from it is loaded.
 //
+// Version 4 adds the reservations the store remembers (docs/semantics.md, Reservations): open
+// ones, with what they hold, and ended ones (for answering a repeated settle); what open ones hold
+// is recomputed from them when loaded.
+//
 // Version 3 holds one record per subject (usage follows the subject from plan to plan), with the
 // quotas its fired bits belong to and the bits it fired under other quotas. Older files (one record
 // per plan and subject) are still read: a subject's records are merged by keeping the one with the
@@ -37,14 +41,16 @@ namespace sluice {
 inline namespace memory {
 
 struct SnapshotStats {
-  size_t subjects = 0;  // loaded (saved, for SaveSnapshot)
-  size_t events = 0;    // loaded (saved, for SaveSnapshot)
+  size_t subjects = 0;      // loaded (saved, for SaveSnapshot)
+  size_t events = 0;        // loaded (saved, for SaveSnapshot)
+  size_t reservations = 0;  // loaded (saved, for SaveSnapshot)
   size_t bytes = 0;
   // LoadSnapshot: records of the file that were dropped because they held impossible values
   // (see above); a subject appearing twice counts once here too (version 3: the last one is
   // kept; older versions: see the merge above).
   size_t dropped_subjects = 0;
   size_t dropped_events = 0;
+  size_t dropped_reservations = 0;
 };
 
 struct SnapshotLoadOptions {

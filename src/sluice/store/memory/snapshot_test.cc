@@ -107,6 +107,50 @@ TEST_F(SnapshotTest, RoundTripKeepsCountersFlagsAndUndeliveredEvents) {
   EXPECT_EQ(Check(after, "bob", 0).limits[0].used, 3);
 }
 
+// Reserves `hold` for `subject` under plan "p"; the reservation's id ("" when denied).
+std::string ReserveFor(Limiter& limiter, const std::string& subject, int64_t hold) {
+  std::string id;
+  limiter.Reserve({.decision = {.subject = subject, .plan = "p", .cost = 0}, .hold = hold},
+                  [&](absl::StatusOr<ReserveDecision> r) {
+                    if (r.ok()) id = r->id;
+                  });
+  return id;
+}
+StoreSettleResult::Outcome SettleWith(Limiter& limiter, const std::string& id, int64_t cost) {
+  StoreSettleResult::Outcome outcome = StoreSettleResult::Outcome::kNotFound;
+  limiter.Settle({.id = id, .cost = cost}, [&](absl::StatusOr<SettleDecision> s) {
+    if (s.ok()) outcome = s->outcome;
+  });
+  return outcome;
+}
+
+TEST_F(SnapshotTest, ReservationsSurviveARestartWithWhatTheyHoldAndHowTheyEnded) {
+  MemoryStore before;
+  Limiter limiter(*plans_, &before, &clock_, {});
+  const std::string open = ReserveFor(limiter, "alice", 4);
+  const std::string settled = ReserveFor(limiter, "alice", 3);
+  ASSERT_FALSE(open.empty());
+  ASSERT_FALSE(settled.empty());
+  ASSERT_EQ(SettleWith(limiter, settled, 2), StoreSettleResult::Outcome::kEnded);
+  SnapshotStats saved;
+  ASSERT_TRUE(SaveSnapshot(before, path_, &saved).ok());
+  EXPECT_EQ(saved.reservations, 2u);
+
+  MemoryStore after;
+  SnapshotStats loaded;
+  ASSERT_TRUE(LoadSnapshot(path_, after, &loaded, {.now = clock_.Now()}).ok());
+  EXPECT_EQ(loaded.reservations, 2u);
+  EXPECT_EQ(after.open_reservations(), 1u);
+  // 2 charged + 4 held of 10: 4 more fit, 5 do not.
+  EXPECT_FALSE(Check(after, "alice", 5).allowed);
+  EXPECT_TRUE(Check(after, "alice", 4).allowed);
+  Limiter restarted(*plans_, &after, &clock_, {});
+  EXPECT_EQ(SettleWith(restarted, settled, 2), StoreSettleResult::Outcome::kRepeated);
+  EXPECT_EQ(SettleWith(restarted, open, 1), StoreSettleResult::Outcome::kEnded);
+  EXPECT_EQ(Check(after, "alice", 0).limits[0].used, 7);
+  EXPECT_EQ(Check(after, "alice", 0).limits[0].held, 0);
+}
+
 TEST_F(SnapshotTest, AYearWindowsCounterSurvivesARestartEarlyInTheYear) {
   config::Config cfg;
   cfg.plans.push_back({.name = "p",
@@ -362,6 +406,32 @@ class CraftedSnapshotTest : public SnapshotTest {
     WriteFile(file + p);
   }
 };
+
+TEST_F(CraftedSnapshotTest, AReservationWhoseIdNamesAnotherSubjectIsDropped) {
+  MemoryStore before;
+  Limiter limiter(*plans_, &before, &clock_, {});
+  ASSERT_FALSE(ReserveFor(limiter, "mallory", 4).empty());
+  ASSERT_FALSE(ReserveFor(limiter, "alice", 1).empty());
+  ASSERT_TRUE(SaveSnapshot(before, path_).ok());
+  // The same file with the first reservation's subject changed (its id still names "mallory"),
+  // and a checksum that matches.
+  std::string file = ReadFile();
+  std::string payload = file.substr(24);
+  const size_t at = payload.find("mallory");
+  ASSERT_NE(at, std::string::npos);
+  payload.replace(at, 7, "mallorz");
+  std::string header = file.substr(0, 20);
+  Put(header, Crc32(payload), 4);
+  WriteFile(header + payload);
+
+  MemoryStore after;
+  SnapshotStats loaded;
+  ASSERT_TRUE(LoadSnapshot(path_, after, &loaded).ok());
+  EXPECT_EQ(loaded.reservations, 1u);
+  EXPECT_EQ(loaded.dropped_reservations, 1u);
+  EXPECT_EQ(Check(after, "mallorz", 0).limits[0].held, 0);
+  EXPECT_EQ(Check(after, "alice", 0).limits[0].held, 1);
+}
 
 TEST_F(CraftedSnapshotTest, ImpossibleCountersAreDroppedAndCountedTheRestIsLoaded) {
   WritePayload(Payload({{.subject = "alice"},
