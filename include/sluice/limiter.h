@@ -57,7 +57,9 @@ struct LimitResult {
   std::string name;
   int64_t quota = 0;
   int64_t used = 0;                     // the counter after this request (unchanged if denied)
-  int64_t remaining = 0;                // max(quota - used, 0)
+  int64_t held = 0;                     // held by open reservations (a concurrent limit: slots)
+  int64_t remaining = 0;                // max(quota - used - held, 0)
+  int64_t overshoot = 0;                // Settle only: what its charge put beyond the quota
   std::chrono::seconds reset_after{0};  // until this limit's window ends, rounded up
   bool violated = false;                // this limit denied the request
   bool would_deny = false;              // a shadow limit that would have denied it (it never does)
@@ -86,6 +88,21 @@ struct LimitUsage {
 };
 
 using DecisionCallback = std::function<void(Result<Decision>)>;
+
+// "Hold `estimate` for `subject` under `plan` until I know the real cost" (docs/semantics.md,
+// Reservations). The views are read only during the call.
+struct ReserveRequest {
+  std::string_view subject;
+  std::string_view plan;
+  int64_t estimate = 0;  // 0..1,000,000, held on every counting limit; concurrent limits: a slot
+  std::chrono::milliseconds ttl{60'000};  // more than 0, at most 1 h
+};
+
+struct Reservation {
+  Decision decision;                                 // its limits show what is held after it
+  std::string id;                                    // empty when denied (nothing is held then)
+  std::chrono::system_clock::time_point expires_at;  // when allowed
+};
 
 class Limiter {
  public:
@@ -120,6 +137,25 @@ class Limiter {
   // The same, answered through `done` (see Callbacks above): never blocks on Redis. `done` must
   // not be empty.
   void DecideAsync(const Request& request, DecisionCallback done);
+
+  // Reserves (ReserveRequest): decided as Decide with the estimate held; if admitted, the
+  // reservation's id. Errors as Decide's (kInvalidArgument also for a bad estimate or ttl), and
+  // kUnimplemented with Redis, which does not keep reservations yet.
+  [[nodiscard]] Result<Reservation> Reserve(const ReserveRequest& request);
+  // Ends reservation `id` by charging the real `cost` (0..1,000,000) in full, past the quota if
+  // it must; never denied. The Decision is the counters after it (each limit's `overshoot`).
+  // The same settle again answers the same. Errors: kNotFound for an unknown or forgotten id,
+  // kFailedPrecondition when it already ended otherwise (settled with another cost, released,
+  // expired), kInvalidArgument for a malformed id or a bad cost.
+  [[nodiscard]] Result<Decision> Settle(std::string_view id, int64_t cost);
+  // Ends reservation `id` without charge (again: OK). Errors as Settle's.
+  [[nodiscard]] Status Release(std::string_view id);
+  // Keeps reservation `id` open until now + ttl. Errors as Settle's.
+  [[nodiscard]] Result<std::chrono::system_clock::time_point> Extend(std::string_view id,
+                                                                     std::chrono::milliseconds ttl);
+  // Ends the reservations whose expiry has passed (each charged its estimate or released, by its
+  // plan); returns how many. The library also does it every second in the background.
+  size_t ExpireReservations();
 
   // `subject`'s counters of `plan`'s limits now; spends nothing. Counters belong to the subject
   // and the limit (name and window), not the plan: another plan with the same limit shares them.

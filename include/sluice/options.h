@@ -25,7 +25,7 @@ struct LimitOptions {
   int64_t quota = 0;  // 1..10^15
   // "Ns", "Nm", "Nh" (aligned to the Unix epoch, at most 31 days: "744h"), or a calendar period
   // from local midnight in the plan's time zone: "day", "week" (an ISO week, from Monday),
-  // "month" or "year" (from January 1).
+  // "month" or "year" (from January 1); or "concurrent": at most `quota` reservations in flight.
   std::string window;
   // Alert thresholds, percentages 1..100 of the quota (at most 16, any order, no repeats).
   std::vector<int> alert_at;
@@ -38,6 +38,9 @@ struct PlanOptions {
   std::string timezone = "UTC";      // an IANA name; decides where calendar windows begin
   std::vector<LimitOptions> limits;  // at least one
   bool shadow = false;               // every limit is a shadow limit
+  // A reservation not ended by its expiry is released without charge (else charged its
+  // estimate, the default: the work was probably done).
+  bool release_on_expiry = false;
 };
 
 // Counters in this process. With a snapshot path they survive a restart: loaded when the limiter

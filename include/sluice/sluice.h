@@ -5,7 +5,8 @@
 // library:
 //   sluice/status.h   Status and Result<T>: the error model (no exceptions)
 //   sluice/options.h  Options: plans, store (memory or Redis), store-error policy, alerts, clock
-//   sluice/limiter.h  Limiter: Open, Decide, DecideAsync, Usage, ResetUsage, Close
+//   sluice/limiter.h  Limiter: Open, Decide, DecideAsync, Reserve, Settle, Release, Extend,
+//                     Usage, ResetUsage, Close
 #ifndef SLUICE_SLUICE_H_
 #define SLUICE_SLUICE_H_
 

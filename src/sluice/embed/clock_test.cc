@@ -134,5 +134,82 @@ TEST_F(LimiterClockTest, AlertsAreStampedByTheGivenClock) {
   EXPECT_EQ(events[0].window_end, kADayIntoA744hWindow + hours(30 * 24));
 }
 
+// Reservations through the public API: hold, settle in full past the quota, release, extend,
+// and the expiry that charges the estimate by the library's clock.
+class ReservationApiTest : public LimiterClockTest {
+ protected:
+  void SetUp() override {
+    Options options;
+    options.plans.push_back(PlanOptions{
+        .name = "llm",
+        .limits = {LimitOptions{.name = "tokens", .quota = 100, .window = "744h"},
+                   LimitOptions{.name = "inflight", .quota = 2, .window = "concurrent"}}});
+    options.clock = clock_;
+    limiter_ = OpenClocked(std::move(options));
+    ASSERT_NE(limiter_, nullptr);
+  }
+  Reservation Reserve(int64_t estimate, std::chrono::milliseconds ttl = std::chrono::minutes(1)) {
+    Result<Reservation> r =
+        limiter_->Reserve({.subject = "user-1", .plan = "llm", .estimate = estimate, .ttl = ttl});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *std::move(r) : Reservation{};
+  }
+  // tokens' (used, held) now.
+  std::pair<int64_t, int64_t> Tokens() {
+    Result<Decision> d = limiter_->Decide({.subject = "user-1", .plan = "llm", .cost = 0});
+    EXPECT_TRUE(d.ok());
+    return d.ok() ? std::pair{d->limits[0].used, d->limits[0].held} : std::pair<int64_t, int64_t>{};
+  }
+  std::unique_ptr<Limiter> limiter_;
+};
+
+TEST_F(ReservationApiTest, ASettleChargesTheRealCostInFullAndAnswersTheSameAgain) {
+  const Reservation r = Reserve(30);
+  ASSERT_FALSE(r.id.empty());
+  EXPECT_EQ(r.decision.limits[0].held, 30);
+  EXPECT_EQ(r.decision.limits[1].held, 1);
+  EXPECT_EQ(r.expires_at, clock_->Now() + std::chrono::minutes(1));
+  Result<Decision> settled = limiter_->Settle(r.id, 120);
+  ASSERT_TRUE(settled.ok()) << settled.status().message();
+  EXPECT_EQ(settled->limits[0].used, 120);
+  EXPECT_EQ(settled->limits[0].overshoot, 20);
+  EXPECT_TRUE(limiter_->Settle(r.id, 120).ok());
+  EXPECT_EQ(limiter_->Settle(r.id, 121).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(limiter_->Release(r.id).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Tokens(), (std::pair<int64_t, int64_t>(120, 0)));
+}
+
+TEST_F(ReservationApiTest, TwoSlotsInFlightThenReleaseGivesOneBack) {
+  const Reservation a = Reserve(0);
+  const Reservation b = Reserve(0);
+  ASSERT_FALSE(a.id.empty());
+  ASSERT_FALSE(b.id.empty());
+  const Reservation c = Reserve(0);
+  EXPECT_FALSE(c.decision.allowed);
+  EXPECT_TRUE(c.id.empty());
+  EXPECT_TRUE(limiter_->Release(a.id).ok());
+  EXPECT_TRUE(limiter_->Release(a.id).ok());  // again: the same answer
+  EXPECT_TRUE(Reserve(0).decision.allowed);
+  EXPECT_EQ(limiter_->Release("rsv_nonsense").code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ReservationApiTest, AnUnsettledReservationIsChargedItsEstimateAtItsExpiry) {
+  const Reservation r = Reserve(40, std::chrono::seconds(10));
+  ASSERT_FALSE(r.id.empty());
+  Result<std::chrono::system_clock::time_point> extended =
+      limiter_->Extend(r.id, std::chrono::seconds(20));
+  ASSERT_TRUE(extended.ok());
+  EXPECT_EQ(*extended, clock_->Now() + std::chrono::seconds(20));
+  clock_->Advance(std::chrono::seconds(15));
+  (void)limiter_->ExpireReservations();
+  EXPECT_EQ(Tokens(), (std::pair<int64_t, int64_t>(0, 40)));  // extended: still held
+  clock_->Advance(std::chrono::seconds(5));
+  (void)limiter_->ExpireReservations();  // the background expirer may have been first
+  EXPECT_EQ(Tokens(), (std::pair<int64_t, int64_t>(40, 0)));
+  EXPECT_EQ(limiter_->Settle(r.id, 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(limiter_->Extend(r.id, std::chrono::seconds(5)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace sluice::lib

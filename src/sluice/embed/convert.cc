@@ -34,6 +34,9 @@ absl::StatusOr<config::Config> ToConfig(const lib::Options& options) {
     out.name = plan.name;
     out.timezone = plan.timezone;
     out.shadow = plan.shadow;
+    out.on_reservation_expiry = plan.release_on_expiry
+                                    ? config::PlanConfig::OnReservationExpiry::kRelease
+                                    : config::PlanConfig::OnReservationExpiry::kCharge;
     for (size_t l = 0; l < plan.limits.size(); ++l) {
       const lib::LimitOptions& limit = plan.limits[l];
       absl::StatusOr<config::WindowSpec> window = config::ParseWindow(limit.window);
@@ -106,7 +109,9 @@ lib::Decision ToPublic(const Decision& decision) {
         .name = l.limit->name,
         .quota = l.limit->quota,
         .used = l.used,
+        .held = l.held,
         .remaining = l.remaining,
+        .overshoot = l.overshoot,
         .reset_after = std::chrono::seconds(l.reset_after),
         .violated = l.violated,
         .would_deny = l.would_deny,

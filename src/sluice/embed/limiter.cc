@@ -44,6 +44,8 @@ constexpr absl::Duration kRedisStartWait = absl::Seconds(2);
 // A blocking call waits this much longer than the store timeout: the store answers within its
 // timeout, and the loop may be busy with other callers' answers.
 constexpr absl::Duration kBlockingMargin = absl::Seconds(1);
+// Due reservations ended per call of ExpireReservations.
+constexpr size_t kExpireBatch = 10'000;
 
 Status Closed() { return Status(StatusCode::kFailedPrecondition, "the limiter is closed"); }
 // The Limiter whose DecideAsync callback the calling thread is running (null outside one): Close()
@@ -158,6 +160,7 @@ class Limiter::Impl {
       }
       impl->alerts_ = std::make_unique<engine::AlertDelivery>(impl->cfg_, context);
     }
+    impl->StartExpirer();
     return impl;
   }
 
@@ -206,6 +209,97 @@ class Limiter::Impl {
         });
   }
 
+  Result<Reservation> Reserve(const ReserveRequest& request) {
+    return Blocking<Reservation>([&](std::function<void(Result<Reservation>)> set) {
+      if (!Enter()) return set(Closed());
+      RunOnStore([this, subject = std::string(request.subject), plan = std::string(request.plan),
+                  estimate = request.estimate, ttl = absl::FromChrono(request.ttl),
+                  set = std::move(set)]() mutable {
+        limiter_->Reserve({.decision = {.subject = subject, .plan = plan, .cost = 0},
+                           .hold = estimate,
+                           .ttl = ttl},
+                          [this, set = std::move(set)](absl::StatusOr<ReserveDecision> r) mutable {
+                            Leave leave(this);
+                            if (!r.ok()) return set(embed::FromAbsl(r.status()));
+                            set(Reservation{.decision = embed::ToPublic(r->decision),
+                                            .id = r->id,
+                                            .expires_at = absl::ToChronoTime(r->expires_at)});
+                          });
+      });
+    });
+  }
+
+  // Ends reservation `id`: a settle of `cost`, or a release.
+  Result<lib::Decision> End(std::string_view id, ReservationEnd end, int64_t cost) {
+    return Blocking<lib::Decision>([&](std::function<void(Result<lib::Decision>)> set) {
+      if (!Enter()) return set(Closed());
+      RunOnStore([this, id = std::string(id), end, cost, set = std::move(set)]() mutable {
+        limiter_->Settle(
+            {.id = id, .cost = cost, .end = end},
+            [this, set = std::move(set)](absl::StatusOr<SettleDecision> s) mutable {
+              Leave leave(this);
+              if (!s.ok()) return set(embed::FromAbsl(s.status()));
+              switch (s->outcome) {
+                case StoreSettleResult::Outcome::kEnded:
+                case StoreSettleResult::Outcome::kRepeated:
+                  return set(embed::ToPublic(s->decision));
+                case StoreSettleResult::Outcome::kConflict:
+                  return set(Status(StatusCode::kFailedPrecondition,
+                                    s->ended_by == ReservationEnd::kSettle
+                                        ? "the reservation was settled with another cost"
+                                    : s->ended_by == ReservationEnd::kRelease
+                                        ? "the reservation was released"
+                                        : "the reservation expired"));
+                case StoreSettleResult::Outcome::kNotFound:
+                case StoreSettleResult::Outcome::kNotDue:
+                  break;
+              }
+              set(Status(StatusCode::kNotFound, "no such reservation"));
+            });
+      });
+    });
+  }
+
+  Result<std::chrono::system_clock::time_point> Extend(std::string_view id,
+                                                       std::chrono::milliseconds ttl) {
+    using TimePoint = std::chrono::system_clock::time_point;
+    return Blocking<TimePoint>([&](std::function<void(Result<TimePoint>)> set) {
+      if (!Enter()) return set(Closed());
+      RunOnStore([this, id = std::string(id), ttl = absl::FromChrono(ttl),
+                  set = std::move(set)]() mutable {
+        limiter_->Extend(
+            id, ttl, [this, set = std::move(set)](absl::StatusOr<StoreExtendResult> e) mutable {
+              Leave leave(this);
+              if (!e.ok()) return set(embed::FromAbsl(e.status()));
+              switch (e->outcome) {
+                case StoreExtendResult::Outcome::kExtended:
+                  return set(absl::ToChronoTime(e->expires_at));
+                case StoreExtendResult::Outcome::kEnded:
+                  return set(Status(StatusCode::kFailedPrecondition, "the reservation has ended"));
+                case StoreExtendResult::Outcome::kNotFound:
+                  break;
+              }
+              set(Status(StatusCode::kNotFound, "no such reservation"));
+            });
+      });
+    });
+  }
+
+  size_t ExpireReservations() {
+    Result<size_t> ended = Blocking<size_t>([&](std::function<void(Result<size_t>)> set) {
+      if (!Enter()) return set(Closed());
+      RunOnStore([this, set = std::move(set)]() mutable {
+        limiter_->ExpireDue(kExpireBatch,
+                            [this, set = std::move(set)](absl::StatusOr<size_t> n) mutable {
+                              Leave leave(this);
+                              if (!n.ok()) return set(embed::FromAbsl(n.status()));
+                              set(*n);
+                            });
+      });
+    });
+    return ended.ok() ? *ended : 0;
+  }
+
   Status ResetUsage(std::string_view subject, std::string_view plan, std::string_view limit) {
     Result<bool> done = Blocking<bool>([&](std::function<void(Result<bool>)> set) {
       if (!Enter()) return set(Closed());
@@ -226,6 +320,7 @@ class Limiter::Impl {
     if (t_in_callback_of == this) {
       return Status(StatusCode::kFailedPrecondition, "Close() from the limiter's own callback");
     }
+    StopExpirer();
     {
       std::unique_lock lock(mu_);
       if (closed_) return close_status_;
@@ -298,6 +393,27 @@ class Limiter::Impl {
 
   bool OnIoThread() const { return io_ != nullptr && std::this_thread::get_id() == io_thread_id_; }
 
+  // Ends due reservations every second on a thread of its own (ExpireReservations).
+  void StartExpirer() {
+    expirer_ = std::thread([this] {
+      std::unique_lock lock(expirer_mu_);
+      while (
+          !expirer_wake_.wait_for(lock, std::chrono::seconds(1), [&] { return expirer_stop_; })) {
+        lock.unlock();
+        (void)ExpireReservations();
+        lock.lock();
+      }
+    });
+  }
+  void StopExpirer() {
+    {
+      std::lock_guard lock(expirer_mu_);
+      expirer_stop_ = true;
+    }
+    expirer_wake_.notify_all();
+    if (expirer_.joinable()) expirer_.join();
+  }
+
   // Runs `fn` where the store may be called: here with the memory store, on the loop with Redis.
   template <typename F>
   void RunOnStore(F fn) {
@@ -337,6 +453,11 @@ class Limiter::Impl {
   std::unique_ptr<embed::CallbackSink> callback_sink_;
   std::unique_ptr<engine::AlertDelivery> alerts_;
 
+  std::thread expirer_;
+  std::mutex expirer_mu_;
+  std::condition_variable expirer_wake_;
+  bool expirer_stop_ = false;  // guarded by expirer_mu_
+
   std::mutex mu_;
   std::condition_variable idle_;
   int in_flight_ = 0;
@@ -375,6 +496,25 @@ void Limiter::DecideAsync(const Request& request, DecisionCallback done) {
 Result<std::vector<LimitUsage>> Limiter::Usage(std::string_view subject, std::string_view plan) {
   return impl_->Usage(subject, plan);
 }
+
+Result<Reservation> Limiter::Reserve(const ReserveRequest& request) {
+  return impl_->Reserve(request);
+}
+
+Result<Decision> Limiter::Settle(std::string_view id, int64_t cost) {
+  return impl_->End(id, ReservationEnd::kSettle, cost);
+}
+
+Status Limiter::Release(std::string_view id) {
+  return impl_->End(id, ReservationEnd::kRelease, 0).status();
+}
+
+Result<std::chrono::system_clock::time_point> Limiter::Extend(std::string_view id,
+                                                              std::chrono::milliseconds ttl) {
+  return impl_->Extend(id, ttl);
+}
+
+size_t Limiter::ExpireReservations() { return impl_->ExpireReservations(); }
 
 Status Limiter::ResetUsage(std::string_view subject, std::string_view plan,
                            std::string_view limit) {
