@@ -165,6 +165,65 @@ class ReportCase:
         self.assertEqual(self.client.call(check, timeout=10).overall_code, OVER_LIMIT)
 
 
+def envoy_calls(envoy_yaml, api_key):
+    """The two RateLimitRequests Envoy builds from the example's route for a call with `api_key`:
+    (the request phase's, the stream-done phase's as a function of the tokens used). Only the
+    actions the example uses are played: request_headers (the X-API-Key header) and generic_key."""
+    import yaml
+    with open(envoy_yaml) as f:
+        config = yaml.safe_load(f)
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    typed = hcm["typed_config"]
+    domain = next(f["typed_config"]["domain"] for f in typed["http_filters"]
+                  if f["name"] == "envoy.filters.http.ratelimit")
+    (route,) = typed["route_config"]["virtual_hosts"][0]["routes"]
+    phases = {False: None, True: None}
+    for rate_limit in route["route"]["rate_limits"]:
+        entries = []
+        for action in rate_limit["actions"]:
+            if "request_headers" in action:
+                assert action["request_headers"]["header_name"] == "x-api-key"
+                entries.append((action["request_headers"]["descriptor_key"], api_key))
+            else:
+                generic = action["generic_key"]
+                entries.append((generic["descriptor_key"], generic["descriptor_value"]))
+        phases[rate_limit.get("apply_on_stream_done", False)] = (entries, rate_limit["hits_addend"])
+    (check_entries, check_addend), (done_entries, done_addend) = phases[False], phases[True]
+    assert "DYNAMIC_METADATA" in done_addend["format"]
+    return (call(check_entries, check_addend["number"], domain),
+            lambda tokens: call(done_entries, tokens, domain))
+
+
+class EnvoyExampleTest(unittest.TestCase):
+    """examples/envoy: its sluice.yaml, with Envoy's two calls as its envoy.yaml builds them."""
+
+    def test_the_example_refuses_a_key_once_its_reported_tokens_pass_the_quota(self):
+        example = os.path.join(harness.SOURCE_DIR, "examples", "envoy")
+        result = harness.run("check-config", "-c", os.path.join(example, "sluice.yaml"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        harness.clear_of_window_end(60, 20)
+        d = harness.tempdir()
+        self.addCleanup(d.cleanup)
+        grpc_port, port, admin_port = (harness.free_port() for _ in range(3))
+        text = harness.example_with_ports(os.path.join(example, "sluice.yaml"), [
+            ('listen: "127.0.0.1:8080"', f'listen: "127.0.0.1:{port}"', 1),
+            ('admin_listen: "127.0.0.1:9090"', f'admin_listen: "127.0.0.1:{admin_port}"', 1),
+            ('grpc_listen: "127.0.0.1:8081"', f'grpc_listen: "127.0.0.1:{grpc_port}"', 1),
+        ])
+        server = harness.Server(harness.write_config(d.name, text))
+        self.addCleanup(server.kill)
+        server.wait_for_line("sluice started")
+        client = Client(grpc_port)
+        self.addCleanup(client.close)
+        check, done = envoy_calls(os.path.join(example, "envoy.yaml"), "demo-key")
+        for _ in range(2):  # 30,000 tokens each: the second takes the key past its 50,000
+            self.assertEqual(client.call(check, timeout=10).overall_code, OK)
+            self.assertEqual(client.call(done(30000), timeout=10).overall_code, OK)
+        res = client.call(check, timeout=10)
+        self.assertEqual(res.overall_code, OVER_LIMIT)
+        self.assertEqual(headers(res)["Sluice-Subject"], "demo-team")
+
+
 class MemoryReportTest(ReportCase, unittest.TestCase):
     pass
 
