@@ -887,6 +887,29 @@ TEST_F(ConfigTest, EnvoyDescriptorKeysAreReadAndMustBeDistinct) {
   EXPECT_THAT(ErrorOf(WithPlan("envoy: {keys: {}}\n")), HasSubstr("envoy"));
 }
 
+TEST_F(ConfigTest, EnvoyReportDescriptorKeyDefaultsToReportAndIsDistinct) {
+  absl::StatusOr<Config> none = Parse(WithPlan(""));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->envoy.descriptor_keys.report, "report");
+  absl::StatusOr<Config> config = Parse(WithPlan("envoy: {descriptor_keys: {report: spent}}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->envoy.descriptor_keys.report, "spent");
+  EXPECT_EQ(ErrorOf(WithPlan("envoy: {descriptor_keys: {report: cost}}\n")),
+            "test.yaml: envoy.descriptor_keys.report: \"cost\" is already another descriptor key");
+}
+
+TEST_F(ConfigTest, EnvoyRatelimitReportKeyIsOffUnlessSet) {
+  absl::StatusOr<Config> none = Parse(WithPlan(""));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->envoy.ratelimit_report_key, "");
+  absl::StatusOr<Config> on = Parse(WithPlan("envoy: {ratelimit_report_key: sluice_report}\n"));
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ(on->envoy.ratelimit_report_key, "sluice_report");
+  EXPECT_EQ(ErrorOf(WithPlan("envoy: {ratelimit_report_key: \"a b\"}\n")),
+            "test.yaml: envoy.ratelimit_report_key: must be 0-128 printable ASCII characters "
+            "without spaces");
+}
+
 TEST_F(ConfigTest, EnvoyRatelimitConfigIsAPathKeptAsWritten) {
   absl::StatusOr<Config> config = Parse(WithPlan("envoy: {ratelimit_config: rl/limits}\n"));
   ASSERT_TRUE(config.ok()) << config.status();

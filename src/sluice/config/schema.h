@@ -220,12 +220,15 @@ struct AlertsConfig {
 };
 
 // How the descriptor entries of an Envoy rate limit request name sluice's inputs
-// (docs/gateways.md). Each key is 1-128 visible ASCII characters; the four are distinct.
+// (docs/gateways.md). Each key is 1-128 visible ASCII characters; the five are distinct.
 struct DescriptorKeys {
   std::string api_key = "api_key";
   std::string subject = "subject";
   std::string plan = "plan";
   std::string cost = "cost";
+  // The entry whose value "true" (or "1") makes the call a report: a cost already spent, charged
+  // and never denied (docs/semantics.md, Reports); "false" or "0": an ordinary call.
+  std::string report = "report";
 };
 
 struct EnvoyConfig {
@@ -238,6 +241,11 @@ struct EnvoyConfig {
   // does with RESPONSE_DYNAMIC_METADATA=true (the request, and the `metadata` of the rules that
   // let it pass: grpc/ratelimit_request.h). Off: none, as there by default.
   bool response_dynamic_metadata = false;
+  // The descriptor entry that marks a call of ratelimit_config's domains as a report (as
+  // DescriptorKeys::report does for sluice's own mapping): taken out of its descriptor before the
+  // descriptor is matched, so unchanged files match the rest. "": none (the default: every entry
+  // is matched as envoyproxy/ratelimit matches it). 0-128 visible ASCII characters.
+  std::string ratelimit_report_key;
 };
 
 struct Config {

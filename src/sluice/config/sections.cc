@@ -384,8 +384,10 @@ absl::Status ParseSink(const Field& field, SinkConfig& sink) {
 
 absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(
-      ReadFields(field, {"descriptor_keys", "ratelimit_config", "response_dynamic_metadata"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      field,
+      {"descriptor_keys", "ratelimit_config", "response_dynamic_metadata", "ratelimit_report_key"},
+      f));
   SLUICE_RETURN_IF_ERROR(
       ReadBool(f.Get("response_dynamic_metadata"), envoy.response_dynamic_metadata));
   const Field ratelimit_config = f.Get("ratelimit_config");
@@ -395,14 +397,21 @@ absl::Status ParseEnvoy(const Field& field, EnvoyConfig& envoy) {
     return Error(ratelimit_config.path,
                  absl::StrCat("must be a path of at most ", kMaxPathLength, " bytes"));
   }
+  const Field report_key = f.Get("ratelimit_report_key");
+  SLUICE_RETURN_IF_ERROR(ReadString(report_key, envoy.ratelimit_report_key));
+  if (envoy.ratelimit_report_key.size() > 128 ||
+      !AllOf(envoy.ratelimit_report_key, IsVisibleAscii)) {
+    return Error(report_key.path, "must be 0-128 printable ASCII characters without spaces");
+  }
   Fields k;
   SLUICE_RETURN_IF_ERROR(
-      ReadFields(f.Get("descriptor_keys"), {"api_key", "subject", "plan", "cost"}, k));
+      ReadFields(f.Get("descriptor_keys"), {"api_key", "subject", "plan", "cost", "report"}, k));
   DescriptorKeys& keys = envoy.descriptor_keys;
   const std::pair<const char*, std::string*> all[] = {{"api_key", &keys.api_key},
                                                       {"subject", &keys.subject},
                                                       {"plan", &keys.plan},
-                                                      {"cost", &keys.cost}};
+                                                      {"cost", &keys.cost},
+                                                      {"report", &keys.report}};
   std::unordered_set<std::string> seen;
   for (const auto& [name, out] : all) {
     const Field key = k.Get(name);

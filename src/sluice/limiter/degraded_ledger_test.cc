@@ -273,6 +273,38 @@ TEST_F(LimiterLedgerTest, AnAdminResetForgetsWhatWasAdmittedDegraded) {
   EXPECT_EQ(Admitted("u", 3), 3);
 }
 
+TEST_F(LimiterLedgerTest, AReportTheStoreCannotAnswerIsAllowedAndCountedByTheLedger) {
+  ASSERT_EQ(Admitted("u", 8), 8);
+  store_.failure = StoreFailure::kTimeout;
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_->Decide({.subject = "u", .plan = "free", .cost = 5, .mode = DecideMode::kReport},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_TRUE((*out)->allowed);
+  EXPECT_TRUE((*out)->degraded);
+  EXPECT_EQ((*out)->limits[0].used, 13);
+  EXPECT_FALSE((*out)->limits[0].violated);
+  // What the report charged is known: nothing is left, with the store down or back.
+  EXPECT_EQ(Admitted("u", 3), 0);
+  store_.failure.reset();
+  EXPECT_EQ(Admitted("u", 3), 0);
+}
+
+TEST_F(LimiterLedgerTest, AReportIsNotDeniedByWhatWasAdmittedDegraded) {
+  store_.failure = StoreFailure::kTimeout;
+  ASSERT_EQ(Admitted("u", 10), 10);
+  store_.failure.reset();
+  ASSERT_FALSE(Decide("u").allowed);  // denied by the ledger, without the store
+  const int calls = store_.decides;
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_->Decide({.subject = "u", .plan = "free", .cost = 2, .mode = DecideMode::kReport},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  ASSERT_TRUE(out.has_value() && out->ok());
+  EXPECT_TRUE((*out)->allowed);
+  EXPECT_FALSE((*out)->degraded);
+  EXPECT_EQ(store_.decides, calls + 1);  // charged in the store
+}
+
 TEST_F(LimiterLedgerTest, AGroupTheStoreCannotAnswerIsDecidedAgainstTheLedger) {
   const Plan& free = *plans_.Find("free");
   auto group = [&](int64_t cost) {

@@ -109,6 +109,26 @@ void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, 
   }
 }
 
+// A report's decision (DecideMode::kReport): allowed, whatever the counters (or the ledger, or a
+// full ledger) said; no limit violated, no shadow limit that would have denied (a report is not
+// a request that a limit could refuse, so it is no shadow denial either).
+void MarkReport(Decision& d) {
+  d.allowed = true;
+  d.retry_after = 0;
+  for (LimitDecision& l : d.limits) {
+    l.violated = false;
+    l.would_deny = false;
+  }
+}
+
+// The quotas the ledger and a late answer read: a report's are all shadow (charged, never
+// denying), which is how the degraded ledger counts a report.
+PlanQuotas QuotasFor(const Plan& plan, DecideMode mode) {
+  PlanQuotas quotas = PlanQuotas::Of(plan);
+  if (mode == DecideMode::kReport) quotas.shadow.assign(quotas.quotas.size(), true);
+  return quotas;
+}
+
 // A decision the store could not answer: on_store_error decides (docs/semantics.md).
 // True when some of the `n` limits `terms` describes may deny (is not a shadow limit). Read from
 // the terms, not from the decision's Limit pointers: an effective plan may be gone by the time an
@@ -133,6 +153,7 @@ void Degrade(const absl::Status& failure, config::OnStoreError policy, bool enfo
 // plan (both may be gone by then: the request is the caller's, the plan may be an effective one).
 struct Pending {
   int64_t cost = 1;
+  DecideMode mode = DecideMode::kAdmit;
   config::OnStoreError policy = config::OnStoreError::kAllow;
   absl::Time now;
   // Tag and quotas, plan order: only with a cache (it compares and keeps them) or on the
@@ -171,17 +192,23 @@ template <typename Terms>
 void Finish(absl::StatusOr<StoreResult> result, Decision& skeleton, const Pending& p,
             const Terms& terms, std::string_view subject, absl::Span<const WindowBounds> windows,
             DecisionCallback done) {
+  const bool report = p.mode == DecideMode::kReport;
   if (!result.ok()) {
-    const bool enforced = Enforces(terms, skeleton.limits.size());
-    if (p.ledger != nullptr && enforced) {
+    // A report is allowed whatever the policy; the ledger (whose quotas are all shadow for a
+    // report: QuotasFor) counts what it charged.
+    const bool enforced = Enforces(terms, skeleton.limits.size()) && !report;
+    if (p.ledger != nullptr && (enforced || report)) {
       DecideFromLedger(result.status(), p, terms, subject, windows, skeleton);
     } else {
       Degrade(result.status(), p.policy, enforced, skeleton);
     }
+    if (report) MarkReport(skeleton);
     std::move(done)(std::move(skeleton));
     return;
   }
   ApplyCounters(*result, p.cost, terms, skeleton);
+  if (report) [[unlikely]]
+    MarkReport(skeleton);
   if (p.ledger != nullptr) {
     p.ledger->Observe({.subject = subject, .plan = &p.plan, .windows = windows, .cost = p.cost},
                       result->used, p.now);
@@ -243,6 +270,10 @@ absl::Status ValidateGroup(std::string_view group, absl::Span<const GroupPart> p
     if (parts[i].plan == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".plan: missing"));
     }
+    if (parts[i].mode != parts[0].mode) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".mode: differs from parts[0]'s: a group is a report or not"));
+    }
     // At most 64 parts: quadratic is cheaper than a set.
     for (size_t j = 0; j < i; ++j) {
       if (parts[j].subject == parts[i].subject) {
@@ -257,6 +288,7 @@ absl::Status ValidateGroup(std::string_view group, absl::Span<const GroupPart> p
 
 // What finishing a group decision needs, copied part by part (the request is the caller's).
 struct GroupPending {
+  DecideMode mode = DecideMode::kAdmit;
   std::vector<int64_t> costs;
   std::vector<PlanQuotas> quotas;
   config::OnStoreError policy = config::OnStoreError::kAllow;
@@ -308,11 +340,14 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
     const absl::Status failure =
         result.ok() ? absl::InternalError("store: a group result with the wrong number of parts")
                     : result.status();
-    bool enforced = false;  // the group's verdict: one enforced limit anywhere lets policy decide
+    // The group's verdict: one enforced limit anywhere lets policy decide. A report's quotas are
+    // all shadow (QuotasFor): allowed, counted by the ledger.
+    const bool report = g.mode == DecideMode::kReport;
+    bool enforced = false;
     for (size_t p = 0; p < decisions.size(); ++p) {
       enforced = enforced || Enforces(CopiedTerms{g.quotas[p]}, decisions[p].limits.size());
     }
-    if (g.ledger != nullptr && enforced) {
+    if (g.ledger != nullptr && (enforced || report)) {
       std::vector<absl::InlinedVector<int64_t, 4>> used(decisions.size());
       const std::vector<DegradedLedger::Part> parts = g.LedgerParts();
       const bool allowed = g.ledger->AdmitDegraded(parts, g.now, absl::MakeSpan(used));
@@ -324,6 +359,9 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
       }
     } else {
       for (Decision& d : decisions) Degrade(failure, g.policy, enforced, d);
+    }
+    if (report) {
+      for (Decision& d : decisions) MarkReport(d);
     }
     std::move(done)(std::move(decisions));
     return;
@@ -337,6 +375,9 @@ void FinishGroup(absl::StatusOr<StoreGroupResult> result, std::vector<Decision> 
   std::vector<StoreResult> results(std::make_move_iterator(result->parts.begin()),
                                    std::make_move_iterator(result->parts.end()));
   ApplyGroup(results, result->allowed, g, decisions);
+  if (g.mode == DecideMode::kReport) {
+    for (Decision& d : decisions) MarkReport(d);
+  }
   std::move(done)(std::move(decisions));
 }
 }  // namespace
@@ -368,6 +409,8 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   // (hundreds of bytes) on every decision.
   Pending pending;
   pending.cost = req.cost;
+  pending.mode = req.mode;
+  const bool report = req.mode == DecideMode::kReport;
   pending.policy = options_.on_store_error;
   pending.now = clock_->Now();
   pending.cache = cache_.get();
@@ -379,8 +422,9 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   pending.store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
   Windows windows = WindowsFor(*plan, pending.now);
   Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
-  if (cache_ != nullptr || pending.ledger != nullptr) pending.plan = PlanQuotas::Of(*plan);
-  if (pending.ledger != nullptr) {
+  if (cache_ != nullptr || pending.ledger != nullptr) pending.plan = QuotasFor(*plan, req.mode);
+  // A report is never denied: neither the ledger nor the cache answers it.
+  if (pending.ledger != nullptr && !report) {
     // What this instance admitted while the store failed is not in the store's counters: a
     // subject it used up is denied here until its window ends.
     const DegradedLedger::Part part{
@@ -394,7 +438,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
       return;
     }
   }
-  if (cache_ != nullptr) {
+  if (cache_ != nullptr && !report) {
     OverLimitCache::Entry known;
     if (cache_->CertainDenial(pending.plan, req.subject, req.cost, pending.now, windows, &known,
                               pending.store_shrinks)) {
@@ -411,6 +455,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   StoreRequest store_req{.subject = req.subject,
                          .plan = plan,
                          .cost = req.cost,
+                         .mode = req.mode,
                          .now = pending.now,
                          .windows = windows};
   // An in-process store answers at once: no continuation to allocate.
@@ -421,7 +466,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   }
   // The answer needs the quotas, and remembering a denial the subject and windows, once it
   // arrives (the request and an effective plan may be gone by then).
-  if (cache_ == nullptr && pending.ledger == nullptr) pending.plan = PlanQuotas::Of(*plan);
+  if (cache_ == nullptr && pending.ledger == nullptr) pending.plan = QuotasFor(*plan, req.mode);
   if (cache_ != nullptr || pending.ledger != nullptr) {
     pending.subject = std::string(req.subject);
     pending.windows = windows;
@@ -443,6 +488,7 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
   GroupPending g;
   g.now = clock_->Now();
   g.policy = options_.on_store_error;
+  g.mode = parts.front().mode;
   if (g.policy == config::OnStoreError::kAllow) g.ledger = options_.degraded_ledger;
   g.windows.resize(n);
   g.costs.resize(n);
@@ -455,7 +501,7 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
     g.windows[p] = WindowsFor(plan, g.now);
     decisions.push_back(SkeletonDecision(plan, g.windows[p], g.now));
     g.costs[p] = parts[p].cost;
-    g.quotas[p] = PlanQuotas::Of(plan);
+    g.quotas[p] = QuotasFor(plan, g.mode);
     if (g.ledger != nullptr) g.subjects.emplace_back(parts[p].subject);
   }
   for (size_t p = 0; p < n; ++p) {
@@ -463,13 +509,14 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
                    .group = group,
                    .plan = parts[p].plan,
                    .cost = parts[p].cost,
+                   .mode = g.mode,
                    .now = g.now,
                    .windows = g.windows[p]};
   }
   // The over-limit cache is not consulted: it knows single subjects, and a group is denied or
   // admitted as a whole. The ledger is: a part this instance used up while the store failed
-  // denies the group here until its window ends.
-  if (g.ledger != nullptr) {
+  // denies the group here until its window ends (not a report: a report is never denied).
+  if (g.ledger != nullptr && g.mode == DecideMode::kAdmit) {
     std::vector<absl::InlinedVector<int64_t, 4>> used(n);
     if (g.ledger->DeniesAfterDegraded(g.LedgerParts(), g.now, absl::MakeSpan(used))) {
       std::vector<StoreResult> results = LedgerResults(absl::MakeSpan(used));

@@ -35,6 +35,12 @@ struct DecisionRequest {
   // copies of what they need). The Decision refers to it, though (Decision::plan and each
   // LimitDecision::limit): whoever reads the Decision keeps it alive until done with it.
   const Plan* effective_plan = nullptr;
+  // kReport: the cost was already spent (docs/semantics.md, Reports). The decision is allowed
+  // whatever the counters say and the cost is charged to every limit, past the quota if need be;
+  // no limit is violated and no shadow limit would deny. The over-limit cache neither answers nor
+  // learns from a report. When the store fails a report is allowed (degraded) whatever
+  // on_store_error says, and the degraded ledger, if any, counts its cost.
+  DecideMode mode = DecideMode::kAdmit;
 };
 
 using DecisionCallback = absl::AnyInvocable<void(absl::StatusOr<Decision>) &&>;
@@ -47,6 +53,9 @@ struct GroupPart {
   // alive until done with the Decision, as for DecisionRequest::effective_plan.
   const Plan* plan = nullptr;
   int64_t cost = 1;
+  // As DecisionRequest::mode; every part of a group has the same mode (a report of a group is
+  // all of it charged).
+  DecideMode mode = DecideMode::kAdmit;
 };
 
 using GroupDecisionCallback = absl::AnyInvocable<void(absl::StatusOr<std::vector<Decision>>) &&>;
@@ -130,10 +139,10 @@ class Limiter {
   // Limiter's single decisions, Usage and Reset place subjects by themselves, so a group-placed
   // subject's counters are its group's alone (on Redis; the memory store ignores placement).
   // InvalidArgument (naming parts[i]) for a bad subject or cost, a missing plan, duplicate
-  // subjects, and no or more than kMaxGroupParts parts; and for a `group` that is not a valid
-  // subject. on_store_error applies as for Decide. The over-limit cache is not consulted for groups
-  // (nor taught by them). `done` runs exactly once, as Decide's does; `parts` is read only during
-  // the call.
+  // subjects, a mode other than parts[0]'s, and no or more than kMaxGroupParts parts; and for a
+  // `group` that is not a valid subject. on_store_error applies as for Decide. The over-limit cache
+  // is not consulted for groups (nor taught by them). `done` runs exactly once, as Decide's does;
+  // `parts` is read only during the call.
   void DecideGroup(std::string_view group, absl::Span<const GroupPart> parts,
                    GroupDecisionCallback done) const;
 

@@ -72,6 +72,17 @@ TEST_F(LimiterTest, StoreFailureUnderDenyRefusesAndSaysDegraded) {
   EXPECT_TRUE(d->degraded);
 }
 
+TEST_F(LimiterTest, AReportTheStoreCannotAnswerIsAllowedUnderDeny) {
+  absl::StatusOr<Decision> d =
+      Decide(config::OnStoreError::kDeny,
+             {.subject = "u", .plan = "free", .cost = 3, .mode = DecideMode::kReport});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->allowed);
+  EXPECT_TRUE(d->degraded);
+  EXPECT_FALSE(d->limits[0].violated);
+  EXPECT_EQ(store_.calls, 1);
+}
+
 TEST_F(LimiterTest, RejectsAnInvalidSubjectWithoutAskingTheStore) {
   for (std::string subject : {std::string(""), std::string("has space"), std::string(201, 'a'),
                               std::string("tab\t"), std::string("emoji\xF0\x9F\x98\x80")}) {
@@ -438,6 +449,9 @@ TEST_F(GroupTest, RejectsABadPartNamingIt) {
        "parts[1].cost:"},
       {{{.subject = "a", .plan = &plan_}, {.subject = "b", .plan = nullptr}}, "parts[1].plan:"},
       {{{.subject = "a", .plan = &plan_},
+        {.subject = "b", .plan = &plan_, .mode = DecideMode::kReport}},
+       "parts[1].mode:"},
+      {{{.subject = "a", .plan = &plan_},
         {.subject = "b", .plan = &plan_},
         {.subject = "a", .plan = &plan_}},
        "parts[2].subject:"},
@@ -467,6 +481,17 @@ TEST_F(GroupTest, RejectsAnInvalidGroup) {
       Group(config::OnStoreError::kAllow, {{.subject = "a", .plan = &plan_}}, "bad group");
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(d.status().message(), "group:")) << d.status();
+}
+
+TEST_F(GroupTest, AGroupReportTheStoreCannotAnswerIsAllowedUnderDeny) {
+  absl::StatusOr<std::vector<Decision>> d = Group(
+      config::OnStoreError::kDeny, {{.subject = "a", .plan = &plan_, .mode = DecideMode::kReport},
+                                    {.subject = "b", .plan = &plan_, .mode = DecideMode::kReport}});
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const Decision& part : *d) {
+    EXPECT_TRUE(part.allowed);
+    EXPECT_TRUE(part.degraded);
+  }
 }
 
 TEST_F(GroupTest, AStoreFailureDegradesEveryPartByThePolicy) {

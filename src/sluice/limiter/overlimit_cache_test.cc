@@ -115,6 +115,24 @@ TEST_F(OverLimitCacheTest, ASmallerCostThatMayFitGoesToTheStore) {
   EXPECT_EQ(store_.decides, calls + 1);
 }
 
+TEST_F(OverLimitCacheTest, AReportIsNeverAnsweredByACachedDenialAndTeachesItNothing) {
+  Spend("u", 10);
+  ASSERT_FALSE(Decide("u").allowed);  // remembered
+  bool allowed = false;
+  EXPECT_TRUE(AsksTheStore({.subject = "u", .plan = "free", .cost = 3, .mode = DecideMode::kReport},
+                           &allowed));
+  EXPECT_TRUE(allowed);
+  EXPECT_EQ(stats_.hits.load(), 0u);
+  // A report past the quota of a subject the cache did not know: nothing remembered, so the
+  // next request asks the store (which denies it, and that denial is remembered).
+  Spend("v", 10);
+  ASSERT_TRUE(
+      DecideWith({.subject = "v", .plan = "free", .cost = 5, .mode = DecideMode::kReport}).allowed);
+  EXPECT_TRUE(AsksTheStore({.subject = "v", .plan = "free"}, &allowed));
+  EXPECT_FALSE(allowed);
+  EXPECT_FALSE(AsksTheStore({.subject = "v", .plan = "free"}));
+}
+
 TEST_F(OverLimitCacheTest, ThePeekAlwaysSeesTheStore) {
   Spend("u", 10);
   ASSERT_FALSE(Decide("u").allowed);

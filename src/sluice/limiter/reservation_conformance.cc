@@ -152,6 +152,18 @@ TEST_P(ReservationConformanceTest, AnUnknownIdIsNotFound) {
   EXPECT_EQ(End(forged, ReservationEnd::kSettle, 1).outcome, Outcome::kNotFound);
 }
 
+TEST_P(ReservationConformanceTest, AReportIsChargedDespiteHoldsAndFullConcurrentSlots) {
+  UseReservationPlans();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Reserve("u", 30).decision.allowed);  // 90 held, 3 slots
+  ASSERT_FALSE(Check("u", 1).allowed);                                         // no slot left
+  const Decision d = Report("u", 40);  // 90 held + 40 > 100, and no slot: still charged
+  EXPECT_TRUE(d.allowed);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[2].violated);
+  EXPECT_EQ(d.limits[0].used, 40);
+  EXPECT_EQ(UsageOf("u")[0].used, 40);
+}
+
 TEST_P(ReservationConformanceTest, AConcurrentLimitCapsReservationsInFlight) {
   UseReservationPlans();
   std::vector<std::string> ids;

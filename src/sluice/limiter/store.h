@@ -3,6 +3,9 @@
 //  - a request is admitted iff, for every limit of the plan, used + cost <= quota; if admitted,
 //    every counter grows by cost in the same atomic step; a denied request changes no counter;
 //  - cost 0 is a peek: it is answered like any request but changes nothing and fires no alert;
+//  - a report (DecideMode::kReport) is a cost already spent: it is admitted whatever the counters
+//    say and charged to every limit as a shadow limit is (past the quota, capped at kMaxUsed; an
+//    unusable counter is left alone), and fires every threshold its charge reaches;
 //  - counters and alert flags belong to the subject and the limit — its name and window
 //    (Limit::tag, WindowKey) — never to the plan: a subject moved to another plan keeps the usage
 //    of every limit whose name and window are the same in both, and the new quotas apply from the
@@ -56,6 +59,12 @@ inline constexpr int64_t kMaxUsed = 1'000'000'000'000'000;
 inline constexpr int64_t kMaxCost = 1'000'000;
 inline constexpr size_t kMaxGroupParts = 64;
 
+// How a request is decided. kAdmit: admitted iff it fits (above). kReport: the cost was already
+// spent (e.g. tokens counted when a response ended), so it is never denied and is charged to every
+// limit even past its quota, as if every limit were shadow; the overshoot is in the counters, so
+// the next admission is denied until the window ends.
+enum class DecideMode : uint8_t { kAdmit, kReport };
+
 struct StoreRequest {
   std::string_view subject;  // valid per docs/semantics.md
   // Where the subject's state lives: empty for the subject itself; for a subject decided in
@@ -65,7 +74,8 @@ struct StoreRequest {
   std::string_view group;
   const Plan* plan = nullptr;  // the subject's effective plan; read only during the call
   int64_t cost = 1;            // 0..1,000,000
-  absl::Time now;              // for alert timestamps and expiry
+  DecideMode mode = DecideMode::kAdmit;
+  absl::Time now;                          // for alert timestamps and expiry
   absl::Span<const WindowBounds> windows;  // one per plan->limits, same order
 };
 

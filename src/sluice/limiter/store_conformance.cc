@@ -62,6 +62,16 @@ Decision StoreConformanceTest::Check(const std::string& subject, int64_t cost,
   return out.has_value() && out->ok() ? **out : Decision{};
 }
 
+Decision StoreConformanceTest::Report(const std::string& subject, int64_t cost,
+                                      const std::string& plan) {
+  std::optional<absl::StatusOr<Decision>> out;
+  limiter_->Decide({.subject = subject, .plan = plan, .cost = cost, .mode = DecideMode::kReport},
+                   [&](absl::StatusOr<Decision> d) { out = std::move(d); });
+  harness_->RunUntil([&] { return out.has_value(); });
+  EXPECT_TRUE(out.has_value() && out->ok()) << (out ? out->status().ToString() : "no answer");
+  return out.has_value() && out->ok() ? **out : Decision{};
+}
+
 Decision StoreConformanceTest::CheckWith(const std::string& subject, const Plan& plan,
                                          int64_t cost) {
   std::optional<absl::StatusOr<Decision>> out;
@@ -115,10 +125,11 @@ void StoreConformanceTest::Plant(const std::string& subject, size_t limit, int64
 
 std::vector<Decision> StoreConformanceTest::Group(
     const std::vector<std::pair<std::string, int64_t>>& parts, const std::string& plan,
-    const std::string& group) {
+    const std::string& group, DecideMode mode) {
   std::vector<GroupPart> group_parts;
   for (const auto& [subject, cost] : parts) {
-    group_parts.push_back({.subject = subject, .plan = &PlanNamed(plan), .cost = cost});
+    group_parts.push_back(
+        {.subject = subject, .plan = &PlanNamed(plan), .cost = cost, .mode = mode});
   }
   std::optional<absl::StatusOr<std::vector<Decision>>> out;
   limiter_->DecideGroup(group, group_parts,
@@ -1001,6 +1012,124 @@ TEST_P(StoreConformanceTest, AGroupFollowsTheShadowRules) {
   EXPECT_EQ(events[0].subject, "bob");
   EXPECT_EQ(events[0].limit, "trial");
   EXPECT_EQ(GroupUsageOf("alice")[1].used, 5);
+}
+
+// --- Reports (docs/semantics.md, Reports) ------------------------------------------------------
+
+TEST_P(StoreConformanceTest, AReportPastTheQuotaIsChargedAndNeverDenied) {
+  ASSERT_TRUE(Check("alice", 8).allowed);
+  Decision d = Report("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_FALSE(d.degraded);
+  EXPECT_EQ(d.limits[0].used, 13);
+  EXPECT_EQ(d.limits[0].remaining, 0);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[0].would_deny);
+  EXPECT_EQ(d.retry_after, 0);
+  EXPECT_EQ(UsageOf("alice")[0].used, 13);
+  // Already over its quota: a report is still charged.
+  d = Report("alice", 4);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 17);
+}
+
+TEST_P(StoreConformanceTest, AfterAReportPastTheQuotaTheNextRequestAndPeekAreDenied) {
+  ASSERT_TRUE(Check("alice", 0).allowed);  // the check before the work: a peek
+  ASSERT_TRUE(Report("alice", 11).allowed);
+  Decision peek = Check("alice", 0);
+  EXPECT_FALSE(peek.allowed);
+  EXPECT_TRUE(peek.limits[0].violated);
+  EXPECT_EQ(peek.retry_after, 60);
+  EXPECT_FALSE(Check("alice").allowed);
+  EXPECT_EQ(UsageOf("alice")[0].used, 11);
+  clock_->Advance(absl::Minutes(1));  // the next window starts afresh
+  EXPECT_TRUE(Check("alice", 0).allowed);
+}
+
+TEST_P(StoreConformanceTest, AReportFiresEachThresholdItReachesOnce) {
+  ASSERT_TRUE(Report("alice", 7).allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  ASSERT_TRUE(Report("alice", 1).allowed);  // 8 = 80% of 10
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[0].used, 8);
+  ASSERT_TRUE(Report("alice", 5).allowed);  // 13: past 100%
+  events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].threshold, 100);
+  EXPECT_EQ(events[0].used, 13);
+  ASSERT_TRUE(Report("alice", 5).allowed);
+  ASSERT_FALSE(Check("alice").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AReportCrossingEveryThresholdAtOnceFiresEachOfThem) {
+  ASSERT_TRUE(Report("alice", 12).allowed);
+  std::vector<AlertEvent> events = harness_->TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].threshold, 80);
+  EXPECT_EQ(events[1].threshold, 100);
+  EXPECT_EQ(events[1].used, 12);
+}
+
+TEST_P(StoreConformanceTest, AReportIsChargedToEveryLimit) {
+  UsePlans(TwoLimitPlan(/*minute_quota=*/5, /*hour_quota=*/100));
+  Decision d = Report("alice", 8);  // past the minute's quota, within the hour's
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, 8);
+  EXPECT_EQ(d.limits[1].used, 8);
+  Decision next = Check("alice");
+  EXPECT_FALSE(next.allowed);
+  EXPECT_TRUE(next.limits[0].violated);
+  EXPECT_FALSE(next.limits[1].violated);
+}
+
+TEST_P(StoreConformanceTest, AReportOfAShadowLimitIsNoShadowDenial) {
+  UsePlans(ShadowPlan());
+  Decision d = Report("alice", 5);  // trial: 5 > 3
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[1].used, 5);
+  EXPECT_FALSE(d.limits[1].would_deny);
+}
+
+TEST_P(StoreConformanceTest, AReportStopsAtTheLargestCounter) {
+  Plant("alice", 0, kMaxUsed - 2);
+  Decision d = Report("alice", 5);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.limits[0].used, kMaxUsed);
+  EXPECT_EQ(UsageOf("alice")[0].used, kMaxUsed);
+  EXPECT_EQ(Report("alice", 5).limits[0].used, kMaxUsed);
+}
+
+TEST_P(StoreConformanceTest, AReportLeavesAnUnusableCounterAloneAndIsAllowed) {
+  Plant("mallory", 0, -5);
+  Decision d = Report("mallory", 3);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_EQ(d.limits[0].used, 10);  // unusable: shown as exhausted
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  EXPECT_FALSE(Check("mallory", 0).allowed);
+}
+
+TEST_P(StoreConformanceTest, AReportOfCostZeroChangesNothing) {
+  ASSERT_TRUE(Check("alice", 10).allowed);
+  Decision d = Report("alice", 0);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(UsageOf("alice")[0].used, 10);
+  EXPECT_TRUE(Check("alice", 0).allowed);
+}
+
+TEST_P(StoreConformanceTest, AGroupReportChargesEveryPartPastItsQuota) {
+  ASSERT_TRUE(Group({{"alice", 9}})[0].allowed);
+  std::vector<Decision> d = Group({{"alice", 4}, {"bob", 2}}, "p", "g", DecideMode::kReport);
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(d[1].allowed);
+  EXPECT_FALSE(d[0].limits[0].violated);
+  EXPECT_EQ(d[0].limits[0].used, 13);
+  EXPECT_EQ(d[1].limits[0].used, 2);
+  EXPECT_EQ(GroupUsageOf("alice")[0].used, 13);
+  EXPECT_FALSE(Group({{"alice", 0}, {"bob", 0}})[0].allowed);
 }
 
 }  // namespace

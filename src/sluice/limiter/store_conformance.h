@@ -57,6 +57,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   void UsePlans(std::vector<config::PlanConfig> plans);
   // One decision; fails the test on an error status.
   Decision Check(const std::string& subject, int64_t cost = 1, const std::string& plan = "p");
+  // One report (DecideMode::kReport) of `cost`; fails the test on an error status.
+  Decision Report(const std::string& subject, int64_t cost, const std::string& plan = "p");
   // One decision under an effective plan (Plan::WithQuotas of one of the limiter's plans).
   Decision CheckWith(const std::string& subject, const Plan& plan, int64_t cost = 1);
   // The limiter's plan named `name`. REQUIRES: there is one.
@@ -72,7 +74,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
   // One group decision of (subject, cost) parts under the limiter's plan `plan`, placed in
   // `group`; fails the test on an error status.
   std::vector<Decision> Group(const std::vector<std::pair<std::string, int64_t>>& parts,
-                              const std::string& plan = "p", const std::string& group = "g");
+                              const std::string& plan = "p", const std::string& group = "g",
+                              DecideMode mode = DecideMode::kAdmit);
   // The counters of `subject` under `plan`, as placed by `group`, asked of the store itself.
   std::vector<LimitUsage> GroupUsageOf(const std::string& subject, const std::string& plan = "p",
                                        const std::string& group = "g");

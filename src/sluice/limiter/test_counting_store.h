@@ -15,7 +15,8 @@
 namespace sluice::testing_util {
 
 // A store with exact all-or-nothing counters (no alerts, no expiry) that counts its calls, or
-// fails every call with `failure` when set.
+// fails every call with `failure` when set. A report (DecideMode::kReport) is admitted and
+// charged whatever the counters.
 class CountingStore final : public Store {
  public:
   void Decide(const StoreRequest& req, DecideCallback done) override {
@@ -27,7 +28,9 @@ class CountingStore final : public Store {
     std::vector<int64_t>& used = Counters(req);
     StoreResult result{.allowed = true};
     for (size_t i = 0; i < used.size(); ++i) {
-      if (used[i] + req.cost > req.plan->limits[i].quota) result.allowed = false;
+      if (used[i] + req.cost > req.plan->limits[i].quota && req.mode == DecideMode::kAdmit) {
+        result.allowed = false;
+      }
     }
     for (size_t i = 0; i < used.size(); ++i) {
       if (result.allowed) used[i] += req.cost;
@@ -45,7 +48,9 @@ class CountingStore final : public Store {
     for (const StoreRequest& part : req.parts) {
       std::vector<int64_t>& used = Counters(part);
       for (size_t i = 0; i < used.size(); ++i) {
-        if (used[i] + part.cost > part.plan->limits[i].quota) result.allowed = false;
+        if (used[i] + part.cost > part.plan->limits[i].quota && part.mode == DecideMode::kAdmit) {
+          result.allowed = false;
+        }
       }
     }
     for (const StoreRequest& part : req.parts) {

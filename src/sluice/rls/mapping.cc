@@ -55,6 +55,12 @@ void SetStatuses(rlsv3::RateLimitResponse::Code code, const LimitDecision* limit
 
 }  // namespace
 
+absl::StatusOr<DecideMode> ParseReportMarker(std::string_view value) {
+  if (value == "true" || value == "1") return DecideMode::kReport;
+  if (value == "false" || value == "0") return DecideMode::kAdmit;
+  return absl::InvalidArgumentError("must be true, false, 1 or 0");
+}
+
 void CopyHeaders(const frontend::Answer& from, rlsv3::RateLimitResponse* to) {
   auto* headers = to->mutable_response_headers_to_add();
   auto add = [headers](std::string_view name, std::string_view value) {
@@ -103,8 +109,8 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
   Query q;
   q.descriptors = static_cast<size_t>(req.descriptors_size());
   bool has_key = false, has_subject = false, has_plan = false, has_cost = false;
-  bool has_addend = false;
-  std::string cost_text;
+  bool has_addend = false, has_report = false;
+  std::string cost_text, report_text;
   uint64_t addend = 0;
   for (size_t i = 0; i < q.descriptors; ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
@@ -120,6 +126,8 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
         s = Assign(i, key, value, &q.plan, &has_plan);
       } else if (key == keys.cost) {
         s = Assign(i, key, value, &cost_text, &has_cost);
+      } else if (key == keys.report) {
+        s = Assign(i, key, value, &report_text, &has_report);
       }
       if (!s.ok()) return s;
     }
@@ -145,6 +153,14 @@ absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
   if (!has_key && !has_subject) {
     return absl::InvalidArgumentError(
         absl::StrCat("descriptors: no entry \"", keys.api_key, "\" or \"", keys.subject, "\""));
+  }
+  if (has_report) {
+    absl::StatusOr<DecideMode> mode = ParseReportMarker(report_text);
+    if (!mode.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry \"", keys.report, "\": ", mode.status().message()));
+    }
+    q.mode = *mode;
   }
   if (has_cost) {
     absl::StatusOr<int64_t> cost = frontend::ParseCost(cost_text);

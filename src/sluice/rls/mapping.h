@@ -31,22 +31,30 @@ inline constexpr size_t kMaxEntryValueLength = 1024;
 // no entry): InvalidArgument naming the descriptor and entry.
 [[nodiscard]] absl::Status CheckBounds(const rlsv3::RateLimitRequest& req);
 
-// What a RateLimitRequest asks: an API key, or a subject and (optionally) a plan; and a cost.
+// What a RateLimitRequest asks: an API key, or a subject and (optionally) a plan; a cost; and
+// whether the call is a report (a cost already spent: charged, never denied).
 struct Query {
   std::string api_key;
   std::string subject;
   std::string plan;
   int64_t cost = 1;
+  DecideMode mode = DecideMode::kAdmit;
   size_t descriptors = 0;  // how many statuses the answer carries
 };
+
+// The mode a report marker's value asks for: "true" or "1" a report, "false" or "0" an ordinary
+// call; InvalidArgument "must be true, false, 1 or 0" for anything else.
+[[nodiscard]] absl::StatusOr<DecideMode> ParseReportMarker(std::string_view value);
 
 // Reads `req` by `keys`. Entries with other keys are ignored; a key may appear in several
 // descriptors only with one value. The cost is the `cost` entry if there is one (0 to kMaxCost;
 // 0 peeks), else a descriptor's hits_addend (every descriptor that sets one must agree), else the
 // request's hits_addend. The request's hits_addend of 0 is "not set" and counts as 1, as it does
-// for Envoy; a descriptor's hits_addend set to 0 peeks. InvalidArgument,
+// for Envoy; a descriptor's hits_addend set to 0 peeks. The `report` entry "true" or "1" makes
+// the call a report (DecideMode::kReport), "false" or "0" an ordinary one. InvalidArgument,
 // naming the descriptor and entry, for a request that breaks a bound, names neither an API key
-// nor a subject, names an API key together with a subject or plan, or carries a bad cost.
+// nor a subject, names an API key together with a subject or plan, or carries a bad cost or
+// report value.
 [[nodiscard]] absl::StatusOr<Query> ParseRequest(const rlsv3::RateLimitRequest& req,
                                                  const config::DescriptorKeys& keys);
 

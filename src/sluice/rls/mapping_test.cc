@@ -55,6 +55,43 @@ TEST_F(ParseRequestTest, AnApiKeyEntryIsTheKeyAndCostsOne) {
   EXPECT_EQ(q.descriptors, 1u);
 }
 
+TEST_F(ParseRequestTest, AReportEntryOfTrueOrOneMakesTheCallAReport) {
+  for (const char* value : {"true", "1"}) {
+    req_.clear_descriptors();
+    Add({{"subject", "user-1"}, {"report", value}})
+        .mutable_descriptors(0)
+        ->mutable_hits_addend()
+        ->set_value(1200);
+    const Query q = Parsed();
+    EXPECT_EQ(q.mode, DecideMode::kReport) << value;
+    EXPECT_EQ(q.cost, 1200);
+  }
+  for (const char* value : {"false", "0"}) {
+    req_.clear_descriptors();
+    Add({{"subject", "user-1"}, {"report", value}});
+    EXPECT_EQ(Parsed().mode, DecideMode::kAdmit) << value;
+  }
+  req_.clear_descriptors();
+  Add({{"subject", "user-1"}});
+  EXPECT_EQ(Parsed().mode, DecideMode::kAdmit);
+}
+
+TEST_F(ParseRequestTest, TheReportEntryMayComeFromAnotherDescriptorAndBeRenamed) {
+  keys_.report = "spent";
+  Add({{"subject", "user-1"}});
+  Add({{"spent", "true"}});
+  EXPECT_EQ(Parsed().mode, DecideMode::kReport);
+}
+
+TEST_F(ParseRequestTest, ABadOrInconsistentReportEntryIsRefused) {
+  Add({{"subject", "user-1"}, {"report", "yes"}});
+  EXPECT_EQ(ErrorOf(), "entry \"report\": must be true, false, 1 or 0");
+  req_.clear_descriptors();
+  Add({{"subject", "user-1"}, {"report", "true"}});
+  Add({{"report", "false"}});
+  EXPECT_THAT(ErrorOf(), HasSubstr("descriptors[1]: entry \"report\": a different value"));
+}
+
 TEST_F(ParseRequestTest, ASubjectAndPlanMayComeFromSeveralDescriptors) {
   Add({{"subject", "user-1"}});
   Add({{"plan", "free"}});

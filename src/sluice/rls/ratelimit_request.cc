@@ -127,11 +127,28 @@ absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req, const
   };
   std::vector<Matched> matched(n);
   Entries entries;
+  bool marked = false;  // some descriptor carried the report marker
   for (size_t i = 0; i < n; ++i) {
     const auto& descriptor = req.descriptors(static_cast<int>(i));
     entries.clear();
     for (int e = 0; e < descriptor.entries_size(); ++e) {
-      entries.emplace_back(descriptor.entries(e).key(), descriptor.entries(e).value());
+      const std::string& key = descriptor.entries(e).key();
+      const std::string& value = descriptor.entries(e).value();
+      if (!options.report_key.empty() && key == options.report_key) {
+        // The marker says how the call is decided, not what is limited: not matched.
+        absl::StatusOr<DecideMode> mode = ParseReportMarker(value);
+        if (!mode.ok()) {
+          return Invalid(i, absl::StrCat("entry \"", key, "\": ", mode.status().message()));
+        }
+        if (marked && *mode != q.mode) {
+          return Invalid(i, absl::StrCat("entry \"", key,
+                                         "\": a different value than an earlier descriptor's"));
+        }
+        marked = true;
+        q.mode = *mode;
+        continue;
+      }
+      entries.emplace_back(key, value);
     }
     if (descriptor.has_hits_addend() &&
         descriptor.hits_addend().value() > static_cast<uint64_t>(kMaxCost)) {
@@ -234,7 +251,8 @@ std::vector<GroupPart> GroupParts(const RlQuery& q) {
   std::vector<GroupPart> parts;
   parts.reserve(q.parts.size());
   for (const RlPart& p : q.parts) {
-    parts.push_back(GroupPart{.subject = p.subject, .plan = p.plan, .cost = p.cost});
+    parts.push_back(
+        GroupPart{.subject = p.subject, .plan = p.plan, .cost = p.cost, .mode = q.mode});
   }
   return parts;
 }

@@ -50,6 +50,10 @@ struct RlQuery {
   static constexpr size_t kNoPart = SIZE_MAX;
   std::vector<size_t> descriptor_part;
   std::vector<bool> unlimited;  // per descriptor: matched an `unlimited` rule
+  // kReport when a descriptor carries the report marker (RlRequestOptions::report_key) set to
+  // "true" or "1": every part is charged, past its limit if need be, and the call is never denied
+  // (docs/semantics.md, Reports).
+  DecideMode mode = DecideMode::kAdmit;
   // With RlRequestOptions::dynamic_metadata: what the response's dynamic_metadata says of the
   // request (RlResponse adds what the rules say).
   std::optional<google::protobuf::Struct> dynamic_metadata;
@@ -64,13 +68,19 @@ struct RlRequestOptions {
   // answered OK, merged in request order (a key an earlier one set stays, two maps under one
   // key are merged the same way), when there is any.
   bool dynamic_metadata = false;
+  // The descriptor entry that marks the call as a report (envoy.ratelimit_report_key): each entry
+  // with this key is taken out of its descriptor before the descriptor is matched, and its value
+  // ("true" or "1": a report; "false" or "0": not) must be the same wherever it appears. Empty:
+  // no marker, every entry is matched.
+  std::string_view report_key;
 };
 
 // Reads `req` (whose domain `rules` defines) into counters. The cost of a descriptor is its
 // hits_addend when set (0 peeks), else the request's (0 means unset: 1). A descriptor that
 // repeats another's counter adds its cost to that part. InvalidArgument naming the descriptor for
 // a request that breaks a bound (the same as sluice's own mapping's), a bad override, a cost
-// above kMaxCost, or two descriptors that name one counter under different limits.
+// above kMaxCost, two descriptors that name one counter under different limits, or a bad or
+// inconsistent report marker.
 [[nodiscard]] absl::StatusOr<RlQuery> ParseRlRequest(const rlsv3::RateLimitRequest& req,
                                                      const RlRuleSet& rules,
                                                      RlRequestOptions options = {});

@@ -66,13 +66,13 @@ class ParseRlRequestTest : public ::testing::Test {
     return *d;
   }
 
-  RlQuery Parsed() {
-    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
+  RlQuery Parsed(RlRequestOptions options = {}) {
+    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_, options);
     EXPECT_TRUE(q.ok()) << q.status();
     return q.ok() ? *std::move(q) : RlQuery{};
   }
-  std::string ErrorOf() {
-    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_);
+  std::string ErrorOf(RlRequestOptions options = {}) {
+    absl::StatusOr<RlQuery> q = ParseRlRequest(req_, *rules_, options);
     EXPECT_FALSE(q.ok());
     return q.ok() ? "" : std::string(q.status().message());
   }
@@ -125,6 +125,43 @@ TEST_F(ParseRlRequestTest, EachMatchedValueIsAPartInTheDomainsGroup) {
   EXPECT_EQ(q.group, RlGroup("edge"));
   EXPECT_EQ(q.descriptor_part, (std::vector<size_t>{0, 1, RlQuery::kNoPart}));
   EXPECT_EQ(GroupParts(q).size(), 2u);
+}
+
+TEST_F(ParseRlRequestTest, TheReportMarkerIsTakenOutBeforeMatchingAndMakesEveryPartAReport) {
+  Add({{"bucket", "silver"}, {"charge", "true"}}).mutable_hits_addend()->set_value(7);
+  Add({{"remote_address", "10.0.0.1"}});
+  const RlQuery q = Parsed({.report_key = "charge"});
+  EXPECT_EQ(q.mode, DecideMode::kReport);
+  ASSERT_EQ(q.parts.size(), 2u);
+  EXPECT_EQ(q.parts[0].plan->limits[0].quota, 2);  // the silver rule, matched without the marker
+  EXPECT_EQ(q.parts[0].cost, 7);
+  for (const GroupPart& part : GroupParts(q)) EXPECT_EQ(part.mode, DecideMode::kReport);
+  // The same subject as the call without the marker: one counter for the check and the report.
+  req_.clear_descriptors();
+  Add({{"bucket", "silver"}}).mutable_hits_addend()->set_value(0);
+  const RlQuery check = Parsed({.report_key = "charge"});
+  EXPECT_EQ(check.mode, DecideMode::kAdmit);
+  ASSERT_EQ(check.parts.size(), 1u);
+  EXPECT_EQ(check.parts[0].subject, q.parts[0].subject);
+  EXPECT_EQ(GroupParts(check)[0].mode, DecideMode::kAdmit);
+}
+
+TEST_F(ParseRlRequestTest, WithoutAReportKeyEveryEntryIsMatched) {
+  Add({{"bucket", "silver"}, {"charge", "true"}});
+  const RlQuery q = Parsed();
+  EXPECT_EQ(q.mode, DecideMode::kAdmit);
+  EXPECT_TRUE(q.parts.empty());  // deeper than the tree: nothing matches
+}
+
+TEST_F(ParseRlRequestTest, ABadOrInconsistentReportMarkerNamesTheDescriptor) {
+  Add({{"bucket", "silver"}, {"charge", "sure"}});
+  EXPECT_EQ(ErrorOf({.report_key = "charge"}),
+            "descriptors[0]: entry \"charge\": must be true, false, 1 or 0");
+  req_.clear_descriptors();
+  Add({{"bucket", "silver"}, {"charge", "1"}});
+  Add({{"bucket", "gold"}, {"charge", "0"}});
+  EXPECT_THAT(ErrorOf({.report_key = "charge"}),
+              HasSubstr("descriptors[1]: entry \"charge\": a different value"));
 }
 
 TEST_F(ParseRlRequestTest, ARepeatedCounterAddsItsCost) {

@@ -307,7 +307,9 @@ void RateLimitServiceImpl::Handle(RlsCall call, const rlsv3::RateLimitRequest& r
   if (std::shared_ptr<const RlRuleSet> rules = rules_.load();
       rules != nullptr && rules->HasDomain(req.domain())) {
     absl::StatusOr<RlQuery> query =
-        ParseRlRequest(req, *rules, {.dynamic_metadata = fe->envoy.response_dynamic_metadata});
+        ParseRlRequest(req, *rules,
+                       {.dynamic_metadata = fe->envoy.response_dynamic_metadata,
+                        .report_key = fe->envoy.ratelimit_report_key});
     if (!query.ok()) {
       invalid_.Inc();
       call.Fail(GrpcCode::kInvalidArgument, ToStd(query.status().message()));
@@ -359,7 +361,8 @@ void RateLimitServiceImpl::Decide(RlsCall call, std::shared_ptr<const frontend::
     return;
   }
   state->timer = frontend::DecisionTimer::Start();
-  const DecisionRequest request = frontend::RequestFor(state->target, state->query.cost);
+  DecisionRequest request = frontend::RequestFor(state->target, state->query.cost);
+  request.mode = state->query.mode;
   frontend.limiter->Decide(request, [this, call, state](absl::StatusOr<sluice::Decision> d) {
     frontend::Record(*http_metrics_, *state->fe, state->target.plan, state->timer, d);
     if (!d.ok()) {

@@ -330,17 +330,21 @@ struct alignas(64) MemoryStore::Shard {
       if (Concurrent(limit)) [[unlikely]] {
         result.used.emplace_back(0);
         const int64_t need = req.cost > 0 || slot ? 1 : 0;
-        if (HeldOf(held, Tag16(limit)) > limit.quota - need && !limit.shadow) allowed = false;
+        if (HeldOf(held, Tag16(limit)) > limit.quota - need && !limit.shadow &&
+            req.mode == DecideMode::kAdmit) {
+          allowed = false;  // a report takes no slot: what it charges was already spent
+        }
         continue;
       }
       const MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
       const int64_t used = result.used.emplace_back(UsedNow(c, req.windows[i]));
       // Written so that nothing overflows (quota, held <= kMaxUsed; cost, hold <= kMaxCost): an
       // unusable counter (store.h) only comes from crafted state, and it denies. A shadow limit
-      // never denies.
+      // never denies, nor does any limit for a report.
       const int64_t room =
           limit.quota - req.cost - (held ? HeldOf(held, Tag16(limit)) + hold : hold);
-      if ((!UsableCounter(used) || used > room) && !limit.shadow) [[unlikely]] {
+      if ((!UsableCounter(used) || used > room) && !limit.shadow && req.mode == DecideMode::kAdmit)
+          [[unlikely]] {
         allowed = false;
       }
     }
@@ -375,8 +379,8 @@ struct alignas(64) MemoryStore::Shard {
       const int64_t used = result.used[i];
       int64_t after = used;
       if (allowed) [[likely]] {
-        // An admission: every enforced counter is usable and has room; a shadow one may be
-        // unusable (left alone) or past its quota (it stops at kMaxUsed).
+        // An admission: every enforced counter is usable and has room; a shadow one (any one,
+        // for a report) may be unusable (left alone) or past its quota (it stops at kMaxUsed).
         if (!UsableCounter(used)) [[unlikely]]
           continue;
         after = used > kMaxUsed - req.cost ? kMaxUsed : used + req.cost;

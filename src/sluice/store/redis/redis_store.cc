@@ -257,7 +257,9 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       const WindowBounds& w = req.windows[i];
       const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
       argv.push_back(absl::StrCat(limit.quota));
-      argv.push_back(limit.shadow ? "1" : "0");
+      // A report is charged as decide.lua charges a shadow limit: past the quota (capped at
+      // kMaxUsed), never denying, every threshold its charge reaches fired.
+      argv.push_back(limit.shadow || req.mode == DecideMode::kReport ? "1" : "0");
       argv.push_back(limit.thresholds.empty() ? std::string()
                                               : absl::StrCat(limit.thresholds.front().count));
       std::string& static_part = argv.emplace_back(absl::StrCat(
