@@ -4,7 +4,9 @@
 --
 -- Environment (read by every wrk thread):
 --   SLUICE_BENCH_KEYS      number of keys/subjects (default 10000)
---   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>), "check" (subject user-<i>), or
+--   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>), "check" (subject user-<i>),
+--                          "reserve" (pairs: POST /v1/reserve for user-<i> with cost 1, then POST
+--                          /v1/reservations/<id>/settle {"cost":1} once the id is back), or
 --                          the admin plane's registry writes: "put_subject" (PUT
 --                          /v1/subjects/w<run>-<i> {"plan": <plan>}, a new subject each time) or
 --                          "add_key" (POST /v1/subjects/user-<i mod keys>/keys {}, a new key each time)
@@ -51,6 +53,30 @@ if mode == "put_subject" or mode == "add_key" then
                         '{"plan":"' .. plan .. '"}')
     end
     return wrk.format("POST", "/v1/subjects/user-" .. (counter % n) .. "/keys", nil, "{}")
+  end
+elseif mode == "reserve" then
+  -- A connection's next request settles a reservation whose id has come back, if any (ids of
+  -- one thread's connections are shared: whichever connection is free settles the oldest).
+  local ids, first, last = {}, 1, 0
+  wrk.headers["Content-Type"] = "application/json"
+  request = function()
+    if first <= last then
+      local id = ids[first]
+      ids[first] = nil
+      first = first + 1
+      return wrk.format("POST", "/v1/reservations/" .. id .. "/settle", nil, '{"cost":1}')
+    end
+    local body = '{"subject":"user-' .. (counter % n) .. '","plan":"' .. plan .. '","cost":1}'
+    counter = counter + 1
+    return wrk.format("POST", "/v1/reserve", nil, body)
+  end
+  response = function(status, headers, body)
+    if status ~= 200 or string.find(body, '"settled"', 1, true) then return end
+    local id = string.match(body, '"reservation":"([^"]+)"')
+    if id then
+      last = last + 1
+      ids[last] = id
+    end
   end
 elseif mode == "check" then
   wrk.method = "POST"
