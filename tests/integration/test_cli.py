@@ -31,7 +31,7 @@ class CheckConfigTest(unittest.TestCase):
         self.assertEqual(result.returncode, 78)
         self.assertEqual(result.stderr.strip(),
                          f'{path}: plans.free.limits[0].window: bad window "5x" '
-                         "(want Ns, Nm, Nh, day, week, month or year)")
+                         "(want Ns, Nm, Nh, day, week, month, year or credit)")
 
     def test_bad_ratelimit_file_exits_78_naming_it(self):
         rl = os.path.join(self.dir.name, "rl")

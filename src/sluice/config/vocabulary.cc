@@ -46,6 +46,7 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
   if (text == "week") return WindowSpec{.kind = WindowSpec::Kind::kWeek, .text = "week"};
   if (text == "month") return WindowSpec{.kind = WindowSpec::Kind::kMonth, .text = "month"};
   if (text == "year") return WindowSpec{.kind = WindowSpec::Kind::kYear, .text = "year"};
+  if (text == "credit") return WindowSpec{.kind = WindowSpec::Kind::kCredit, .text = "credit"};
   const size_t digits = CountLeadingDigits(text);
   int64_t count = 0;
   if (digits > 0 && digits + 1 == text.size() && absl::SimpleAtoi(text.substr(0, digits), &count) &&
@@ -64,8 +65,8 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
           .kind = WindowSpec::Kind::kFixed, .length = count * unit, .text = std::string(text)};
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month or year)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month, year or credit)"));
 }
 
 }  // namespace sluice::config

@@ -313,9 +313,9 @@ TEST(MemoryLimiterOptionsTest, QuotaOutOfRangeNamesTheLimit) {
 TEST(MemoryLimiterOptionsTest, BadWindowNamesTheLimit) {
   Options options = FreeOptions();
   options.plans[0].limits[0].window = "5x";
-  EXPECT_EQ(
-      OpenError(std::move(options)),
-      "plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, month or year)");
+  EXPECT_EQ(OpenError(std::move(options)),
+            "plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, month, "
+            "year or credit)");
 }
 
 TEST(MemoryLimiterOptionsTest, NoPlanIsRefused) {

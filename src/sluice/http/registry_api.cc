@@ -348,7 +348,7 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
                       {"quota", l.quota},
                       {"used", used},
                       {"remaining", std::max<int64_t>(l.quota - used, 0)},
-                      {"reset_after", SecondsUntil(w.end, now)},
+                      {"reset_after", SecondsUntilReset(l.window, w.end, now)},
                       {"alerts_fired", (*usage)[i].fired}});
   }
   body["usage"] = Json{{"plan", plan->name}, {"limits", std::move(limits)}};

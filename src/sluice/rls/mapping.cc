@@ -179,6 +179,8 @@ RateLimit::Unit CurrentUnit(const LimitDecision& limit) {
       return RateLimit::MONTH;
     case config::WindowSpec::Kind::kYear:
       return RateLimit::YEAR;
+    case config::WindowSpec::Kind::kCredit:
+      return RateLimit::UNKNOWN;  // a credit never resets: no unit describes it
     default:
       break;
   }
