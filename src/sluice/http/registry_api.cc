@@ -752,8 +752,14 @@ asio::awaitable<Response> RegistryApi::ListCredits(const Frontend& fe, const Req
   Json grants = Json::array();
   for (const registry::CreditGrant& g : page->grants)
     grants.push_back(registry::CreditGrantJson(g));
+  // The newest grant's balance is the total the registry holds; this instance's index may not
+  // have it yet (another instance granted it a moment ago).
   std::shared_ptr<const registry::Subject> subject = index_->FindSubject(id);
-  Json balance = co_await CreditBalance(fe, id, subject != nullptr ? subject->credits : 0);
+  int64_t granted = subject != nullptr ? subject->credits : 0;
+  if (before == 0 && !page->grants.empty()) {
+    granted = std::max(granted, page->grants.front().balance);
+  }
+  Json balance = co_await CreditBalance(fe, id, granted);
   Json body{{"subject", id},
             {"credits", std::move(balance)},
             {"grants", std::move(grants)},
