@@ -31,7 +31,19 @@ class CheckConfigTest(unittest.TestCase):
         self.assertEqual(result.returncode, 78)
         self.assertEqual(result.stderr.strip(),
                          f'{path}: plans.free.limits[0].window: bad window "5x" '
-                         "(want Ns, Nm, Nh, day, week, month, year or concurrent)")
+                         "(want Ns, Nm, Nh, day, week, month, year, concurrent or credit)")
+
+    def test_a_credit_limit_may_start_at_zero_and_no_other_limit_may(self):
+        credit = VALID + "      - { name: credits, quota: 0, window: credit, alert_at: [80] }\n"
+        path = harness.write_config(self.dir.name, credit)
+        result = harness.run("check-config", "-c", path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        path = harness.write_config(self.dir.name, VALID.replace("quota: 60", "quota: 0"))
+        result = harness.run("check-config", "-c", path)
+        self.assertEqual(result.returncode, 78)
+        self.assertEqual(result.stderr.strip(),
+                         f"{path}: plans.free.limits[0].quota: must be at least 1 "
+                         "(0 only for a limit with window: credit)")
 
     def test_bad_ratelimit_file_exits_78_naming_it(self):
         rl = os.path.join(self.dir.name, "rl")

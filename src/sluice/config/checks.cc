@@ -313,6 +313,7 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
     case WindowSpec::Kind::kMonth:
     case WindowSpec::Kind::kYear:
     case WindowSpec::Kind::kConcurrent:
+    case WindowSpec::Kind::kCredit:
       return absl::OkStatus();
     case WindowSpec::Kind::kFixed:
       break;
@@ -321,7 +322,7 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
   if (window.kind != WindowSpec::Kind::kFixed || length < absl::Seconds(1) ||
       length > kMaxFixedWindow || length % absl::Seconds(1) != absl::ZeroDuration()) {
     return Error(path, absl::StrCat("bad window ", Quote(window.text),
-                                    " (want Ns, Nm, Nh, day, week, month, year or concurrent)"));
+                                    " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
   }
   return absl::OkStatus();
 }
@@ -331,7 +332,12 @@ absl::Status ValidateLimit(absl::string_view path, const LimitConfig& limit) {
     return Error(absl::StrCat(path, ".name"),
                  absl::StrCat("bad limit name ", Quote(limit.name), " (want ", kNameRule, ")"));
   }
-  SLUICE_RETURN_IF_ERROR(CheckRange(absl::StrCat(path, ".quota"), limit.quota, 1, kMaxQuota));
+  if (limit.quota == 0 && limit.window.kind != WindowSpec::Kind::kCredit) {
+    return Error(absl::StrCat(path, ".quota"), kZeroQuotaMessage);
+  }
+  const int64_t min_quota = limit.window.kind == WindowSpec::Kind::kCredit ? 0 : 1;
+  SLUICE_RETURN_IF_ERROR(
+      CheckRange(absl::StrCat(path, ".quota"), limit.quota, min_quota, kMaxQuota));
   SLUICE_RETURN_IF_ERROR(ValidateWindow(absl::StrCat(path, ".window"), limit.window));
   const std::string alert_at = absl::StrCat(path, ".alert_at");
   if (limit.window.kind == WindowSpec::Kind::kConcurrent && !limit.alert_at.empty()) {

@@ -21,7 +21,7 @@ namespace sluice::config {
 // time zones, URLs, secrets, durations — on a Config however it was built: ParseConfig calls it on
 // what it read, and a program that fills a Config in code calls it before using it. Errors are
 // InvalidArgument "<key.path>: <what is wrong>", the field named as the file would name it
-// ("plans.free.limits[1].quota: must be between 1 and 1000000000000000, got 0"; a plan without a
+// ("plans.free.limits[1].quota: must be between 1 and 1000000000000000, got -1"; a plan without a
 // name is "plans[0]"). REQUIRES of a hand-built Config beyond the loader's: every alert_at list is
 // strictly increasing (the loader sorts what it reads).
 [[nodiscard]] absl::Status Validate(const Config& config);

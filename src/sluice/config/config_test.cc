@@ -559,9 +559,25 @@ TEST_F(ConfigTest, MissingQuotaIsRejected) {
             "test.yaml: plans.free.limits[0].quota: missing required field");
 }
 
-TEST_F(ConfigTest, QuotaZeroIsRejected) {
+TEST_F(ConfigTest, QuotaZeroIsRejectedOutsideACreditLimit) {
   EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 0, window: day")),
-            "test.yaml: plans.free.limits[0].quota: must be between 1 and 1000000000000000, got 0");
+            "test.yaml: plans.free.limits[0].quota: must be at least 1 (0 only for a limit with "
+            "window: credit)");
+}
+
+TEST_F(ConfigTest, ACreditLimitMayStartWithNothingGranted) {
+  absl::StatusOr<Config> config =
+      Parse(WithLimit("name: credits, quota: 0, window: credit, alert_at: [80, 100]"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const LimitConfig& limit = config->plans[0].limits[0];
+  EXPECT_EQ(limit.quota, 0);
+  EXPECT_EQ(limit.window, (WindowSpec{.kind = WindowSpec::Kind::kCredit, .text = "credit"}));
+}
+
+TEST_F(ConfigTest, ACreditLimitsQuotaIsBoundedLikeAnyOther) {
+  EXPECT_EQ(ErrorOf(WithLimit("name: credits, quota: -1, window: credit")),
+            "test.yaml: plans.free.limits[0].quota: must be between 0 and 1000000000000000, got "
+            "-1");
 }
 
 TEST_F(ConfigTest, QuotaAboveOneQuadrillionIsRejected) {
@@ -581,7 +597,7 @@ TEST_F(ConfigTest, BadWindowIsRejected) {
   EXPECT_EQ(
       ErrorOf(WithLimit("name: daily, quota: 1, window: 5x")),
       "test.yaml: plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, "
-      "month, year or concurrent)");
+      "month, year, concurrent or credit)");
 }
 
 TEST_F(ConfigTest, UnknownTimeZoneIsRejected) {
@@ -710,10 +726,9 @@ TEST_F(ConfigTest, YearAndWeekWindowsAreReadFromTheFile) {
 TEST(ParseWindowTest, RejectsAnythingElse) {
   for (const char* text : {"", "0m", "5x", "1d", "Day", "1ms", "m", "-1m", "1.5h", "1 m", "Year",
                            "years", "1y", "1w", "weekly", "week ", "2week"}) {
-    EXPECT_EQ(
-        ParseWindow(text).status(),
-        absl::InvalidArgumentError(absl::StrCat(
-            "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month, year or concurrent)")))
+    EXPECT_EQ(ParseWindow(text).status(),
+              absl::InvalidArgumentError(absl::StrCat(
+                  "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)")))
         << text;
   }
 }
@@ -1744,8 +1759,16 @@ TEST_F(ValidateTest, AcceptsWhatTheLoaderBuilt) {
 
 TEST_F(ValidateTest, QuotaOutOfRangeNamesPlanAndLimit) {
   cfg_.plans[0].limits[1].quota = 0;
-  EXPECT_EQ(ErrorOf(), "plans.free.limits[1].quota: must be between 1 and 1000000000000000, got 0");
+  EXPECT_EQ(ErrorOf(),
+            "plans.free.limits[1].quota: must be at least 1 (0 only for a limit with window: "
+            "credit)");
   EXPECT_TRUE(absl::IsInvalidArgument(Validate(cfg_)));
+}
+
+TEST_F(ValidateTest, ACreditLimitOfZeroIsAccepted) {
+  cfg_.plans[0].limits[1].quota = 0;
+  cfg_.plans[0].limits[1].window = *ParseWindow("credit");
+  EXPECT_TRUE(Validate(cfg_).ok()) << ErrorOf();
 }
 
 TEST_F(ValidateTest, NoPlansIsRefused) {
@@ -1782,7 +1805,7 @@ TEST_F(ValidateTest, WindowNotBuiltByParseWindowIsChecked) {
   cfg_.plans[0].limits[0].window = WindowSpec{.length = absl::Milliseconds(500), .text = "0.5s"};
   EXPECT_EQ(ErrorOf(),
             "plans.free.limits[0].window: bad window \"0.5s\" (want Ns, Nm, Nh, day, week, month, "
-            "year or concurrent)");
+            "year, concurrent or credit)");
 }
 
 TEST_F(ValidateTest, CalendarWindowsNeedNoLength) {
@@ -1797,7 +1820,7 @@ TEST_F(ValidateTest, WindowKindOutsideTheEnumIsRefused) {
       WindowSpec{.kind = static_cast<WindowSpec::Kind>(99), .text = "?"};
   EXPECT_EQ(ErrorOf(),
             "plans.free.limits[0].window: bad window \"?\" (want Ns, Nm, Nh, day, week, month, "
-            "year or concurrent)");
+            "year, concurrent or credit)");
 }
 
 TEST_F(ValidateTest, AlertPercentagesMustBeInRangeAndIncreasing) {

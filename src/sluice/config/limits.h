@@ -13,6 +13,9 @@ namespace sluice::config {
 
 // The largest quota: the limiter's arithmetic relies on it.
 inline constexpr int64_t kMaxQuota = 1'000'000'000'000'000;
+// A quota of 0 is a credit limit's only: a subject may start with nothing granted.
+inline constexpr absl::string_view kZeroQuotaMessage =
+    "must be at least 1 (0 only for a limit with window: credit)";
 inline constexpr size_t kMaxAlertThresholds = 16;
 inline constexpr size_t kMaxNameLength = 64;
 inline constexpr size_t kMaxKeyPrefixLength = 32;

@@ -263,7 +263,6 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
   SLUICE_RETURN_IF_ERROR(ReadString(name, limit.name));
   const Field quota = f.Get("quota");
   SLUICE_RETURN_IF_ERROR(Require(quota));
-  SLUICE_RETURN_IF_ERROR(ReadInt64(quota, 1, kMaxQuota, limit.quota));
   const Field window = f.Get("window");
   std::string window_text;
   SLUICE_RETURN_IF_ERROR(Require(window));
@@ -271,6 +270,14 @@ absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
   absl::StatusOr<WindowSpec> spec = ParseWindow(window_text);
   if (!spec.ok()) return Error(window.path, spec.status().message());
   limit.window = *std::move(spec);
+  // A credit limit's quota is the grant every subject starts with, and may be none.
+  if (limit.window.kind == WindowSpec::Kind::kCredit) {
+    SLUICE_RETURN_IF_ERROR(ReadInt64(quota, 0, kMaxQuota, limit.quota));
+  } else if (absl::Status s = ReadInt64(quota, 1, kMaxQuota, limit.quota); !s.ok()) {
+    int64_t zero = 0;
+    if (ReadInt64(quota, 0, 0, zero).ok()) return Error(quota.path, kZeroQuotaMessage);
+    return s;
+  }
   return ParseAlertAt(f.Get("alert_at"), limit.alert_at);
 }
 

@@ -49,6 +49,7 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
   if (text == "concurrent") {
     return WindowSpec{.kind = WindowSpec::Kind::kConcurrent, .text = "concurrent"};
   }
+  if (text == "credit") return WindowSpec{.kind = WindowSpec::Kind::kCredit, .text = "credit"};
   const size_t digits = CountLeadingDigits(text);
   int64_t count = 0;
   if (digits > 0 && digits + 1 == text.size() && absl::SimpleAtoi(text.substr(0, digits), &count) &&
@@ -68,7 +69,7 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month, year or concurrent)"));
+      "bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
 }
 
 }  // namespace sluice::config

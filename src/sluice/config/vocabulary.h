@@ -18,13 +18,15 @@ namespace sluice::config {
 enum class OnStoreError { kAllow, kDeny };
 
 // A limit's window as written: a fixed duration aligned to the Unix epoch, a calendar period in
-// the plan's time zone, or `concurrent`: no window at all, the limit counts requests in flight
-// (reservations and leases hold a slot each until they end; docs/semantics.md).
+// the plan's time zone, `concurrent`: no window at all, the limit counts requests in flight
+// (reservations and leases hold a slot each until they end), or `credit`: one window that never
+// ends, whose quota is what was granted (docs/semantics.md, Concurrency and Prepaid credits).
 struct WindowSpec {
-  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear, kConcurrent };
+  enum class Kind { kFixed, kDay, kWeek, kMonth, kYear, kConcurrent, kCredit };
   Kind kind = Kind::kFixed;
   absl::Duration length = absl::ZeroDuration();  // kFixed only: a whole number of seconds >= 1
-  std::string text;  // as written: "1m", "day", "week", "month", "year", "concurrent"
+  // As written: "1m", "day", "week", "month", "year", "concurrent", "credit".
+  std::string text;
 
   friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
 };
@@ -35,11 +37,17 @@ struct WindowSpec {
 // far inside its 32-bit seconds.
 inline constexpr absl::Duration kMaxFixedWindow = absl::Hours(24 * 31);
 
+// How long the usage of a `credit` window is kept after its last charge. A credit window never
+// ends, but its state must expire like any other: each charge pushes its expiry to the end of the
+// UTC day this many days ahead (limiter/window.h), so it, too, never lives more than 366 days
+// beyond the last time it was written.
+inline constexpr int kCreditIdleDays = 365;
+
 // Parses a duration written as an integer followed by a unit: ms, s, m, h ("20ms", "1s", "5m").
 [[nodiscard]] absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 
 // Parses a window: "Ns", "Nm", "Nh" (N >= 1), "day", "week" (an ISO week, from Monday), "month",
-// "year" or "concurrent".
+// "year", "concurrent" or "credit".
 [[nodiscard]] absl::StatusOr<WindowSpec> ParseWindow(std::string_view text);
 
 }  // namespace sluice::config

@@ -307,7 +307,8 @@ TEST(MemoryLimiterOptionsTest, QuotaOutOfRangeNamesTheLimit) {
   Options options = FreeOptions();
   options.plans[0].limits[1].quota = 0;
   EXPECT_EQ(OpenError(std::move(options)),
-            "plans.free.limits[1].quota: must be between 1 and 1000000000000000, got 0");
+            "plans.free.limits[1].quota: must be at least 1 (0 only for a limit with window: "
+            "credit)");
 }
 
 TEST(MemoryLimiterOptionsTest, BadWindowNamesTheLimit) {
@@ -315,7 +316,7 @@ TEST(MemoryLimiterOptionsTest, BadWindowNamesTheLimit) {
   options.plans[0].limits[0].window = "5x";
   EXPECT_EQ(OpenError(std::move(options)),
             "plans.free.limits[0].window: bad window \"5x\" (want Ns, Nm, Nh, day, week, month, "
-            "year or concurrent)");
+            "year, concurrent or credit)");
 }
 
 TEST(MemoryLimiterOptionsTest, NoPlanIsRefused) {
@@ -518,7 +519,9 @@ TEST_F(SnapshotTest, OpenFileNamesTheFileAndTheField) {
   ASSERT_FALSE(limiter.ok());
   EXPECT_EQ(limiter.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(limiter.status().message(),
-            path + ": plans.free.limits[0].quota: must be between 1 and 1000000000000000, got 0");
+            path +
+                ": plans.free.limits[0].quota: must be at least 1 (0 only for a limit with "
+                "window: credit)");
 }
 
 // Alert events received by the callback, waited for with a deadline.

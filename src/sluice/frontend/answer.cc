@@ -45,6 +45,10 @@ std::string SfString(std::string_view s) {
 }
 
 int64_t WindowSeconds(const LimitDecision& l) {
+  if (l.limit->window.kind == config::WindowSpec::Kind::kCredit ||
+      l.limit->window.kind == config::WindowSpec::Kind::kConcurrent) {
+    return 0;
+  }
   if (l.limit->window.kind == config::WindowSpec::Kind::kFixed) {
     return absl::ToInt64Seconds(l.limit->window.length);
   }
@@ -80,8 +84,16 @@ void ForEachRateLimitHeader(const Decision& d,
       state += ", ";
     }
     const std::string name = SfString(l.limit->name);
-    absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
     const Shown shown = Show(l);
+    if (l.limit->window.kind == config::WindowSpec::Kind::kCredit ||
+        l.limit->window.kind == config::WindowSpec::Kind::kConcurrent) {
+      // A credit never resets, and a concurrent limit has no window: neither has a window
+      // length or a time to a reset.
+      absl::StrAppend(&policy, name, ";q=", l.limit->quota);
+      absl::StrAppend(&state, name, ";r=", shown.remaining);
+      continue;
+    }
+    absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
     absl::StrAppend(&state, name, ";r=", shown.remaining, ";t=", shown.reset_after);
   }
   put("RateLimit-Policy", policy);

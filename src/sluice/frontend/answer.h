@@ -42,7 +42,8 @@ struct Decided {
 [[nodiscard]] std::string SfString(std::string_view s);
 
 // A limit's window in seconds: the fixed length, or the current calendar period's actual length
-// (a DST day is 82800 or 90000 seconds, a leap year 31622400).
+// (a DST day is 82800 or 90000 seconds, a leap year 31622400); 0 for a credit limit (it has no
+// window that ends).
 [[nodiscard]] int64_t WindowSeconds(const LimitDecision& l);
 
 // What a limit reports, whatever the Decision holds (the Limiter already guarantees it; the
@@ -58,7 +59,8 @@ struct Shown {
 // The rate-limit headers of `d`, as put(name, value) in this order: Sluice-Degraded (for a
 // degraded decision), Sluice-Shadow-Denied (comma-separated names in plan order, when a shadow
 // limit would have denied), then, unless d.limits is empty, RateLimit-Policy and RateLimit (one
-// list member per limit, in plan order; a policy's `w` is WindowSeconds), X-RateLimit-Limit,
+// list member per limit, in plan order; a policy's `w` is WindowSeconds; a credit limit's member
+// has neither `w` nor `t`, as it never resets), X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset for d.Tightest().
 void ForEachRateLimitHeader(const Decision& d,
                             absl::FunctionRef<void(std::string_view, std::string_view)> put);

@@ -115,6 +115,27 @@ TEST_F(AnswerTest, AShadowLimitThatWouldHaveDeniedIsNamedBeforeThePolicies) {
                                              "X-RateLimit-Remaining", "X-RateLimit-Reset"}));
 }
 
+TEST_F(AnswerTest, ACreditLimitHasNeitherAWindowLengthNorATimeToAReset) {
+  const Limit credits{.name = "credits", .quota = 500, .window = *config::ParseWindow("credit")};
+  Decision d{.plan = &plan_, .allowed = true};
+  d.limits.push_back({.limit = &credits,
+                      .used = 120,
+                      .remaining = 380,
+                      .reset_after = 0,
+                      .window_start = absl::UnixEpoch(),
+                      .window_end = kNow + absl::Hours(24 * 365)});
+  d.limits.push_back({.limit = &per_minute_, .used = 1, .remaining = 59, .reset_after = 42});
+  Fields fields;
+  ForEachRateLimitHeader(
+      d, [&](std::string_view name, std::string_view value) { fields.emplace_back(name, value); });
+  EXPECT_EQ(fields, (Fields{{"RateLimit-Policy", "\"credits\";q=500, \"per_minute\";q=60;w=60"},
+                            {"RateLimit", "\"credits\";r=380, \"per_minute\";r=59;t=42"},
+                            {"X-RateLimit-Limit", "60"},
+                            {"X-RateLimit-Remaining", "59"},
+                            {"X-RateLimit-Reset", "42"}}));
+  EXPECT_EQ(WindowSeconds(d.limits[0]), 0);
+}
+
 TEST_F(AnswerTest, ADecisionWithoutLimitsHasNoRateLimitFields) {
   Decision d{.plan = &plan_, .allowed = true};
   int fields = 0;

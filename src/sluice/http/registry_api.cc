@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/steady_timer.hpp>
@@ -38,6 +39,7 @@ constexpr std::string_view kSubjects = "/v1/subjects";
 constexpr std::string_view kSubjectsSlash = "/v1/subjects/";
 constexpr std::string_view kKeysSlash = "/v1/keys/";
 constexpr std::string_view kKeysSuffix = "/keys";
+constexpr std::string_view kCreditsSuffix = "/credits";
 constexpr size_t kDefaultPageSize = 100;
 constexpr size_t kMaxPageSize = 1000;
 constexpr absl::Duration kReplayWindow = absl::Minutes(10);
@@ -138,6 +140,29 @@ void Audit(std::string_view action, const AdminToken& token, const Peer& peer,
   log.Str("outcome", outcome);
 }
 
+// The Idempotency-Key header: "" when absent; at most one, 1-kMaxIdempotencyKeyBytes printable
+// ASCII characters without spaces, else the 400 answer to give.
+std::variant<std::string, Response> IdempotencyKeyOf(const Request& req) {
+  const unsigned version = req.version();
+  auto range = req.equal_range("Idempotency-Key");
+  if (std::distance(range.first, range.second) > 1) {
+    return FieldProblem(400, "Bad Request", "Idempotency-Key: more than one", "Idempotency-Key",
+                        version);
+  }
+  if (range.first == range.second) return std::string();
+  std::string key(Sv(range.first->value()));
+  const bool printable =
+      std::all_of(key.begin(), key.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (key.empty() || key.size() > registry::kMaxIdempotencyKeyBytes || !printable) {
+    return FieldProblem(
+        400, "Bad Request",
+        absl::StrCat("Idempotency-Key: must be 1-", registry::kMaxIdempotencyKeyBytes,
+                     " printable ASCII characters without spaces"),
+        "Idempotency-Key", version);
+  }
+  return key;
+}
+
 auto StartApply(registry::Backend* backend, registry::Change change) {
   return [backend, change = std::move(change)](registry::ChangeCallback done) mutable {
     backend->Apply(std::move(change), std::move(done));
@@ -230,6 +255,8 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
   std::string_view rest = path.substr(kSubjectsSlash.size());
   const bool keys = rest.ends_with(kKeysSuffix);
   if (keys) rest.remove_suffix(kKeysSuffix.size());
+  const bool credits = !keys && rest.ends_with(kCreditsSuffix);
+  if (credits) rest.remove_suffix(kCreditsSuffix.size());
   std::string id;
   if (!DecodeId(rest, &id) || rest.find('/') != std::string_view::npos) {
     co_return FieldProblem(404, "Not Found",
@@ -247,6 +274,16 @@ asio::awaitable<Response> RegistryApi::Handle(const Frontend& fe, const Request&
     if (method != bhttp::verb::post) co_return MethodNotAllowedHere("GET, HEAD, POST", version);
     if (!token.write) co_return forbidden();
     Response res = co_await CreateKey(fe, req, id, token, peer);
+    co_return res;
+  }
+  if (credits) {
+    if (read) {
+      Response res = co_await ListCredits(fe, req, id);
+      co_return res;
+    }
+    if (method != bhttp::verb::post) co_return MethodNotAllowedHere("GET, HEAD, POST", version);
+    if (!token.write) co_return forbidden();
+    Response res = co_await GrantCredits(fe, req, id, token, peer);
     co_return res;
   }
   if (read) {
@@ -348,7 +385,7 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
                       {"quota", l.quota},
                       {"used", used},
                       {"remaining", std::max<int64_t>(l.quota - used, 0)},
-                      {"reset_after", SecondsUntil(w.end, now)},
+                      {"reset_after", SecondsUntilReset(l.window, w.end, now)},
                       {"alerts_fired", (*usage)[i].fired}});
   }
   body["usage"] = Json{{"plan", plan->name}, {"limits", std::move(limits)}};
@@ -453,27 +490,9 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
   const unsigned version = req.version();
   if (fe.keys.FindSubject(id) != nullptr) co_return ReadOnlyConfigSubject(version);
   // The idempotency key: at most one, bounded, printable.
-  std::string idempotency_key;
-  {
-    auto range = req.equal_range("Idempotency-Key");
-    if (std::distance(range.first, range.second) > 1) {
-      co_return FieldProblem(400, "Bad Request", "Idempotency-Key: more than one",
-                             "Idempotency-Key", version);
-    }
-    if (range.first != range.second) {
-      idempotency_key = std::string(Sv(range.first->value()));
-      const bool printable = std::all_of(idempotency_key.begin(), idempotency_key.end(),
-                                         [](char c) { return c > 0x20 && c < 0x7f; });
-      if (idempotency_key.empty() || idempotency_key.size() > registry::kMaxIdempotencyKeyBytes ||
-          !printable) {
-        co_return FieldProblem(
-            400, "Bad Request",
-            absl::StrCat("Idempotency-Key: must be 1-", registry::kMaxIdempotencyKeyBytes,
-                         " printable ASCII characters without spaces"),
-            "Idempotency-Key", version);
-      }
-    }
-  }
+  std::variant<std::string, Response> key_header = IdempotencyKeyOf(req);
+  if (Response* bad = std::get_if<Response>(&key_header)) co_return std::move(*bad);
+  const std::string idempotency_key = std::get<std::string>(std::move(key_header));
   const absl::Time now = fe.limiter->clock().Now();
   absl::StatusOr<registry::KeyRequest> request = registry::ParseKeyBody(req.body(), now);
   if (!request.ok()) co_return InvalidInput(request.status(), version);
@@ -577,6 +596,176 @@ asio::awaitable<Response> RegistryApi::CreateKey(const Frontend& fe, const Reque
   if (result->replayed) res.set("Idempotent-Replayed", "true");
   res.set(bhttp::field::cache_control, "no-store");
   co_return res;
+}
+
+asio::awaitable<Json> RegistryApi::CreditBalance(const Frontend& fe, const std::string& id,
+                                                 int64_t granted) {
+  const Limiter& limiter = *fe.limiter;
+  std::shared_ptr<const registry::Subject> subject = index_->FindSubject(id);
+  Json limits = Json::array();
+  std::optional<Plan> storage;
+  const Plan* plan = subject != nullptr ? registry::EffectivePlan(limiter.plans(), *subject,
+                                                                  limiter.clock().Now(), &storage)
+                                        : nullptr;
+  if (plan != nullptr) {
+    absl::StatusOr<std::vector<LimitUsage>> usage =
+        co_await AwaitCallback<absl::StatusOr<std::vector<LimitUsage>>>(
+            [&](UsageCallback done) { limiter.Usage(id, *plan, std::move(done)); });
+    for (size_t i = 0; i < plan->limits.size(); ++i) {
+      const Limit& l = plan->limits[i];
+      if (l.window.kind != config::WindowSpec::Kind::kCredit) continue;
+      Json limit{{"name", l.name}, {"quota", l.quota}};
+      if (usage.ok() && i < usage->size()) {
+        const int64_t used = (*usage)[i].used;
+        limit["used"] = used;
+        limit["remaining"] = std::max<int64_t>(l.quota - used, 0);
+      } else {
+        limit["used"] = nullptr;  // the store did not answer: unknown, not 0
+        limit["remaining"] = nullptr;
+      }
+      limits.push_back(std::move(limit));
+    }
+  }
+  co_return Json{{"granted", granted}, {"limits", std::move(limits)}};
+}
+
+asio::awaitable<Response> RegistryApi::GrantCredits(const Frontend& fe, const Request& req,
+                                                    const std::string& id, const AdminToken& token,
+                                                    const Peer& peer) {
+  const unsigned version = req.version();
+  if (fe.keys.FindSubject(id) != nullptr) co_return ReadOnlyConfigSubject(version);
+  std::variant<std::string, Response> key_header = IdempotencyKeyOf(req);
+  if (Response* bad = std::get_if<Response>(&key_header)) co_return std::move(*bad);
+  const std::string idempotency_key = std::get<std::string>(std::move(key_header));
+  if (idempotency_key.empty()) {
+    // A grant retried after a lost answer must not be granted twice: the key says it is a retry.
+    co_return FieldProblem(400, "Bad Request",
+                           "Idempotency-Key: required (a retried grant with the same key is "
+                           "answered without granting again)",
+                           "Idempotency-Key", version);
+  }
+  absl::StatusOr<registry::CreditRequest> request = registry::ParseCreditBody(req.body());
+  if (!request.ok()) co_return InvalidInput(request.status(), version);
+  registry::Change change{.kind = registry::Change::Kind::kGrantCredits,
+                          .subject_id = id,
+                          .grant = {.amount = request->add,
+                                    .reason = request->reason,
+                                    .actor = token.name,
+                                    .at = fe.limiter->clock().Now()},
+                          .idempotency_key = idempotency_key,
+                          // The same request, retried: the subject and the body (not the token: a
+                          // retry by another operator with the same key is the same grant).
+                          .fingerprint = Sha256(absl::StrCat(id, "\n", req.body()))};
+  absl::StatusOr<registry::ChangeResult> result =
+      co_await AwaitCallback<absl::StatusOr<registry::ChangeResult>>(
+          StartApply(backend_, std::move(change)));
+  if (!result.ok()) {
+    const absl::Status& s = result.status();
+    Audit("credits.grant", token, peer, id, "", absl::IsUnavailable(s) ? "failed" : "refused");
+    if (absl::IsNotFound(s)) {
+      co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+    }
+    if (absl::IsFailedPrecondition(s)) {
+      co_return FieldProblem(422, "Unprocessable Content",
+                             "Idempotency-Key: already used for a different request",
+                             "Idempotency-Key", version);
+    }
+    if (absl::IsOutOfRange(s)) {
+      co_return FieldProblem(422, "Unprocessable Content", absl::StrCat("add: ", s.message()),
+                             "add", version);
+    }
+    co_return Unavailable(s, version);
+  }
+  Audit("credits.grant", token, peer, id, "", result->replayed ? "replayed" : "ok");
+  // The grant reaches this instance's index before the answer; a replay's balance is the one in
+  // force now (at least the grant's own).
+  std::shared_ptr<const registry::Subject> now = index_->FindSubject(id);
+  const int64_t granted =
+      std::max(result->grant.balance, now != nullptr ? now->credits : int64_t{0});
+  // Named, not inside the braces: GCC mishandles co_await in an initializer list.
+  Json balance = co_await CreditBalance(fe, id, granted);
+  Json body{{"subject", id},
+            {"grant", registry::CreditGrantJson(result->grant)},
+            {"credits", std::move(balance)}};
+  Response res = JsonResponse(201, body.dump(), version, true);
+  if (result->replayed) res.set("Idempotent-Replayed", "true");
+  res.set(bhttp::field::cache_control, "no-store");
+  co_return res;
+}
+
+asio::awaitable<Response> RegistryApi::ListCredits(const Frontend& fe, const Request& req,
+                                                   const std::string& id) {
+  const unsigned version = req.version();
+  const std::string_view query = SplitTarget(Sv(req.target())).second;
+  if (std::optional<std::string_view> twice = RepeatedParam(query)) {
+    co_return FieldProblem(400, "Bad Request",
+                           absl::StrCat(ToAbsl(*twice), ": given more than once"), *twice, version);
+  }
+  const auto digits = [](const std::string& t) {
+    return !t.empty() &&
+           std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  size_t limit = kDefaultPageSize;
+  if (std::optional<std::string> text = QueryParam(query, "limit")) {
+    uint64_t n = 0;
+    if (!digits(*text) || !absl::SimpleAtoi(*text, &n) || n < 1 || n > kMaxPageSize) {
+      co_return FieldProblem(400, "Bad Request",
+                             absl::StrCat("limit: must be an integer from 1 to ", kMaxPageSize),
+                             "limit", version);
+    }
+    limit = static_cast<size_t>(n);
+  }
+  int64_t before = 0;
+  if (HasParam(query, "cursor")) {
+    std::optional<std::string> text = QueryParam(query, "cursor");
+    if (!text.has_value() || !digits(*text) || !absl::SimpleAtoi(*text, &before) || before < 1) {
+      co_return FieldProblem(400, "Bad Request",
+                             "cursor: must be the next_cursor of an earlier page", "cursor",
+                             version);
+    }
+  }
+  if (index_->FindSubject(id) == nullptr) {
+    if (fe.keys.FindSubject(id) != nullptr) {
+      // A subject of the configuration file has no credits of its own.
+      Json balance = co_await CreditBalance(fe, id, 0);
+      Json body{{"subject", id},
+                {"credits", std::move(balance)},
+                {"grants", Json::array()},
+                {"next_cursor", nullptr}};
+      co_return JsonResponse(200, body.dump(), version, true);
+    }
+    co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+  }
+  absl::StatusOr<registry::CreditPage> page =
+      co_await AwaitCallback<absl::StatusOr<registry::CreditPage>>(
+          [&](registry::CreditPageCallback done) {
+            backend_->ReadCredits(id, before, limit, std::move(done));
+          });
+  if (!page.ok()) {
+    if (absl::IsNotFound(page.status())) {
+      co_return NotFoundProblem(absl::StrCat("id: no subject \"", id, "\""), version);
+    }
+    co_return FieldProblem(
+        503, "Service Unavailable",
+        absl::StrCat("the registry could not be read: ", page.status().message()), "", version);
+  }
+  Json grants = Json::array();
+  for (const registry::CreditGrant& g : page->grants)
+    grants.push_back(registry::CreditGrantJson(g));
+  // The newest grant's balance is the total the registry holds; this instance's index may not
+  // have it yet (another instance granted it a moment ago).
+  std::shared_ptr<const registry::Subject> subject = index_->FindSubject(id);
+  int64_t granted = subject != nullptr ? subject->credits : 0;
+  if (before == 0 && !page->grants.empty()) {
+    granted = std::max(granted, page->grants.front().balance);
+  }
+  Json balance = co_await CreditBalance(fe, id, granted);
+  Json body{{"subject", id},
+            {"credits", std::move(balance)},
+            {"grants", std::move(grants)},
+            {"next_cursor",
+             page->next_before > 0 ? Json(absl::StrCat(page->next_before)) : Json(nullptr)}};
+  co_return JsonResponse(200, body.dump(), version, true);
 }
 
 Response RegistryApi::ListKeys(const Frontend& fe, const Request& req, const std::string& id) {

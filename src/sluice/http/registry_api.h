@@ -8,6 +8,8 @@
 //   POST   /v1/subjects/{id}/keys   issue (or import) a key; the plaintext is in this answer only
 //   GET    /v1/subjects/{id}/keys   its keys, without plaintext
 //   DELETE /v1/keys/{key_id}        revoke a key (204)
+//   POST   /v1/subjects/{id}/credits   grant prepaid credits (Idempotency-Key required)
+//   GET    /v1/subjects/{id}/credits   ?cursor=&limit= — the credit ledger, newest first
 //
 // Subjects that the configuration file's `keys:` define are shown (`"source": "config"`) but
 // cannot be changed here (409).
@@ -21,6 +23,7 @@
 #include <utility>
 
 #include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
 
 #include <mutex>
 #include <shared_mutex>
@@ -73,6 +76,15 @@ class RegistryApi {
                                              const std::string& id, const AdminToken& token,
                                              const Peer& peer);
   Response ListKeys(const Frontend& fe, const Request& req, const std::string& id);
+  boost::asio::awaitable<Response> GrantCredits(const Frontend& fe, const Request& req,
+                                                const std::string& id, const AdminToken& token,
+                                                const Peer& peer);
+  boost::asio::awaitable<Response> ListCredits(const Frontend& fe, const Request& req,
+                                               const std::string& id);
+  // The subject's credits now: granted, and each credit limit's effective quota, used and
+  // remaining. Null when the store did not answer (the grant itself is done).
+  boost::asio::awaitable<nlohmann::json> CreditBalance(const Frontend& fe, const std::string& id,
+                                                       int64_t granted);
   boost::asio::awaitable<Response> RevokeKey(const Frontend& fe, const Request& req,
                                              std::string_view key_id, const AdminToken& token,
                                              const Peer& peer);

@@ -798,7 +798,7 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
          {"quota", l.quota},
          {"used", used},
          {"remaining", std::max<int64_t>(l.quota - used, 0)},
-         {"reset_after", SecondsUntil(w.end, now)},
+         {"reset_after", SecondsUntilReset(l.window, w.end, now)},
          {"window", l.window.text},
          {"window_start", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.start, absl::UTCTimeZone())},
          {"window_end", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.end, absl::UTCTimeZone())},

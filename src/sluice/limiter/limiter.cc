@@ -42,11 +42,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Decision SkeletonDecision(const Plan& plan,
   d.plan = &plan;
   // One element at a time: resize() would zero each one first, out of line.
   for (size_t i = 0; i < plan.limits.size(); ++i) {
-    d.limits.push_back({.limit = &plan.limits[i],
-                        .remaining = plan.limits[i].quota,
-                        .reset_after = SecondsUntil(windows[i].end, now),
-                        .window_start = windows[i].start,
-                        .window_end = windows[i].end});
+    d.limits.push_back(
+        {.limit = &plan.limits[i],
+         .remaining = plan.limits[i].quota,
+         .reset_after = SecondsUntilReset(plan.limits[i].window, windows[i].end, now),
+         .window_start = windows[i].start,
+         .window_end = windows[i].end});
   }
   return d;
 }

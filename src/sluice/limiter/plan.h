@@ -111,7 +111,8 @@ struct Plan {
   // where limit i has quota `quotas[i]`, its thresholds' counts recomputed as
   // ceil(quotas[i] * percent / 100), and an alert layout of its own (so a store tells the quotas'
   // fired thresholds apart).
-  // REQUIRES: quotas.size() == limits.size(); every quota in 1..kMaxUsed (limiter/store.h).
+  // REQUIRES: quotas.size() == limits.size(); every quota in 0..kMaxUsed (limiter/store.h; 0
+  // only for a credit limit).
   [[nodiscard]] Plan WithQuotas(absl::Span<const int64_t> quotas) const;
 
   // Builds `alerts` and `alert_layout` from `limits` (PlanSet::FromConfig and WithQuotas do).

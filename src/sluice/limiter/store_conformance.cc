@@ -141,6 +141,18 @@ std::vector<Decision> StoreConformanceTest::Group(
   return **out;
 }
 
+std::optional<absl::Time> StoreConformanceTest::ExpiryOf(const std::string& subject, size_t limit,
+                                                         const std::string& plan_name) {
+  const Plan& plan = PlanNamed(plan_name);
+  std::vector<WindowBounds> windows;
+  for (const Limit& l : plan.limits) {
+    windows.push_back(l.window_cache->Get(l.window, plan.tz, clock_->Now()));
+  }
+  return harness_->ExpiryOf(
+      {.subject = subject, .plan = &plan, .cost = 0, .now = clock_->Now(), .windows = windows},
+      limit);
+}
+
 std::vector<LimitUsage> StoreConformanceTest::GroupUsageOf(const std::string& subject,
                                                            const std::string& plan_name,
                                                            const std::string& group) {
@@ -1130,6 +1142,97 @@ TEST_P(StoreConformanceTest, AGroupReportChargesEveryPartPastItsQuota) {
   EXPECT_EQ(d[1].limits[0].used, 2);
   EXPECT_EQ(GroupUsageOf("alice")[0].used, 13);
   EXPECT_FALSE(Group({{"alice", 0}, {"bob", 0}})[0].allowed);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Credit limits (docs/semantics.md, Prepaid credits): one window that never ends, whose state
+// expires only once it has not been charged for config::kCreditIdleDays.
+
+WindowSpec Credit() { return {.kind = WindowSpec::Kind::kCredit, .text = "credit"}; }
+
+// "c": a credit of `credit` with alerts at 80 and 100 beside 10 per minute.
+std::vector<PlanConfig> CreditPlan(int64_t credit) {
+  return {PlanConfig{.name = "c",
+                     .timezone = "UTC",
+                     .limits = {MakeLimit("credits", credit, Credit(), {80, 100}),
+                                MakeLimit("per_minute", 10, Fixed(absl::Minutes(1), "1m"))}}};
+}
+
+TEST_P(StoreConformanceTest, ACreditNeverResetsAcrossAYearOfUse) {
+  UsePlans(CreditPlan(100));
+  for (int month = 1; month <= 24; ++month) {
+    Decision d = Check("alice", 4, "c");
+    ASSERT_TRUE(d.allowed) << "month " << month;
+    EXPECT_EQ(d.limits[0].used, 4 * month);
+    EXPECT_EQ(d.limits[0].reset_after, 0);  // it never resets
+    clock_->Advance(absl::Hours(24 * 30));
+  }
+  Decision spent = Check("alice", 5, "c");  // 96 + 5 > 100
+  EXPECT_FALSE(spent.allowed);
+  EXPECT_TRUE(spent.limits[0].violated);
+  EXPECT_EQ(UsageOf("alice", "c")[0].used, 96);
+}
+
+TEST_P(StoreConformanceTest, EveryChargeOfACreditPushesItsExpiryForward) {
+  UsePlans(CreditPlan(100));
+  ASSERT_TRUE(Check("alice", 1, "c").allowed);
+  const std::optional<absl::Time> first = ExpiryOf("alice", 0, "c");
+  ASSERT_TRUE(first.has_value());
+  clock_->Advance(absl::Hours(24 * 200));
+  ASSERT_TRUE(Check("alice", 1, "c").allowed);
+  const std::optional<absl::Time> second = ExpiryOf("alice", 0, "c");
+  ASSERT_TRUE(second.has_value());
+  // 200 days later (the expiry follows the UTC day of the charge; a store with a clock of its own
+  // may differ by the seconds this test took and by its rounding).
+  EXPECT_GE(*second - *first, absl::Hours(24 * 200) - absl::Minutes(1));
+  EXPECT_LE(*second - *first, absl::Hours(24 * 200) + absl::Minutes(1));
+}
+
+TEST_P(StoreConformanceTest, ACreditOfZeroAdmitsOnlyPeeksAndFiresNothing) {
+  UsePlans(CreditPlan(0));
+  Decision denied = Check("alice", 1, "c");
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_TRUE(denied.limits[0].violated);
+  EXPECT_EQ(denied.limits[0].remaining, 0);
+  EXPECT_TRUE(Check("alice", 0, "c").allowed);
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+}
+
+TEST_P(StoreConformanceTest, AGrantReArmsTheThresholdsOfACredit) {
+  UsePlans(CreditPlan(0));
+  ASSERT_FALSE(Check("alice", 1, "c").allowed);  // nothing granted: nothing fires
+  const Plan ten = PlanNamed("c").WithQuotas({10, 10});
+  ASSERT_TRUE(CheckWith("alice", ten, 8).allowed);
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"c", 80, 10}}));
+  EXPECT_FALSE(CheckWith("alice", ten, 3).allowed);
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"c", 100, 10}}));
+  // A top-up of 40: 8 of 50 used, every threshold armed again under the new quota.
+  clock_->Advance(absl::Minutes(1));
+  const Plan fifty = PlanNamed("c").WithQuotas({50, 10});
+  ASSERT_TRUE(CheckWith("alice", fifty, 10).allowed);  // 18
+  EXPECT_TRUE(harness_->TakeEvents().empty());
+  clock_->Advance(absl::Minutes(1));
+  ASSERT_TRUE(CheckWith("alice", fifty, 10).allowed);  // 28
+  clock_->Advance(absl::Minutes(1));
+  ASSERT_TRUE(CheckWith("alice", fifty, 10).allowed);  // 38
+  clock_->Advance(absl::Minutes(1));
+  ASSERT_TRUE(CheckWith("alice", fifty, 2).allowed);  // 40 = 80% of 50
+  EXPECT_EQ(FiredOf(harness_->TakeEvents()), (std::vector<Fired>{{"c", 80, 50}}));
+}
+
+TEST_P(StoreConformanceTest, ACreditIsAdmittedAllOrNothingWithTheOtherLimits) {
+  UsePlans(CreditPlan(100));
+  ASSERT_TRUE(Check("alice", 10, "c").allowed);
+  Decision d = Check("alice", 1, "c");  // the minute is full
+  EXPECT_FALSE(d.allowed);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_TRUE(d.limits[1].violated);
+  EXPECT_EQ(UsageOf("alice", "c")[0].used, 10);  // the credit was not charged
 }
 
 }  // namespace

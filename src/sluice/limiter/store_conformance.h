@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ class StoreHarness {
   // req.windows[limit] to `value`, bypassing the store's rules — as crafted or corrupted state
   // would, so `value` may be one no decision can produce.
   virtual void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) = 0;
+  // When the state of req.plan's limit `limit` (plan order) for req.subject expires, as an instant
+  // on the store's own clock (only differences between two readings mean the same to every
+  // store); nullopt if it has none (no state, or state without an expiry).
+  [[nodiscard]] virtual std::optional<absl::Time> ExpiryOf(const StoreRequest& req,
+                                                           size_t limit) = 0;
 };
 
 struct StoreHarnessFactory {
@@ -77,6 +83,10 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreHarnessFactory
                               const std::string& plan = "p", const std::string& group = "g",
                               DecideMode mode = DecideMode::kAdmit);
   // The counters of `subject` under `plan`, as placed by `group`, asked of the store itself.
+  // When the state of `subject`'s limit `limit` (plan order) under `plan` expires
+  // (StoreHarness::ExpiryOf).
+  std::optional<absl::Time> ExpiryOf(const std::string& subject, size_t limit,
+                                     const std::string& plan = "p");
   std::vector<LimitUsage> GroupUsageOf(const std::string& subject, const std::string& plan = "p",
                                        const std::string& group = "g");
 

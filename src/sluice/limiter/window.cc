@@ -67,6 +67,17 @@ WindowBounds YearWindowAt(const absl::TimeZone& tz, absl::Time t) {
           .end = FirstInstantOf(absl::CivilSecond(year + 1), tz)};
 }
 
+// A credit window never ends: one window (id 0) from the epoch, whose end is only where its state
+// expires when unused: the end of the UTC day kCreditIdleDays ahead of `t`, so every charge pushes
+// it forward and it is never more than 366 days after `t`.
+WindowBounds CreditWindowAt(absl::Time t) {
+  constexpr int64_t kDay = 24 * 60 * 60;
+  const int64_t next_midnight = (FloorDiv(absl::ToUnixSeconds(t), kDay) + 1) * kDay;
+  return {.id = 0,
+          .start = absl::UnixEpoch(),
+          .end = absl::FromUnixSeconds(next_midnight + config::kCreditIdleDays * kDay)};
+}
+
 // The prefix of a calendar window's WindowKey.
 const char* CalendarName(config::WindowSpec::Kind kind) {
   switch (kind) {
@@ -81,6 +92,7 @@ const char* CalendarName(config::WindowSpec::Kind kind) {
     case config::WindowSpec::Kind::kConcurrent:
       return "concurrent";
     case config::WindowSpec::Kind::kFixed:
+    case config::WindowSpec::Kind::kCredit:
       break;
   }
   return "fixed";  // not reached: fixed windows are named by their length
@@ -102,6 +114,8 @@ WindowBounds WindowAt(const config::WindowSpec& spec, const absl::TimeZone& tz, 
       // No window: what is held now. An empty span at `t` (reset_after 0), so nothing of it
       // outlives the request (stores write no counter for a concurrent limit).
       return {.id = 0, .start = t, .end = t};
+    case config::WindowSpec::Kind::kCredit:
+      return CreditWindowAt(t);
     case config::WindowSpec::Kind::kFixed:
       break;
   }
@@ -113,6 +127,7 @@ std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz) 
     return absl::StrCat(absl::ToInt64Seconds(spec.length), "s");
   }
   if (spec.kind == config::WindowSpec::Kind::kConcurrent) return "concurrent";
+  if (spec.kind == config::WindowSpec::Kind::kCredit) return "credit";  // no zone: no calendar
   std::string key = absl::StrCat(CalendarName(spec.kind), "@", tz.name());
   std::replace(key.begin(), key.end(), ':', '.');
   return key;
@@ -136,6 +151,8 @@ int64_t SecondsUntil(absl::Time end, absl::Time now) {
 
 WindowBounds WindowCache::Get(const config::WindowSpec& spec, const absl::TimeZone& tz,
                               absl::Time t) {
+  // A credit window's end moves with `t` (cheap to compute): a cached one would stop moving.
+  if (spec.kind == config::WindowSpec::Kind::kCredit) return WindowAt(spec, tz, t);
   const uint64_t before = seq_.load(std::memory_order_acquire);
   if ((before & 1) == 0) {
     // Acquire loads keep the second read of seq_ after them (no fence: TSan cannot model one).

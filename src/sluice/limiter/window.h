@@ -6,6 +6,11 @@
 // DST day is 23 or 25 hours long (a week with one 167 or 169 hours), a month is a real month, a
 // year has 365 or 366 days. Ids count windows since the one containing 1970-01-01 local (for weeks,
 // since Monday 1969-12-29), so they increase by one from each window to the next.
+//
+// A credit window ("credit") never ends: it is always window 0, starting at the Unix epoch, and
+// its `end` is only where its state may expire when unused — the end of the UTC day
+// config::kCreditIdleDays after the instant asked about, so it moves forward with time and every
+// charge pushes the state's expiry along (docs/semantics.md, Prepaid credits).
 #ifndef SLUICE_LIMITER_WINDOW_H_
 #define SLUICE_LIMITER_WINDOW_H_
 
@@ -35,12 +40,19 @@ struct WindowBounds {
 // The window's canonical name, which (with the limit name) identifies a limit's counters in every
 // store: the fixed length in seconds ("60s" for "1m" and "60s" alike), or for a calendar window
 // "day@<zone>", "week@<zone>", "month@<zone>" or "year@<zone>" with the plan's time zone (a `day`
-// in Paris and a `day` in Tokyo have other bounds: they are other windows). It never contains ':'
-// (a ':' of a zone name, as in absl's "Fixed/UTC+05:30:00", is written '.').
+// in Paris and a `day` in Tokyo have other bounds: they are other windows), or "credit". It never
+// contains ':' (a ':' of a zone name, as in absl's "Fixed/UTC+05:30:00", is written '.').
 [[nodiscard]] std::string WindowKey(const config::WindowSpec& spec, const absl::TimeZone& tz);
 
 // Whole seconds from `now` until `end`, rounded up; 0 if `end` is not after `now`.
 [[nodiscard]] int64_t SecondsUntil(absl::Time end, absl::Time now);
+
+// What answers report as a limit's reset_after: SecondsUntil(end, now), or 0 for a credit window,
+// which never resets (its end is only where its unused state expires).
+[[nodiscard]] inline int64_t SecondsUntilReset(const config::WindowSpec& spec, absl::Time end,
+                                               absl::Time now) {
+  return spec.kind == config::WindowSpec::Kind::kCredit ? 0 : SecondsUntil(end, now);
+}
 
 // Remembers the last window computed for one (spec, zone): nearly every decision falls in the same
 // window as the one before, so the calendar arithmetic runs once per window rather than once per

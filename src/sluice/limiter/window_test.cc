@@ -22,6 +22,7 @@ config::WindowSpec Day() { return {.kind = Kind::kDay, .text = "day"}; }
 config::WindowSpec Week() { return {.kind = Kind::kWeek, .text = "week"}; }
 config::WindowSpec Month() { return {.kind = Kind::kMonth, .text = "month"}; }
 config::WindowSpec Year() { return {.kind = Kind::kYear, .text = "year"}; }
+config::WindowSpec Credit() { return {.kind = Kind::kCredit, .text = "credit"}; }
 
 // An RFC 3339 instant, e.g. "2026-03-08T12:00:00-04:00" or "2026-01-01T00:00:59.999Z".
 absl::Time At(absl::string_view rfc3339) {
@@ -417,6 +418,39 @@ TEST_F(WeekWindowTest, ConsecutiveWeeksHaveConsecutiveIdsAndTouchAcrossDstAndYea
 }
 
 // ---- Year windows ----
+
+using CreditWindowTest = WindowTest;
+
+TEST_F(CreditWindowTest, IsOneWindowFromTheEpochForever) {
+  for (const char* t : {"2026-07-15T08:00:00Z", "2031-01-01T00:00:00Z", "2099-12-31T23:59:59Z"}) {
+    const WindowBounds w = WindowAt(Credit(), utc_, At(t));
+    EXPECT_EQ(w.id, 0) << t;
+    EXPECT_EQ(w.start, absl::UnixEpoch()) << t;
+  }
+}
+
+TEST_F(CreditWindowTest, EndsAtTheEndOfTheUtcDayAYearAheadAndMovesWithTime) {
+  const WindowBounds w = WindowAt(Credit(), utc_, At("2026-07-15T08:00:00Z"));
+  EXPECT_EQ(w.end, At("2026-07-16T00:00:00Z") + absl::Hours(24 * config::kCreditIdleDays));
+  EXPECT_LE(w.end - At("2026-07-15T08:00:00Z"), absl::Hours(24 * 366));
+  const WindowBounds later = WindowAt(Credit(), utc_, At("2026-09-01T23:59:59Z"));
+  EXPECT_EQ(later.end - w.end, absl::Hours(24 * 48));
+}
+
+TEST_F(CreditWindowTest, IsNamedCreditWhateverTheZone) {
+  EXPECT_EQ(WindowKey(Credit(), utc_), "credit");
+  absl::TimeZone paris;
+  ASSERT_TRUE(absl::LoadTimeZone("Europe/Paris", &paris));
+  EXPECT_EQ(WindowKey(Credit(), paris), "credit");
+}
+
+TEST_F(CreditWindowTest, NeverResetsAndTheCacheFollowsItsMovingEnd) {
+  EXPECT_EQ(SecondsUntilReset(Credit(), At("2027-01-01T00:00:00Z"), At("2026-07-15T08:00:00Z")), 0);
+  WindowCache cache;
+  const WindowBounds first = cache.Get(Credit(), utc_, At("2026-07-15T08:00:00Z"));
+  const WindowBounds next = cache.Get(Credit(), utc_, At("2026-07-17T08:00:00Z"));
+  EXPECT_EQ(next.end - first.end, absl::Hours(48));
+}
 
 using YearWindowTest = WindowTest;
 

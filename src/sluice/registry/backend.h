@@ -5,6 +5,11 @@
 #ifndef SLUICE_REGISTRY_BACKEND_H_
 #define SLUICE_REGISTRY_BACKEND_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +19,13 @@
 namespace sluice::registry {
 
 using ChangeCallback = absl::AnyInvocable<void(absl::StatusOr<ChangeResult>) &&>;
+
+// A page of a subject's credit ledger, newest first.
+struct CreditPage {
+  std::vector<CreditGrant> grants;
+  int64_t next_before = 0;  // the `before` of the next page; 0 when this is the last
+};
+using CreditPageCallback = absl::AnyInvocable<void(absl::StatusOr<CreditPage>) &&>;
 
 class Backend {
  public:
@@ -25,14 +37,24 @@ class Backend {
 
   // Performs `change`. `done` runs exactly once, on any thread, after the change is durable and
   // applied to the index (so a read right after sees it), or with the error and nothing changed:
-  //   NotFound            kDeleteSubject/kRevokeKey of something absent; kAddKey to an absent
-  //                       subject
+  //   NotFound            kDeleteSubject/kRevokeKey of something absent; kAddKey or kGrantCredits
+  //                       to an absent subject
   //   AlreadyExists       kAddKey with a digest some key already has
   //   ResourceExhausted   kAddKey to a subject that has kMaxKeysPerSubject keys
-  //   FailedPrecondition  kAddKey reusing an idempotency key with another fingerprint
+  //   FailedPrecondition  kAddKey or kGrantCredits reusing an idempotency key with another
+  //                       fingerprint
+  //   OutOfRange          kGrantCredits that would take the credits past kMaxCredits, or the
+  //                       ledger past kMaxCreditGrants entries
   //   Unavailable         the durable registry could not be written (nothing was changed)
   // Changes are performed in the order they are applied; `done` never runs inside Apply.
   virtual void Apply(Change change, ChangeCallback done) = 0;
+
+  // The grants of `subject` with seq < `before` (0: from the newest), newest first, at most
+  // `limit` of them; NotFound if there is no such subject, Unavailable if the durable registry
+  // could not be read. `done` runs exactly once, on any thread, never inside the call (except
+  // with Unavailable when the backend cannot take the read: stopped, or its queue full).
+  virtual void ReadCredits(std::string subject, int64_t before, size_t limit,
+                           CreditPageCallback done) = 0;
 
   // Stops following other instances and finishes pending writes. Idempotent.
   virtual void Stop() = 0;

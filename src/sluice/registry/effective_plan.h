@@ -13,9 +13,10 @@
 namespace sluice::registry {
 
 // The plan `subject` is decided under at `now`: its plan with every override that is in force
-// applied. Returns the plan from `plans` itself when no override is in force, else a plan built
-// into `storage`; nullptr when `plans` has no plan of that name. An override of a limit the plan
-// no longer has is ignored.
+// applied, and the subject's granted credits added to the quota of every `window: credit` limit
+// (to the override's quota when one is in force; capped at kMaxUsed). Returns the plan from
+// `plans` itself when neither applies, else a plan built into `storage`; nullptr when `plans` has
+// no plan of that name. An override of a limit the plan no longer has is ignored.
 [[nodiscard]] const Plan* EffectivePlan(const PlanSet& plans, const Subject& subject,
                                         absl::Time now, std::optional<Plan>* storage);
 

@@ -19,6 +19,10 @@ plans:
     limits:
       - { name: per_minute, quota: 2, window: 1m }
       - { name: daily, quota: 10, window: day }
+  prepaid:
+    limits:
+      - { name: per_minute, quota: 2, window: 1m }
+      - { name: credits, quota: 5, window: credit, alert_at: [80] }
 )",
                                                          "plans.yaml"))) {}
 
@@ -71,6 +75,45 @@ TEST(NextOverrideEndTest, IsTheEarliestEndStillAhead) {
   EXPECT_EQ(NextOverrideEnd(s, kNow), kNow + absl::Hours(1));
   EXPECT_EQ(NextOverrideEnd(s, kNow + absl::Hours(1)), kNow + absl::Hours(2));
   EXPECT_EQ(NextOverrideEnd(s, kNow + absl::Hours(2)), std::nullopt);
+}
+
+Subject OnPrepaid(int64_t credits, std::vector<Override> overrides = {}) {
+  return Subject{
+      .id = "user-1", .plan = "prepaid", .overrides = std::move(overrides), .credits = credits};
+}
+
+TEST_F(EffectivePlanTest, CreditsAddToTheCreditLimitsQuotaOnly) {
+  const Plan* p = EffectivePlan(plans_, OnPrepaid(100), kNow, &storage_);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->limits.size(), 2u);
+  EXPECT_EQ(p->limits[0].quota, 2);
+  EXPECT_EQ(p->limits[1].quota, 105);
+  ASSERT_EQ(p->limits[1].thresholds.size(), 1u);
+  EXPECT_EQ(p->limits[1].thresholds[0].count, 84);  // ceil(105 * 80%)
+  EXPECT_NE(p->alert_layout, plans_.Find("prepaid")->alert_layout);
+}
+
+TEST_F(EffectivePlanTest, WithoutCreditsACreditPlanIsThePlanItself) {
+  EXPECT_EQ(EffectivePlan(plans_, OnPrepaid(0), kNow, &storage_), plans_.Find("prepaid"));
+}
+
+TEST_F(EffectivePlanTest, CreditsAddToAnOverriddenStartingGrant) {
+  const Plan* p =
+      EffectivePlan(plans_, OnPrepaid(100, {{.limit = "credits", .quota = 50}}), kNow, &storage_);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->limits[1].quota, 150);
+}
+
+TEST_F(EffectivePlanTest, CreditsOnAPlanWithoutACreditLimitChangeNothing) {
+  Subject s = OnFree({});
+  s.credits = 100;
+  EXPECT_EQ(EffectivePlan(plans_, s, kNow, &storage_), plans_.Find("free"));
+}
+
+TEST_F(EffectivePlanTest, AQuotaWithCreditsNeverExceedsTheLargestQuota) {
+  const Plan* p = EffectivePlan(plans_, OnPrepaid(kMaxCredits), kNow, &storage_);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->limits[1].quota, kMaxCredits);
 }
 
 }  // namespace

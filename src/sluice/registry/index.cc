@@ -94,6 +94,7 @@ struct SubjectExtra {
   std::string webhook_secret;
   std::string metadata;
   std::vector<Override> overrides;
+  int64_t credits = 0;
 };
 
 struct SubjectRec {
@@ -241,7 +242,7 @@ uint64_t KeyIdEq::Id(uint32_t ref) const { return g->KeyAt(ref).id; }
 std::unique_ptr<const SubjectExtra> ExtraOf(Subject& s) {
   const bool plain_metadata = s.metadata.empty() || s.metadata == "{}";
   if (s.email.empty() && s.webhook.empty() && s.webhook_secret.empty() && plain_metadata &&
-      s.overrides.empty()) {
+      s.overrides.empty() && s.credits == 0) {
     return nullptr;
   }
   auto extra = std::make_unique<SubjectExtra>();
@@ -250,6 +251,7 @@ std::unique_ptr<const SubjectExtra> ExtraOf(Subject& s) {
   extra->webhook_secret = std::move(s.webhook_secret);
   if (!plain_metadata) extra->metadata = std::move(s.metadata);
   extra->overrides = std::move(s.overrides);
+  extra->credits = s.credits;
   return extra;
 }
 
@@ -286,6 +288,7 @@ std::shared_ptr<const Subject> Materialize(const GlobalData& g, const SubjectRec
     s->webhook_secret = rec.extra->webhook_secret;
     if (!rec.extra->metadata.empty()) s->metadata = rec.extra->metadata;
     s->overrides = rec.extra->overrides;
+    s->credits = rec.extra->credits;
   }
   return s;
 }

@@ -29,6 +29,11 @@ inline constexpr size_t kMaxEmailBytes = 254;
 inline constexpr size_t kMaxUrlBytes = 2048;
 inline constexpr size_t kMaxSecretBytes = 256;
 inline constexpr size_t kMaxIdempotencyKeyBytes = 255;
+// Prepaid credits (docs/registry.md, Credits): a subject's granted total never exceeds the
+// largest quota (limiter/store.h's kMaxUsed); a grant's reason is bounded, and so is the ledger.
+inline constexpr int64_t kMaxCredits = 1'000'000'000'000'000;
+inline constexpr size_t kMaxCreditReasonBytes = 256;
+inline constexpr int64_t kMaxCreditGrants = 100'000;
 
 // A different quota for one limit of the subject's plan, optionally until an instant.
 struct Override {
@@ -46,6 +51,9 @@ struct Subject {
   std::string metadata = "{}";  // a JSON object, compact text, at most kMaxMetadataBytes
   bool disabled = false;
   std::vector<Override> overrides;  // sorted by limit, one per limit
+  // Credits granted so far (0..kMaxCredits): added to the quota of every `window: credit` limit
+  // of the plan. Only kGrantCredits changes it; kPutSubject keeps it.
+  int64_t credits = 0;
   absl::Time created_at;
   absl::Time updated_at;
 };
@@ -60,6 +68,16 @@ struct Key {
   absl::Time created_at;
 };
 
+// One entry of a subject's credit ledger.
+struct CreditGrant {
+  int64_t seq = 0;     // 1, 2, ... per subject, in the order the grants were made
+  int64_t amount = 0;  // 1..kMaxCredits
+  std::string reason;  // at most kMaxCreditReasonBytes
+  std::string actor;   // the name of the admin token that granted it
+  absl::Time at;
+  int64_t balance = 0;  // the subject's granted total after this grant
+};
+
 // "key_" followed by 16 lowercase hex digits.
 [[nodiscard]] std::string KeyIdText(uint64_t id);
 // The inverse of KeyIdText; nullopt for anything else.
@@ -72,12 +90,19 @@ struct Change {
     kDeleteSubject,  // delete `subject_id` and revoke every key of it
     kAddKey,         // add `key` to its subject
     kRevokeKey,      // delete the key `key_id`
+    // add `grant` (its amount, reason, actor and time; the backend numbers it and sets the
+    // balance) to the credits of `subject_id`, unless a grant of that subject with the same
+    // idempotency key exists: then nothing is done and that grant is reported (replayed), or,
+    // with another fingerprint, it fails (FailedPrecondition). The idempotency key is required
+    // and kept with the grant as long as the subject.
+    kGrantCredits,
   };
   Kind kind = Kind::kPutSubject;
   Subject subject;         // kPutSubject
   std::string subject_id;  // kDeleteSubject
   Key key;                 // kAddKey
   uint64_t key_id = 0;     // kRevokeKey
+  CreditGrant grant;       // kGrantCredits
   // kAddKey only, optional: a retried creation with the same idempotency key and the same
   // fingerprint (a digest of the request) does nothing and reports the key made the first time;
   // with another fingerprint it fails (FailedPrecondition). Records are kept for 24 hours.
@@ -86,9 +111,11 @@ struct Change {
 };
 
 struct ChangeResult {
-  bool created = false;   // kPutSubject: the subject did not exist before
-  bool replayed = false;  // kAddKey: an earlier creation with this idempotency key was found
-  uint64_t key_id = 0;    // kAddKey: the key's id (the earlier one when replayed)
+  bool created = false;  // kPutSubject: the subject did not exist before
+  // kAddKey, kGrantCredits: an earlier change with this idempotency key was found
+  bool replayed = false;
+  uint64_t key_id = 0;  // kAddKey: the key's id (the earlier one when replayed)
+  CreditGrant grant;    // kGrantCredits: the grant made (the earlier one when replayed)
 };
 
 }  // namespace sluice::registry

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,25 @@ CREATE TABLE idempotency (
   created_at INTEGER NOT NULL
 );
 CREATE INDEX idempotency_by_age ON idempotency (created_at);
+)sql";
+
+// Schema version 2: the credit ledger. A grant's idempotency key is kept with it (for as long as
+// its subject), so a retried grant is never applied twice; a subject's credits are the balance of
+// its last grant.
+constexpr const char* kCreditsSchema = R"sql(
+CREATE TABLE credit_grants (
+  subject TEXT NOT NULL REFERENCES subjects (id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  at INTEGER NOT NULL,
+  amount INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  balance INTEGER NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  PRIMARY KEY (subject, seq),
+  UNIQUE (subject, idempotency_key)
+) WITHOUT ROWID;
 )sql";
 
 int64_t Micros(absl::Time t) { return absl::ToUnixMicros(t); }
@@ -270,7 +290,7 @@ absl::Status CreateDatabase(const std::string& path) {
   // A rollback journal (SQLite's default) and synchronous=FULL: the commit is on disk when it
   // returns, and the journal is gone. Open switches the file to WAL.
   const std::string create =
-      absl::StrCat("PRAGMA synchronous = FULL; BEGIN IMMEDIATE;", kSchema,
+      absl::StrCat("PRAGMA synchronous = FULL; BEGIN IMMEDIATE;", kSchema, kCreditsSchema,
                    "PRAGMA user_version = ", SqliteBackend::kSchemaVersion, "; COMMIT;");
   char* error = nullptr;
   if (sqlite3_exec(db, create.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
@@ -305,11 +325,15 @@ struct SqliteBackend::State {
   Stmt subject_created, upsert_subject, delete_subject;
   Stmt subject_key_count, digest_taken, key_id_taken, insert_key, delete_key;
   Stmt find_idempotency, insert_idempotency, purge_idempotency;
+  Stmt find_grant, last_grant, insert_grant, read_grants;
   absl::Time last_purge = absl::InfinitePast();
+  bool has_credits = false;  // the file has the credit ledger (schema version 2)
 
+  // A change, or a read of the ledger (`read` set: runs on the writer thread, which owns `db`).
   struct Item {
     Change change;
     ChangeCallback done;
+    absl::AnyInvocable<void() &&> read;
   };
   mutable std::mutex mu;
   std::condition_variable wake;
@@ -412,6 +436,17 @@ struct SqliteBackend::State {
         {&insert_idempotency,
          "INSERT INTO idempotency (key, fingerprint, key_id, created_at) VALUES (?1, ?2, ?3, ?4)"},
         {&purge_idempotency, "DELETE FROM idempotency WHERE created_at < ?1"},
+        {&find_grant,
+         "SELECT fingerprint, seq, at, amount, reason, actor, balance FROM credit_grants "
+         "WHERE subject = ?1 AND idempotency_key = ?2"},
+        {&last_grant,
+         "SELECT seq, balance FROM credit_grants WHERE subject = ?1 ORDER BY seq DESC LIMIT 1"},
+        {&insert_grant,
+         "INSERT INTO credit_grants (subject, seq, at, amount, reason, actor, balance, "
+         "idempotency_key, fingerprint) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+        {&read_grants,
+         "SELECT seq, at, amount, reason, actor, balance FROM credit_grants "
+         "WHERE subject = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3"},
     };
     for (const auto& [stmt, sql] : all) {
       if (stmt->Prepare(db, sql) != SQLITE_OK) return DbError("cannot prepare a statement");
@@ -457,6 +492,13 @@ struct SqliteBackend::State {
             return DbError("cannot read a subject");
           }
         }
+        {
+          // The credits are the ledger's, whatever the change says (a replacement keeps them).
+          Resetting reset(last_grant);
+          const int rc = last_grant.Bind(1, s.id).Step();
+          if (rc != SQLITE_ROW && rc != SQLITE_DONE) return DbError("cannot read the ledger");
+          s.credits = rc == SQLITE_ROW ? last_grant.Int(1) : 0;
+        }
         upsert_subject.Bind(1, s.id)
             .Bind(2, s.plan)
             .Bind(3, s.email)
@@ -478,6 +520,8 @@ struct SqliteBackend::State {
       }
       case Change::Kind::kAddKey:
         return AddKey(change);
+      case Change::Kind::kGrantCredits:
+        return GrantCredits(change);
       case Change::Kind::kRevokeKey: {
         delete_key.Bind(1, AsSigned(change.key_id));
         if (absl::Status st = Run(delete_key, "cannot delete a key"); !st.ok()) return st;
@@ -486,6 +530,98 @@ struct SqliteBackend::State {
       }
     }
     return absl::InternalError("unknown change kind");
+  }
+
+  // Reads the grant of `find_grant`'s current row.
+  static CreditGrant GrantAt(const Stmt& row, int first) {
+    return CreditGrant{.seq = row.Int(first),
+                       .amount = row.Int(first + 2),
+                       .reason = std::string(row.Text(first + 3)),
+                       .actor = std::string(row.Text(first + 4)),
+                       .at = FromMicros(row.Int(first + 1)),
+                       .balance = row.Int(first + 5)};
+  }
+
+  absl::StatusOr<ChangeResult> GrantCredits(Change& change) {
+    ChangeResult result;
+    const std::string& subject = change.subject_id;
+    {
+      Resetting reset(find_grant);
+      const int rc = find_grant.Bind(1, subject).Bind(2, change.idempotency_key).Step();
+      if (rc == SQLITE_ROW) {
+        if (find_grant.Text(0) != change.fingerprint) {
+          return absl::FailedPreconditionError("idempotency key reused for a different request");
+        }
+        result.replayed = true;
+        result.grant = GrantAt(find_grant, 1);
+        return result;
+      }
+      if (rc != SQLITE_DONE) return DbError("cannot read the credit ledger");
+    }
+    {
+      Resetting reset(subject_created);
+      const int rc = subject_created.Bind(1, subject).Step();
+      if (rc == SQLITE_DONE) return absl::NotFoundError("no such subject");
+      if (rc != SQLITE_ROW) return DbError("cannot read a subject");
+    }
+    int64_t seq = 0;
+    int64_t balance = 0;
+    {
+      Resetting reset(last_grant);
+      const int rc = last_grant.Bind(1, subject).Step();
+      if (rc == SQLITE_ROW) {
+        seq = last_grant.Int(0);
+        balance = last_grant.Int(1);
+      } else if (rc != SQLITE_DONE) {
+        return DbError("cannot read the credit ledger");
+      }
+    }
+    CreditGrant& g = change.grant;
+    if (g.amount > kMaxCredits - balance) {
+      return absl::OutOfRangeError(absl::StrCat("the credits would exceed ", kMaxCredits));
+    }
+    if (seq >= kMaxCreditGrants) {
+      return absl::OutOfRangeError(
+          absl::StrCat("a subject has at most ", kMaxCreditGrants, " grants"));
+    }
+    g.seq = seq + 1;
+    g.balance = balance + g.amount;
+    insert_grant.Bind(1, subject)
+        .Bind(2, g.seq)
+        .Bind(3, Micros(g.at))
+        .Bind(4, g.amount)
+        .Bind(5, g.reason)
+        .Bind(6, g.actor)
+        .Bind(7, g.balance)
+        .Bind(8, change.idempotency_key)
+        .Bind(9, change.fingerprint);
+    if (absl::Status s = Run(insert_grant, "cannot write a grant"); !s.ok()) return s;
+    result.grant = g;
+    return result;
+  }
+
+  absl::StatusOr<CreditPage> ReadGrants(const std::string& subject, int64_t before, size_t limit) {
+    {
+      Resetting reset(subject_created);
+      const int rc = subject_created.Bind(1, subject).Step();
+      if (rc == SQLITE_DONE) return absl::NotFoundError("no such subject");
+      if (rc != SQLITE_ROW) return DbError("cannot read a subject");
+    }
+    CreditPage page;
+    Resetting reset(read_grants);
+    read_grants.Bind(1, subject)
+        .Bind(2, before > 0 ? before : std::numeric_limits<int64_t>::max())
+        .Bind(3, static_cast<int64_t>(limit) + 1);
+    int rc = SQLITE_OK;
+    while ((rc = read_grants.Step()) == SQLITE_ROW) {
+      if (page.grants.size() == limit) {
+        page.next_before = page.grants.back().seq;
+        break;
+      }
+      page.grants.push_back(GrantAt(read_grants, 0));
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return DbError("cannot read the credit ledger");
+    return page;
   }
 
   absl::StatusOr<ChangeResult> AddKey(Change& change) {
@@ -579,6 +715,13 @@ struct SqliteBackend::State {
       case Change::Kind::kRevokeKey:
         index->RevokeKey(change.key_id);
         break;
+      case Change::Kind::kGrantCredits:
+        if (std::shared_ptr<const Subject> s = index->FindSubject(change.subject_id)) {
+          Subject updated = *s;
+          updated.credits = change.grant.balance;
+          index->PutSubject(std::move(updated));
+        }
+        break;
     }
   }
 
@@ -640,11 +783,31 @@ struct SqliteBackend::State {
         k.created_at = FromMicros(read_keys.Int(6));
       }
     }
+    if (rc == SQLITE_DONE && has_credits) rc = LoadCredits(subjects);
     const absl::Status read = rc == SQLITE_DONE ? absl::OkStatus() : DbError("cannot load");
     [[maybe_unused]] absl::Status r = Exec("COMMIT");
     if (!read.ok()) return read;
     index->Replace(std::move(subjects), std::move(keys));
     return absl::OkStatus();
+  }
+
+  // Sets each subject's credits to the balance of its last grant. `subjects` is sorted by id, as
+  // are the totals read. SQLITE_DONE, or the error.
+  int LoadCredits(std::vector<Subject>& subjects) {
+    Stmt totals;
+    if (totals.Prepare(db,
+                       "SELECT subject, max(seq), balance FROM credit_grants GROUP BY subject "
+                       "ORDER BY subject") != SQLITE_OK) {
+      return SQLITE_ERROR;
+    }
+    int rc = SQLITE_OK;
+    auto next = subjects.begin();
+    while ((rc = totals.Step()) == SQLITE_ROW) {
+      const std::string_view id = totals.Text(0);
+      while (next != subjects.end() && next->id < id) ++next;
+      if (next != subjects.end() && next->id == id) next->credits = totals.Int(2);
+    }
+    return rc;
   }
 
   // One debug line per write: the change's kind and the record it names (a subject id or a key
@@ -667,6 +830,9 @@ struct SqliteBackend::State {
         break;
       case Change::Kind::kRevokeKey:
         line.Str("change", "revoke_key").Str("key_id", KeyIdText(change.key_id));
+        break;
+      case Change::Kind::kGrantCredits:
+        line.Str("change", "grant_credits").Str("subject", change.subject_id);
         break;
     }
     line.Str("backend", "sqlite").Double("ms", absl::ToDoubleMilliseconds(took));
@@ -695,6 +861,11 @@ struct SqliteBackend::State {
       Item item = std::move(queue.front());
       queue.pop_front();
       lock.unlock();
+      if (item.read) {
+        std::move(item.read)();
+        lock.lock();
+        continue;
+      }
       const absl::Time write_start = absl::Now();
       absl::StatusOr<ChangeResult> result = Perform(item.change);
       LogWrite(item.change, result, absl::Now() - write_start);
@@ -759,13 +930,24 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(Options optio
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
   }
   if (in_memory) {
-    const std::string create = absl::StrCat("BEGIN IMMEDIATE;", kSchema,
+    const std::string create = absl::StrCat("BEGIN IMMEDIATE;", kSchema, kCreditsSchema,
                                             "PRAGMA user_version = ", kSchemaVersion, "; COMMIT;");
     if (absl::Status s = state->Exec(create.c_str()); !s.ok()) {
       [[maybe_unused]] absl::Status r = state->Exec("ROLLBACK");
       return s;
     }
   }
+  if (!in_memory && *version == 1) {
+    // A registry of an earlier sluice: the ledger is added, in one transaction (a sluice that
+    // only knows version 1 then refuses the file rather than lose the credits).
+    const std::string upgrade = absl::StrCat("BEGIN IMMEDIATE;", kCreditsSchema,
+                                             "PRAGMA user_version = ", kSchemaVersion, "; COMMIT;");
+    if (absl::Status s = state->Exec(upgrade.c_str()); !s.ok()) {
+      [[maybe_unused]] absl::Status r = state->Exec("ROLLBACK");
+      return s;
+    }
+  }
+  state->has_credits = true;
   if (absl::Status s = state->Prepare(); !s.ok()) return s;
   return std::make_unique<SqliteBackend>(std::move(state));
 }
@@ -785,6 +967,7 @@ absl::Status SqliteBackend::ReadInto(const std::string& path, Index* index) {
   absl::StatusOr<int> version = state.SchemaVersion();
   if (!version.ok()) return version.status();
   if (absl::Status s = state.CheckIsRegistry(*version); !s.ok()) return s;
+  state.has_credits = *version >= 2;
   return state.Load();
 }
 
@@ -816,6 +999,23 @@ void SqliteBackend::Apply(Change change, ChangeCallback done) {
   } else {
     st.queue.push_back({std::move(change), std::move(done)});
   }
+  lock.unlock();
+  st.wake.notify_one();
+}
+
+void SqliteBackend::ReadCredits(std::string subject, int64_t before, size_t limit,
+                                CreditPageCallback done) {
+  State& st = *state_;
+  std::unique_lock lock(st.mu);
+  if (st.stopping || !st.started || st.queue.size() >= st.options.queue_limit) {
+    lock.unlock();
+    std::move(done)(absl::UnavailableError("the registry is not running or its queue is full"));
+    return;
+  }
+  st.queue.push_back({.read = [&st, subject = std::move(subject), before, limit,
+                               done = std::move(done)]() mutable {
+    std::move(done)(st.ReadGrants(subject, before, limit));
+  }});
   lock.unlock();
   st.wake.notify_one();
 }

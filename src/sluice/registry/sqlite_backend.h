@@ -30,7 +30,8 @@ namespace sluice::registry {
 class SqliteBackend final : public Backend {
  public:
   // The schema this version writes and reads.
-  static constexpr int kSchemaVersion = 1;
+  // Version 2 added the credit ledger; a version-1 file is upgraded when opened.
+  static constexpr int kSchemaVersion = 2;
 
   struct Options {
     std::string path;  // ":memory:" for a registry that lives as long as the backend (tests)
@@ -62,6 +63,9 @@ class SqliteBackend final : public Backend {
   // REQUIRES: Start succeeded. After Stop, Apply answers Unavailable at once, inside Apply (the
   // only case where `done` runs there).
   void Apply(Change change, ChangeCallback done) override;
+  // Runs on the writer thread, in turn with the changes queued before it.
+  void ReadCredits(std::string subject, int64_t before, size_t limit,
+                   CreditPageCallback done) override;
   void Stop() override;
 
   struct Stats {

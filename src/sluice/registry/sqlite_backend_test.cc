@@ -96,6 +96,29 @@ class SqliteBackendTest : public ::testing::Test {
   absl::StatusOr<ChangeResult> Revoke(uint64_t id) {
     return Apply({.kind = Change::Kind::kRevokeKey, .key_id = id});
   }
+  absl::StatusOr<ChangeResult> Grant(std::string subject, int64_t amount, std::string key,
+                                     std::string fingerprint = "") {
+    if (fingerprint.empty()) fingerprint = absl::StrCat(amount);
+    return Apply({.kind = Change::Kind::kGrantCredits,
+                  .subject_id = std::move(subject),
+                  .grant = {.amount = amount, .reason = "top-up", .actor = "admin", .at = kT0},
+                  .idempotency_key = std::move(key),
+                  .fingerprint = std::move(fingerprint)});
+  }
+  absl::StatusOr<CreditPage> Ledger(std::string subject, int64_t before = 0, size_t limit = 100) {
+    std::promise<absl::StatusOr<CreditPage>> answer;
+    std::future<absl::StatusOr<CreditPage>> future = answer.get_future();
+    backend_->ReadCredits(std::move(subject), before, limit,
+                          [&answer](absl::StatusOr<CreditPage> r) { answer.set_value(r); });
+    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      return absl::DeadlineExceededError("no answer");
+    }
+    return future.get();
+  }
+  int64_t CreditsOf(std::string_view id) {
+    std::shared_ptr<const Subject> s = index_->FindSubject(id);
+    return s == nullptr ? -1 : s->credits;
+  }
   bool Valid(std::string_view plaintext) {
     return index_->FindByDigest(DigestOf(plaintext), kT0).state == Index::KeyState::kValid;
   }
@@ -316,12 +339,12 @@ TEST_F(SqliteBackendTest, ANewerSchemaIsRefusedAndLeftAlone) {
   const std::string path = dir_ + "/newer.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 3", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   absl::StatusOr<std::unique_ptr<SqliteBackend>> opened = OpenAt(path);
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(opened.status().message(), HasSubstr("schema version 2"));
+  EXPECT_THAT(opened.status().message(), HasSubstr("schema version 3"));
 }
 
 // The file's bytes, to show a refused file was left as it was.
@@ -482,6 +505,127 @@ TEST_F(SqliteBackendTest, StopFinishesPendingWritesAndThenRefuses) {
   backend_->Stop();  // idempotent
   Reopen();
   EXPECT_NE(index_->FindSubject("alice"), nullptr);
+}
+
+// Credits.
+
+TEST_F(SqliteBackendTest, AGrantAddsToTheSubjectsCreditsAndIsNumbered) {
+  ASSERT_TRUE(Put("alice").ok());
+  absl::StatusOr<ChangeResult> first = Grant("alice", 100, "k1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->replayed);
+  EXPECT_EQ(first->grant.seq, 1);
+  EXPECT_EQ(first->grant.balance, 100);
+  absl::StatusOr<ChangeResult> second = Grant("alice", 50, "k2");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->grant.seq, 2);
+  EXPECT_EQ(second->grant.balance, 150);
+  EXPECT_EQ(CreditsOf("alice"), 150);
+}
+
+TEST_F(SqliteBackendTest, ARetriedGrantIsReplayedNotAppliedTwice) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Grant("alice", 100, "k1").ok());
+  absl::StatusOr<ChangeResult> again = Grant("alice", 100, "k1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(again->grant.seq, 1);
+  EXPECT_EQ(again->grant.balance, 100);
+  EXPECT_EQ(again->grant.reason, "top-up");
+  EXPECT_EQ(CreditsOf("alice"), 100);
+}
+
+TEST_F(SqliteBackendTest, AnIdempotencyKeyReusedForAnotherGrantIsRefused) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Grant("alice", 100, "k1").ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(Grant("alice", 7, "k1").status()));
+  EXPECT_EQ(CreditsOf("alice"), 100);
+}
+
+TEST_F(SqliteBackendTest, AGrantToAnAbsentSubjectIsNotFound) {
+  EXPECT_TRUE(absl::IsNotFound(Grant("nobody", 1, "k1").status()));
+  EXPECT_TRUE(absl::IsNotFound(Ledger("nobody").status()));
+}
+
+TEST_F(SqliteBackendTest, CreditsNeverExceedTheLargestQuota) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Grant("alice", kMaxCredits - 1, "k1").ok());
+  EXPECT_TRUE(absl::IsOutOfRange(Grant("alice", 2, "k2").status()));
+  ASSERT_TRUE(Grant("alice", 1, "k3").ok());
+  EXPECT_EQ(CreditsOf("alice"), kMaxCredits);
+}
+
+TEST_F(SqliteBackendTest, TheLedgerIsNewestFirstInPages) {
+  ASSERT_TRUE(Put("alice").ok());
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(Grant("alice", i, absl::StrCat("k", i)).ok());
+  absl::StatusOr<CreditPage> page = Ledger("alice", 0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->grants.size(), 2u);
+  EXPECT_EQ(page->grants[0].seq, 5);
+  EXPECT_EQ(page->grants[0].balance, 15);
+  EXPECT_EQ(page->grants[1].seq, 4);
+  EXPECT_EQ(page->next_before, 4);
+  absl::StatusOr<CreditPage> last = Ledger("alice", 2, 2);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ(last->grants.size(), 1u);
+  EXPECT_EQ(last->grants[0].seq, 1);
+  EXPECT_EQ(last->grants[0].actor, "admin");
+  EXPECT_EQ(last->next_before, 0);
+}
+
+TEST_F(SqliteBackendTest, CreditsAndTheLedgerSurviveAReopenAndAReplaceOfTheSubject) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Grant("alice", 100, "k1").ok());
+  ASSERT_TRUE(Put("alice").ok());  // a replacement keeps the credits
+  EXPECT_EQ(CreditsOf("alice"), 100);
+  Reopen();
+  EXPECT_EQ(CreditsOf("alice"), 100);
+  EXPECT_TRUE(Grant("alice", 100, "k1")->replayed);
+  absl::StatusOr<CreditPage> page = Ledger("alice");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->grants.size(), 1u);
+}
+
+TEST_F(SqliteBackendTest, ADeletedSubjectTakesItsCreditsWithIt) {
+  ASSERT_TRUE(Put("alice").ok());
+  ASSERT_TRUE(Grant("alice", 100, "k1").ok());
+  ASSERT_TRUE(Delete("alice").ok());
+  ASSERT_TRUE(Put("alice").ok());
+  EXPECT_EQ(CreditsOf("alice"), 0);
+  EXPECT_FALSE(Grant("alice", 100, "k1")->replayed);
+}
+
+TEST_F(SqliteBackendTest, ARegistryOfSchemaVersionOneIsUpgradedWithItsSubjectsKept) {
+  const std::string path = dir_ + "/v1.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE subjects (id TEXT PRIMARY KEY NOT NULL, plan TEXT NOT NULL, email TEXT NOT "
+        "NULL, webhook TEXT NOT NULL, webhook_secret TEXT NOT NULL, metadata TEXT NOT NULL, "
+        "disabled INTEGER NOT NULL, overrides TEXT NOT NULL, created_at INTEGER NOT NULL, "
+        "updated_at INTEGER NOT NULL) WITHOUT ROWID;"
+        "CREATE TABLE keys (id INTEGER NOT NULL UNIQUE, digest BLOB NOT NULL UNIQUE, subject TEXT "
+        "NOT NULL REFERENCES subjects (id) ON DELETE CASCADE, prefix TEXT NOT NULL, name TEXT NOT "
+        "NULL, expires_at INTEGER, created_at INTEGER NOT NULL, PRIMARY KEY (subject, id)) "
+        "WITHOUT ROWID;"
+        "CREATE TABLE idempotency (key TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, "
+        "key_id INTEGER NOT NULL, created_at INTEGER NOT NULL);"
+        "INSERT INTO subjects VALUES ('bob', 'free', '', '', '', '{}', 0, '[]', 1, 1);"
+        "PRAGMA user_version = 1;";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  Index v1_index;
+  ASSERT_TRUE(SqliteBackend::ReadInto(path, &v1_index).ok());  // read as it stands
+  EXPECT_NE(v1_index.FindSubject("bob"), nullptr);
+  path_ = path;
+  Reopen();
+  EXPECT_NE(index_->FindSubject("bob"), nullptr);
+  absl::StatusOr<ChangeResult> granted = Grant("bob", 5, "k1");
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  Reopen();
+  EXPECT_EQ(CreditsOf("bob"), 5);
 }
 
 }  // namespace

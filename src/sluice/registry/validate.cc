@@ -451,6 +451,47 @@ absl::StatusOr<KeyRequest> ParseKeyBody(std::string_view body, absl::Time now) {
   return request;
 }
 
+absl::StatusOr<CreditRequest> ParseCreditBody(std::string_view body) {
+  absl::StatusOr<json> parsed = ParseObject(body, /*empty_is_object=*/true);
+  if (!parsed.ok()) return parsed.status();
+  const json& object = *parsed;
+  if (absl::Status s = RefuseUnknown(object, "", {"add", "reason"}); !s.ok()) return s;
+  CreditRequest request;
+  const std::string want = absl::StrCat("must be an integer from 1 to ", kMaxCredits);
+  const json* add = Get(object, "add");
+  if (add == nullptr) return Error("add", absl::StrCat("required; ", want));
+  if (add->is_number_unsigned()) {
+    const uint64_t n = add->get<uint64_t>();
+    if (n < 1 || n > static_cast<uint64_t>(kMaxCredits)) return Error("add", want);
+    request.add = static_cast<int64_t>(n);
+  } else if (add->is_number_integer()) {
+    const int64_t n = add->get<int64_t>();
+    if (n < 1 || n > kMaxCredits) return Error("add", want);
+    request.add = n;
+  } else {
+    return Error("add", want);
+  }
+  absl::StatusOr<std::string> reason = OptionalString(object, "reason");
+  if (!reason.ok()) return reason.status();
+  // Printable: no control characters (nlohmann has already checked that it is UTF-8).
+  if (reason->size() > kMaxCreditReasonBytes ||
+      std::any_of(reason->begin(), reason->end(),
+                  [](char c) { return static_cast<unsigned char>(c) < ' ' || c == 0x7f; })) {
+    return Error("reason", absl::StrCat("must be at most ", kMaxCreditReasonBytes,
+                                        " bytes of printable characters"));
+  }
+  request.reason = *std::move(reason);
+  return request;
+}
+
+json CreditGrantJson(const CreditGrant& grant) {
+  return {
+      {"seq", grant.seq},       {"at", FormatRfc3339(grant.at)},
+      {"amount", grant.amount}, {"reason", StringOrNull(grant.reason)},
+      {"actor", grant.actor},   {"balance", grant.balance},
+  };
+}
+
 json SubjectJson(const Subject& subject) {
   json overrides = json::object();
   for (const Override& o : subject.overrides) {

@@ -48,6 +48,18 @@ struct KeyRequest {
 // optional; an empty body is {}. expires_at must be in the future at `now`.
 [[nodiscard]] absl::StatusOr<KeyRequest> ParseKeyBody(std::string_view body, absl::Time now);
 
+// The body of POST /v1/subjects/{id}/credits.
+struct CreditRequest {
+  int64_t add = 0;     // 1..kMaxCredits
+  std::string reason;  // "" if none; at most kMaxCreditReasonBytes, printable
+};
+// {"add": 1000, "reason": "invoice 2026-11"}; "add" required, "reason" optional.
+[[nodiscard]] absl::StatusOr<CreditRequest> ParseCreditBody(std::string_view body);
+
+// A ledger entry as the admin API shows it: seq, at (RFC 3339 UTC), amount, reason (null if
+// none), actor, balance.
+[[nodiscard]] nlohmann::json CreditGrantJson(const CreditGrant& grant);
+
 // A subject as the admin API shows it: never the webhook secret, only "webhook_secret_set".
 // Absent email and webhook are null; times are RFC 3339 UTC.
 [[nodiscard]] nlohmann::json SubjectJson(const Subject& subject);

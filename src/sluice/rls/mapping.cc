@@ -195,6 +195,9 @@ RateLimit::Unit CurrentUnit(const LimitDecision& limit) {
       return RateLimit::MONTH;
     case config::WindowSpec::Kind::kYear:
       return RateLimit::YEAR;
+    case config::WindowSpec::Kind::kCredit:
+    case config::WindowSpec::Kind::kConcurrent:
+      return RateLimit::UNKNOWN;  // a credit never resets, requests in flight have no window
     default:
       break;
   }

@@ -254,6 +254,20 @@ TEST_F(ResponseTest, AnAllowedDecisionIsOkWithTheTightestLimitPerDescriptor) {
   EXPECT_EQ(res.request_headers_to_add(0).value(), "user-1");
 }
 
+TEST_F(ResponseTest, ACreditLimitHasNoUnitAndNoTimeToAReset) {
+  const Limit credits{.name = "credits", .quota = 500, .window = *config::ParseWindow("credit")};
+  Decision d{.plan = &plan_, .allowed = false};
+  d.limits.push_back(
+      {.limit = &credits, .used = 500, .remaining = 0, .reset_after = 0, .violated = true});
+  const rlsv3::RateLimitResponse res = Respond(d, 1, {"user-1", "free"});
+  ASSERT_EQ(res.statuses_size(), 1);
+  const auto& s = res.statuses(0);
+  EXPECT_EQ(s.code(), rlsv3::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(s.current_limit().name(), "credits");
+  EXPECT_EQ(s.current_limit().unit(), rlsv3::RateLimitResponse::RateLimit::UNKNOWN);
+  EXPECT_EQ(s.duration_until_reset().seconds(), 0);
+}
+
 TEST_F(ResponseTest, ADeniedDecisionIsOverLimitWithTheViolatedLimitAndA429Body) {
   const rlsv3::RateLimitResponse res = Respond(Denied(), 1, {"user-1", "free"});
   EXPECT_EQ(res.overall_code(), rlsv3::RateLimitResponse::OVER_LIMIT);

@@ -391,7 +391,10 @@ struct alignas(64) MemoryStore::Shard {
       const MemoryStore::Counter* current = entry ? &entry->counters[i] : nullptr;
       uint16_t fired = FiredNow(current, w);
       uint16_t newly = 0;
-      for (size_t t = 0; t < limit.thresholds.size(); ++t) {
+      // Nothing fires under a quota of 0 (a credit limit with nothing granted): there is nothing
+      // to have used a share of, and a grant then arms every threshold under the new quota.
+      const size_t thresholds = limit.quota > 0 ? limit.thresholds.size() : 0;
+      for (size_t t = 0; t < thresholds; ++t) {
         const Threshold& th = limit.thresholds[t];
         const uint16_t bit = static_cast<uint16_t>(1u << t);
         if (fired & bit) continue;

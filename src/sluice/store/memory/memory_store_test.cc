@@ -56,6 +56,14 @@ class MemoryHarness final : public StoreHarness {
     }
     store_.Restore(std::move(states));
   }
+  std::optional<absl::Time> ExpiryOf(const StoreRequest& req, size_t limit) override {
+    (void)limit;  // one expiry per subject
+    std::optional<absl::Time> expiry;
+    store_.ForEach([&](const MemoryStore::SubjectState& st) {
+      if (st.subject == req.subject) expiry = absl::FromUnixSeconds(st.expires);
+    });
+    return expiry;
+  }
   MemoryStore& memory() { return store_; }
 
  private:

@@ -51,6 +51,11 @@
 --                      kMaxUsed), and its 100% threshold also fires at a request it would have
 --                      denied; an unusable shadow counter is left alone and denies nothing.
 --                      0: an enforced limit
+--                      2: an enforced credit limit (a window that never ends): every admitted
+--                      charge pushes its hash's expiry forward to expire_at (EXPIREAT GT), so
+--                      its usage lives as long as it is used. A shadow credit limit is sent as 1
+--                      and recognised by its window_start of 0 (the epoch; no other window of
+--                      this century starts there).
 --        first         the count of the limit's lowest threshold (no threshold below it can be
 --                      reached, so nothing about alerts is read while used < first); "" when the
 --                      limit has no thresholds
@@ -85,9 +90,10 @@
 --
 -- Expiry: a counter hash gets EXPIREAT expire_at NX in the call that creates a counter field or
 -- writes a flag (every subject of a hash shares the window, so the first expiry is everyone's),
--- so no key this script writes is ever left without a TTL. The outbox stream is the exception by
--- design: one long-lived key per bucket, bounded by outbox_max, emptied by the dispatcher (XACK +
--- XDEL).
+-- so no key this script writes is ever left without a TTL; a credit limit's hash also gets
+-- EXPIREAT GT at every admitted charge (its window never ends; its expiry follows the last use).
+-- The outbox stream is the exception by design: one long-lived key per bucket, bounded by
+-- outbox_max, emptied by the dispatcher (XACK + XDEL).
 --
 -- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
 -- kMaxUsed (no admission takes an enforced limit's counter past its quota, no quota exceeds
@@ -150,11 +156,15 @@ local function helpers()
   -- hash shares the window). False if the limit's static part does not start with an expiry.
   -- A refused EXPIREAT (e.g. NX on a Redis older than 7.0) returns Redis's error reply: the
   -- caller takes back its increments and fails the call, so no key is left without a TTL.
-  expire_new = function(key, static)
+  -- With `push` (a credit limit) the expiry also moves forward when it is later than the one
+  -- set (GT; a key without one gets it by NX).
+  expire_new = function(key, static, push)
     local space = find(static, ' ', 1, true)
     local at = space and tonumber(sub(static, 1, space - 1))
     if at == nil then return false end
-    local ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
+    local ok = 0
+    if push then ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'GT') end
+    if ok == 0 then ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX') end
     if type(ok) == 'table' and ok.err then return ok end
     return true
   end
@@ -206,7 +216,7 @@ do
         more = true
         -- The hot path leaves the cost's form to HINCRBY; the paths without it check it here.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
-      elseif shadow ~= '0' then
+      elseif shadow ~= '0' and shadow ~= '2' then
         bad = 'bad limit at ARGV ' .. a; break
       elseif fits then
         local key = KEYS[k]
@@ -242,9 +252,9 @@ do
               bad = 'refused'
             end
           else
-            if after == cost then
+            if after == cost or shadow == '2' then
               if expire_new == nil then helpers() end
-              local ok = expire_new(key, ARGV[a + 3])
+              local ok = expire_new(key, ARGV[a + 3], shadow == '2')
               if not ok then
                 bad = 'bad limit at ARGV ' .. a
               elseif ok ~= true then
@@ -305,7 +315,7 @@ local function take_back()
   if done == 0 then return end
   if undo == nil then helpers() end
   each_limit(function(h, a, k, r, cost, subject)
-    if cost > 0 and ARGV[a + 1] == '0' then
+    if cost > 0 and ARGV[a + 1] ~= '1' then
       undo(KEYS[k], subject, cost, reply[r])
       done = done - 1
     end
@@ -442,8 +452,9 @@ if fits then
         else
           used = redis.call('HINCRBY', key, subject, cost)
           grown[#grown + 1] = { key, subject, cost, used }
-          if used == cost then
-            local ok = expire_new(key, ARGV[a + 3])
+          local credit = string.match(ARGV[a + 3], '^%d+ 0 ') ~= nil
+          if used == cost or credit then
+            local ok = expire_new(key, ARGV[a + 3], credit)
             if ok ~= true then
               expire_error = ok or redis.error_reply('ERR sluice decide: bad limit at ARGV ' .. a)
               return true

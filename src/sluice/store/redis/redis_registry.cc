@@ -100,6 +100,8 @@ std::string_view KindName(Change::Kind kind) {
       return "add_key";
     case Change::Kind::kRevokeKey:
       return "revoke_key";
+    case Change::Kind::kGrantCredits:
+      return "grant_credits";
   }
   return "";
 }
@@ -123,6 +125,39 @@ std::string SubjectRecord(const Subject& s) {
                               {"created_at", absl::ToUnixMicros(s.created_at)},
                               {"updated_at", absl::ToUnixMicros(s.updated_at)}};
   return j.dump();
+}
+
+std::string CreditGrantRecord(const registry::CreditGrant& g) {
+  nlohmann::ordered_json j = {{"at", absl::ToUnixMicros(g.at)},
+                              {"amount", g.amount},
+                              {"reason", g.reason},
+                              {"actor", g.actor}};
+  // Never throws: invalid UTF-8 (which validated input cannot hold) becomes U+FFFD.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::optional<registry::CreditGrant> ParseCreditGrant(std::string_view record) {
+  const nlohmann::json j = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  registry::CreditGrant g;
+  for (const auto& [name, out] : {std::pair<const char*, int64_t*>{"amount", &g.amount},
+                                  {"seq", &g.seq},
+                                  {"balance", &g.balance}}) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    *out = it->get<int64_t>();
+  }
+  auto at = j.find("at");
+  auto reason = j.find("reason");
+  auto actor = j.find("actor");
+  if (at == j.end() || !at->is_number_integer() || reason == j.end() || !reason->is_string() ||
+      actor == j.end() || !actor->is_string()) {
+    return std::nullopt;
+  }
+  g.at = absl::FromUnixMicros(at->get<int64_t>());
+  g.reason = reason->get<std::string>();
+  g.actor = actor->get<std::string>();
+  return g;
 }
 
 std::string KeyRecord(const Key& k) {
@@ -381,6 +416,11 @@ std::optional<Subject> ParseSubject(std::string_view id, std::string_view record
     if (name == "metadata") return TakeString(v, &s.metadata);
     if (name == "created_at") return TakeTime(v, &created);
     if (name == "updated_at") return TakeTime(v, &updated);
+    if (name == "credits") {
+      s.credits = v.integer;
+      return v.kind == Value::Kind::kInteger && v.integer >= 0 &&
+             v.integer <= registry::kMaxCredits;
+    }
     if (name == "disabled") {
       s.disabled = v.boolean;
       return v.kind == Value::Kind::kBool;
@@ -484,6 +524,19 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
               });
   }
 
+  // On the private thread: a page of the credit ledger (registry::Backend::ReadCredits).
+  void ReadCredits(std::string subject, int64_t before, size_t limit,
+                   registry::CreditPageCallback done) {
+    if (stopping_) {
+      Finish(std::move(done), absl::StatusOr<registry::CreditPage>(
+                                  absl::UnavailableError("redis registry: stopped")));
+      return;
+    }
+    asio::co_spawn(
+        io_, ReadLedger(shared_from_this(), std::move(subject), before, limit, std::move(done)),
+        asio::detached);
+  }
+
   // On the private thread. `stopped` is set once no write is outstanding any more.
   void BeginStop(std::shared_ptr<std::promise<void>> stopped) {
     if (stopped_promise_) {  // a second Stop(): the first one finishes the job
@@ -541,8 +594,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     absl::flat_hash_map<uint64_t, std::optional<Key>> keys;
   };
 
-  template <typename Handler>
-  void Finish(Handler done, absl::StatusOr<ChangeResult> result) {
+  template <typename Handler, typename Result = absl::StatusOr<ChangeResult>>
+  void Finish(Handler done, Result result) {
     asio::post(io_, [done = std::move(done), result = std::move(result)]() mutable {
       std::move(done)(std::move(result));
     });
@@ -621,13 +674,22 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       case Change::Kind::kRevokeKey:
         argv.push_back(KeyIdHex(c.key_id));
         break;
+      case Change::Kind::kGrantCredits:
+        argv.push_back(c.subject_id);
+        argv.push_back(c.idempotency_key);
+        argv.push_back(c.fingerprint);
+        argv.push_back(absl::StrCat(c.grant.amount));
+        argv.push_back(absl::StrCat(registry::kMaxCredits));
+        argv.push_back(absl::StrCat(registry::kMaxCreditGrants));
+        argv.push_back(CreditGrantRecord(c.grant));
+        break;
     }
     return argv;
   }
 
   void OnWritten(Change change, ChangeCallback done, absl::StatusOr<Reply> reply) {
     --writes_in_flight_;
-    absl::StatusOr<ChangeResult> result = WriteResult(reply);
+    absl::StatusOr<ChangeResult> result = WriteResult(reply, change.kind);
     if (!result.ok() || reply->elements[1].integer == 0) {
       // An error, or an idempotent replay: nothing changed.
       Finish(std::move(done), std::move(result));
@@ -643,7 +705,8 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     MaybeFinishStop();
   }
 
-  static absl::StatusOr<ChangeResult> WriteResult(const absl::StatusOr<Reply>& reply) {
+  static absl::StatusOr<ChangeResult> WriteResult(const absl::StatusOr<Reply>& reply,
+                                                  Change::Kind kind) {
     if (absl::Status st = Check(reply); !st.ok()) return st;
     const std::vector<Reply>& e = reply->elements;
     if (!reply->is_array() || e.size() != 4 || !e[0].is_integer() || !e[1].is_integer() ||
@@ -663,12 +726,25 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
       case 4:
         return absl::FailedPreconditionError(
             "the idempotency key was used for a different request");
+      case 5:
+        return absl::OutOfRangeError(
+            absl::StrCat("the credits would exceed ", registry::kMaxCredits));
+      case 6:
+        return absl::OutOfRangeError(
+            absl::StrCat("a subject has at most ", registry::kMaxCreditGrants, " grants"));
       default:
         return absl::InternalError("redis registry: unexpected code from registry_write.lua");
     }
     ChangeResult out;
     out.created = e[2].integer == 1 && e[1].integer != 0;
     out.replayed = e[1].integer == 0 && e[2].integer == 1;
+    if (kind == Change::Kind::kGrantCredits) {
+      std::optional<registry::CreditGrant> grant =
+          e[3].is_string() ? ParseCreditGrant(e[3].str) : std::nullopt;
+      if (!grant) return absl::InternalError("redis registry: bad grant from registry_write.lua");
+      out.grant = *std::move(grant);
+      return out;
+    }
     if (e[3].is_string() && !e[3].str.empty()) {
       std::optional<uint64_t> id = ParseKeyIdHex(e[3].str);
       if (!id) return absl::InternalError("redis registry: bad key id from registry_write.lua");
@@ -695,8 +771,21 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
     IndexSink sink(index_);
     const Change& c = w.change;
     switch (c.kind) {
-      case Change::Kind::kPutSubject:
-        sink.SetSubject(c.subject.id, ParseSubject(c.subject.id, SubjectRecord(c.subject)));
+      case Change::Kind::kPutSubject: {
+        std::optional<Subject> s = ParseSubject(c.subject.id, SubjectRecord(c.subject));
+        // Redis kept the credits the subject had (the record written holds none).
+        if (std::shared_ptr<const Subject> before = index_->FindSubject(c.subject.id)) {
+          if (s) s->credits = before->credits;
+        }
+        sink.SetSubject(c.subject.id, std::move(s));
+        break;
+      }
+      case Change::Kind::kGrantCredits:
+        if (std::shared_ptr<const Subject> before = index_->FindSubject(c.subject_id)) {
+          Subject s = *before;
+          s.credits = std::max(s.credits, w.result.grant.balance);
+          sink.SetSubject(c.subject_id, std::move(s));
+        }
         break;
       case Change::Kind::kDeleteSubject:
         sink.SetSubject(c.subject_id, std::nullopt);
@@ -709,6 +798,50 @@ class RedisRegistry::Follower : public std::enable_shared_from_this<Follower> {
         break;
     }
     Finish(std::move(w.done), std::move(w.result));
+  }
+
+  static asio::awaitable<void> ReadLedger(std::shared_ptr<Follower> self, std::string subject,
+                                          int64_t before, size_t limit,
+                                          registry::CreditPageCallback done) {
+    absl::StatusOr<registry::CreditPage> page =
+        co_await self->LedgerPage(std::move(subject), before, limit);
+    self->Finish(std::move(done), std::move(page));
+  }
+
+  asio::awaitable<absl::StatusOr<registry::CreditPage>> LedgerPage(std::string subject,
+                                                                   int64_t before, size_t limit) {
+    const std::string ledger = absl::StrCat(base_, ":credits:", subject);
+    std::vector<Argv> head = {{"EXISTS", absl::StrCat(base_, ":subject:", subject)},
+                              {"HGET", ledger, "n"}};
+    std::vector<absl::StatusOr<Reply>> r = co_await Batch(std::move(head));
+    for (const absl::StatusOr<Reply>& reply : r) {
+      if (absl::Status st = Check(reply); !st.ok()) co_return st;
+    }
+    if (!r[0]->is_integer() || r[0]->integer == 0) co_return absl::NotFoundError("no such subject");
+    int64_t n = 0;
+    if (r[1]->is_string() && !absl::SimpleAtoi(r[1]->str, &n)) {
+      co_return absl::InternalError("redis registry: a malformed credit ledger");
+    }
+    const int64_t first = before > 0 ? std::min(before - 1, n) : n;  // the newest to show
+    registry::CreditPage page;
+    if (first < 1) co_return page;
+    Argv get = {"HMGET", ledger};
+    const int64_t last = std::max<int64_t>(1, first - static_cast<int64_t>(limit) + 1);
+    for (int64_t seq = first; seq >= last; --seq) get.push_back(absl::StrCat("e:", seq));
+    std::vector<Argv> command = {std::move(get)};
+    std::vector<absl::StatusOr<Reply>> entries = co_await Batch(std::move(command));
+    if (absl::Status st = Check(entries[0]); !st.ok()) co_return st;
+    for (const Reply& e : entries[0]->elements) {
+      std::optional<registry::CreditGrant> g =
+          e.is_string() ? ParseCreditGrant(e.str) : std::nullopt;
+      if (!g) {
+        owner_->malformed_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      page.grants.push_back(*std::move(g));
+    }
+    if (last > 1) page.next_before = last;
+    co_return page;
   }
 
   void MaybeFinishStop() {
@@ -1151,6 +1284,14 @@ void RedisRegistry::Apply(registry::Change change, registry::ChangeCallback done
              [f = follower_, change = std::move(change), done = std::move(done)]() mutable {
                f->Write(std::move(change), std::move(done));
              });
+}
+
+void RedisRegistry::ReadCredits(std::string subject, int64_t before, size_t limit,
+                                registry::CreditPageCallback done) {
+  asio::post(follower_->io(), [f = follower_, subject = std::move(subject), before, limit,
+                               done = std::move(done)]() mutable {
+    f->ReadCredits(std::move(subject), before, limit, std::move(done));
+  });
 }
 
 void RedisRegistry::Stop() {

@@ -74,6 +74,10 @@ struct RedisRegistryOptions {
 // Exposed for tests and the load benchmark, which write records directly.
 [[nodiscard]] std::string SubjectRecord(const registry::Subject& subject);
 [[nodiscard]] std::string KeyRecord(const registry::Key& key);
+// A grant as registry_write.lua is given it (at, amount, reason, actor), and as it is stored in
+// the ledger (with seq and balance, which the script appends): nullopt when malformed.
+[[nodiscard]] std::string CreditGrantRecord(const registry::CreditGrant& grant);
+[[nodiscard]] std::optional<registry::CreditGrant> ParseCreditGrant(std::string_view record);
 // The inverses; nullopt for a record that does not parse (it is then skipped and counted).
 [[nodiscard]] std::optional<registry::Subject> ParseSubject(std::string_view id,
                                                             std::string_view record);
@@ -94,6 +98,8 @@ class RedisRegistry final : public registry::Backend {
   // this object.
   absl::Status Start(registry::Index* index) override;
   void Apply(registry::Change change, registry::ChangeCallback done) override;
+  void ReadCredits(std::string subject, int64_t before, size_t limit,
+                   registry::CreditPageCallback done) override;
   // Stops following and waits for the writes already sent to be answered (each is bounded by
   // command_timeout). Applies after Stop() are answered Unavailable.
   void Stop() override;

@@ -60,6 +60,25 @@ Change Add(Key k, std::string idempotency_key = "", std::string fingerprint = ""
 }
 Change Revoke(uint64_t id) { return Change{.kind = Change::Kind::kRevokeKey, .key_id = id}; }
 
+Change Grant(std::string subject, int64_t amount, std::string key, std::string fingerprint = "") {
+  if (fingerprint.empty()) fingerprint = absl::StrCat(amount);
+  return Change{.kind = Change::Kind::kGrantCredits,
+                .subject_id = std::move(subject),
+                .grant = {.amount = amount, .reason = "top-up \"q4\"", .actor = "admin", .at = kT0},
+                .idempotency_key = std::move(key),
+                .fingerprint = std::move(fingerprint)};
+}
+
+absl::StatusOr<registry::CreditPage> LedgerOf(RedisRegistry& r, std::string subject,
+                                              int64_t before = 0, size_t limit = 100) {
+  auto result = std::make_shared<std::promise<absl::StatusOr<registry::CreditPage>>>();
+  std::future<absl::StatusOr<registry::CreditPage>> f = result->get_future();
+  r.ReadCredits(
+      std::move(subject), before, limit,
+      [result](absl::StatusOr<registry::CreditPage> p) { result->set_value(std::move(p)); });
+  return f.get();
+}
+
 absl::StatusOr<ChangeResult> ApplyAndWait(RedisRegistry& r, Change change) {
   auto result = std::make_shared<std::promise<absl::StatusOr<ChangeResult>>>();
   std::future<absl::StatusOr<ChangeResult>> f = result->get_future();
@@ -520,6 +539,106 @@ TEST_F(RedisRegistryTest, TheWriteScriptContinuesAfterTheLogsLastEntry) {
   Raw({"SET", "t:{registry}:version", "0"});
   ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s3"))).ok());
   EXPECT_EQ(Raw({"GET", "t:{registry}:version"}).str, "3");
+}
+
+// Credits.
+
+int64_t CreditsOf(const Index& index, std::string_view id) {
+  std::shared_ptr<const Subject> s = index.FindSubject(id);
+  return s == nullptr ? -1 : s->credits;
+}
+
+TEST_F(RedisRegistryTest, AGrantOnOneInstanceRaisesTheCreditsOfTheOthersWithinOneSecond) {
+  auto a = Started(), b = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  absl::StatusOr<ChangeResult> granted = ApplyAndWait(*a->registry, Grant("s", 100, "k1"));
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  EXPECT_FALSE(granted->replayed);
+  EXPECT_EQ(granted->grant.seq, 1);
+  EXPECT_EQ(granted->grant.balance, 100);
+  EXPECT_EQ(granted->grant.reason, "top-up \"q4\"");
+  EXPECT_EQ(CreditsOf(a->index, "s"), 100);
+  EXPECT_TRUE(Eventually([&] { return CreditsOf(b->index, "s") == 100; }));
+}
+
+TEST_F(RedisRegistryTest, AGrantRetriedOnAnotherInstanceIsReplayedNotAppliedTwice) {
+  auto a = Started(), b = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", 100, "k1")).ok());
+  absl::StatusOr<ChangeResult> again = ApplyAndWait(*b->registry, Grant("s", 100, "k1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(again->grant.seq, 1);
+  EXPECT_EQ(again->grant.balance, 100);
+  absl::StatusOr<registry::CreditPage> ledger = LedgerOf(*b->registry, "s");
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  EXPECT_EQ(ledger->grants.size(), 1u);
+}
+
+TEST_F(RedisRegistryTest, AnIdempotencyKeyReusedForAnotherGrantIsRefused) {
+  auto a = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", 100, "k1")).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(ApplyAndWait(*a->registry, Grant("s", 5, "k1")).status()));
+  EXPECT_EQ(CreditsOf(a->index, "s"), 100);
+}
+
+TEST_F(RedisRegistryTest, AGrantToAnAbsentSubjectIsNotFoundAndCreditsAreBounded) {
+  auto a = Started();
+  EXPECT_TRUE(absl::IsNotFound(ApplyAndWait(*a->registry, Grant("nobody", 1, "k1")).status()));
+  EXPECT_TRUE(absl::IsNotFound(LedgerOf(*a->registry, "nobody").status()));
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", registry::kMaxCredits, "k1")).ok());
+  EXPECT_TRUE(absl::IsOutOfRange(ApplyAndWait(*a->registry, Grant("s", 1, "k2")).status()));
+  EXPECT_EQ(CreditsOf(a->index, "s"), registry::kMaxCredits);
+}
+
+TEST_F(RedisRegistryTest, TheLedgerIsNewestFirstInPages) {
+  auto a = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", i, absl::StrCat("k", i))).ok());
+  }
+  absl::StatusOr<registry::CreditPage> page = LedgerOf(*a->registry, "s", 0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->grants.size(), 2u);
+  EXPECT_EQ(page->grants[0].seq, 5);
+  EXPECT_EQ(page->grants[0].balance, 15);
+  EXPECT_EQ(page->grants[1].seq, 4);
+  EXPECT_EQ(page->next_before, 4);
+  absl::StatusOr<registry::CreditPage> last = LedgerOf(*a->registry, "s", 2, 2);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ(last->grants.size(), 1u);
+  EXPECT_EQ(last->grants[0].seq, 1);
+  EXPECT_EQ(last->grants[0].actor, "admin");
+  EXPECT_EQ(last->grants[0].at, kT0);
+  EXPECT_EQ(last->next_before, 0);
+}
+
+TEST_F(RedisRegistryTest, CreditsSurviveAReplaceOfTheSubjectAndAFreshStart) {
+  auto a = Started(), b = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", 100, "k1")).ok());
+  // A replacement on an instance that may not have seen the grant yet keeps it all the same.
+  ASSERT_TRUE(ApplyAndWait(*b->registry, Put(MakeSubject("s", "pro"))).ok());
+  EXPECT_EQ(CreditsOf(b->index, "s"), 100);
+  EXPECT_TRUE(Eventually([&] {
+    std::shared_ptr<const Subject> s = a->index.FindSubject("s");
+    return s != nullptr && s->plan == "pro" && s->credits == 100;
+  }));
+  auto fresh = Started();
+  EXPECT_EQ(CreditsOf(fresh->index, "s"), 100);
+}
+
+TEST_F(RedisRegistryTest, DeletingASubjectDeletesItsLedger) {
+  auto a = Started();
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Grant("s", 100, "k1")).ok());
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Delete("s")).ok());
+  EXPECT_EQ(Raw({"EXISTS", "t:{registry}:credits:s"}).integer, 0);
+  ASSERT_TRUE(ApplyAndWait(*a->registry, Put(MakeSubject("s"))).ok());
+  EXPECT_EQ(CreditsOf(a->index, "s"), 0);
+  EXPECT_FALSE(ApplyAndWait(*a->registry, Grant("s", 100, "k1"))->replayed);
 }
 
 }  // namespace

@@ -256,18 +256,24 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       const Limit& limit = plan.limits[i];
       const WindowBounds& w = req.windows[i];
       const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
+      const bool credit = limit.window.kind == config::WindowSpec::Kind::kCredit;
+      // Nothing fires under a quota of 0 (a credit limit with nothing granted), as in the memory
+      // store: such a limit is sent without thresholds.
+      const bool alerts = !limit.thresholds.empty() && limit.quota > 0;
       argv.push_back(absl::StrCat(limit.quota));
       // A report is charged as decide.lua charges a shadow limit: past the quota (capped at
-      // kMaxUsed), never denying, every threshold its charge reaches fired.
-      argv.push_back(limit.shadow || req.mode == DecideMode::kReport ? "1" : "0");
-      argv.push_back(limit.thresholds.empty() ? std::string()
-                                              : absl::StrCat(limit.thresholds.front().count));
+      // kMaxUsed), never denying, every threshold its charge reaches fired (a credit limit's
+      // expiry is pushed forward on that path too). "2" is an enforced credit limit, whose expiry
+      // every charge pushes forward.
+      argv.push_back(limit.shadow || req.mode == DecideMode::kReport ? "1" : (credit ? "2" : "0"));
+      argv.push_back(alerts ? absl::StrCat(limit.thresholds.front().count) : std::string());
       std::string& static_part = argv.emplace_back(absl::StrCat(
           absl::ToUnixSeconds(absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) +
                               absl::UnixEpoch()),
           " ", absl::ToUnixSeconds(w.start), " ", absl::ToUnixSeconds(w.end), " ", limit.name));
-      for (const Threshold& t : limit.thresholds) {
-        absl::StrAppend(&static_part, " ", t.percent, " ", t.count);
+      for (size_t t = 0; alerts && t < limit.thresholds.size(); ++t) {
+        absl::StrAppend(&static_part, " ", limit.thresholds[t].percent, " ",
+                        limit.thresholds[t].count);
       }
     }
   }

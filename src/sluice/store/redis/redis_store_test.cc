@@ -60,6 +60,13 @@ class RedisHarness final : public StoreHarness {
     Command({"EXPIRE", key, "3600"});
   }
 
+  // Redis's expiry on the store's clock: the suite's fake clock runs apart from Redis's.
+  std::optional<absl::Time> ExpiryOf(const StoreRequest& req, size_t limit) override {
+    const Reply at = Command({"EXPIRETIME", store_->CounterKey(req, limit)});
+    if (!at.is_integer() || at.integer < 0) return std::nullopt;
+    return req.now + (absl::FromUnixSeconds(at.integer) - redis_clock_.Now());
+  }
+
   // Reads and empties every bucket's outbox stream.
   std::vector<AlertEvent> TakeEvents() override {
     std::vector<AlertEvent> events;
@@ -430,6 +437,27 @@ TEST_F(RedisStoreTest, ACounterAtTheMaximumQuotaDeniesWithoutOverflow) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->allowed);
   EXPECT_EQ(r->used[0], 1'000'000'000'000'000);
+}
+
+TEST_F(RedisStoreTest, EveryChargeOfACreditPushesItsCounterHashsExpiryAYearAhead) {
+  UsePlanWith("credit");
+  Connect(2000ms);
+  const StoreRequest req = Request();
+  const std::string key = store_->CounterKey(req, 0);
+  EXPECT_NE(key.find(absl::StrCat(":h:calendar:credit:0:", store_->SlotOf("alice"))),
+            std::string::npos)
+      << key;
+  ASSERT_TRUE(Decide(req).ok());
+  const int64_t horizon = ExpireTime(key);
+  EXPECT_GE(horizon, absl::ToUnixSeconds(window_.end) + 60);
+  // As if the last charge were long ago: the next one pushes the expiry forward again.
+  absl::StatusOr<Reply> r = testing_util::SendAndWait(
+      io_, *connection_, {"EXPIREAT", key, absl::StrCat(absl::ToUnixSeconds(now_) + 3600)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<StoreResult> second = Decide(req);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->used[0], 2);  // the same window: it never resets
+  EXPECT_GE(ExpireTime(key), horizon);
 }
 
 TEST_F(RedisStoreTest, AYearWindowsCounterIsNamedByYearAndZoneAndLivesUntilNewYearPlusGrace) {

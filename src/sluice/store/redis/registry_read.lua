@@ -17,7 +17,8 @@
 --   {0, version, epoch, entry…}  entries ARGV[2]+1 … in order, none if up to date; fewer than the
 --                        version implies when ARGV[4] cut them short (ask again from the last).
 --   entry = {entry_version, kind, subject_id, subject_record, key_id_1, key_record_1, …}
---     subject_id is "" unless kind is put_subject or delete_subject; subject_record is the
+--     subject_id is "" unless kind is put_subject, delete_subject or grant_credits (whose record
+--     carries the new total); subject_record is the
 --     subject's record now ("" = absent). Then each key the change touched with its record now
 --     ("" = absent).
 
@@ -44,7 +45,7 @@ for _, e in ipairs(entries) do
   local f = {}
   for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
   local entry = {v, f.kind or '', '', ''}
-  if f.kind == 'put_subject' or f.kind == 'delete_subject' then
+  if f.kind == 'put_subject' or f.kind == 'delete_subject' or f.kind == 'grant_credits' then
     entry[3] = f.subject or ''
     entry[4] = redis.call('GET', base .. ':subject:' .. entry[3]) or ''
   end

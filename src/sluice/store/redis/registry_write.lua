@@ -15,20 +15,33 @@
 -- ARGV[1]  base
 -- ARGV[2]  epoch candidate (random hex, used only if KEYS[2] is absent)
 -- ARGV[3]  log bound (XADD MAXLEN ~)
--- ARGV[4]  kind: put_subject | delete_subject | add_key | revoke_key
--- put_subject     ARGV[5] subject id, ARGV[6] the subject record (JSON)
+-- ARGV[4]  kind: put_subject | delete_subject | add_key | revoke_key | grant_credits
+-- put_subject     ARGV[5] subject id, ARGV[6] the subject record (JSON, without "credits": the
+--                 record keeps the credits it has)
 -- delete_subject  ARGV[5] subject id
 -- add_key         ARGV[5] key id (16 hex digits), ARGV[6] subject id, ARGV[7] digest (64 hex),
 --                 ARGV[8] max keys per subject, ARGV[9] idempotency key ("" none),
 --                 ARGV[10] fingerprint, ARGV[11] idempotency TTL (s),
 --                 ARGV[12] the key record (JSON; its "subject" and "digest" are ARGV[6], ARGV[7])
 -- revoke_key      ARGV[5] key id
+-- grant_credits   ARGV[5] subject id, ARGV[6] idempotency key (required), ARGV[7] fingerprint,
+--                 ARGV[8] amount (>= 1), ARGV[9] the largest total, ARGV[10] the most grants,
+--                 ARGV[11] the grant's record (JSON: at, amount, reason, actor; this script
+--                 appends seq and balance)
+--
+-- Credits: <base>:credits:<id> (hash) holds a subject's ledger: "n" the number of grants, "total"
+-- the granted total, "e:<seq>" each grant's record, "k:<idempotency key>" its seq and
+-- "f:<idempotency key>" its fingerprint (kept as long as the subject). The total also travels
+-- in the subject record as its last member, ',"credits":<total>}', so that followers get it
+-- with the record; put_subject carries it over to the new record.
 --
 -- Reply (integers and strings only): {code, version, flag, key_id}
 --   code 0 done; 1 not found; 2 already exists (digest or key id); 3 the subject has max keys;
---   4 idempotency key reused with another fingerprint. version: the change's version (0 unless
---   code 0 and something was written). flag: put_subject 1 = created; add_key 1 = replayed (no
---   write: key_id is the key made the first time). key_id: add_key's key id, else "".
+--   4 idempotency key reused with another fingerprint; 5 the total would pass the largest one;
+--   6 the subject has the most grants. version: the change's version (0 unless code 0 and
+--   something was written). flag: put_subject 1 = created; add_key and grant_credits 1 =
+--   replayed (no write: key_id is the key made the first time, the grant is the first one).
+--   key_id: add_key's key id; grant_credits: the grant's record with seq and balance; else "".
 
 local base = ARGV[1]
 local kind = ARGV[4]
@@ -61,11 +74,23 @@ local function digest_of(record)
   return ''
 end
 
+-- The credits a subject record ends with (written only by this script), or nil.
+local function credits_of(record)
+  return record and string.match(record, ',"credits":(%d+)}$')
+end
+
+-- `record` (a JSON object as the caller writes it, without credits) ending with `credits`.
+local function with_credits(record, credits)
+  if not credits or credits == '0' then return record end
+  return string.sub(record, 1, -2) .. ',"credits":' .. credits .. '}'
+end
+
 if kind == 'put_subject' then
   local id = ARGV[5]
   local rec = k('subject:' .. id)
-  local created = redis.call('EXISTS', rec) == 0 and 1 or 0
-  redis.call('SET', rec, ARGV[6])
+  local old = redis.call('GET', rec)
+  local created = old and 0 or 1
+  redis.call('SET', rec, with_credits(ARGV[6], credits_of(old)))
   redis.call('ZADD', k('subjects'), 0, id)
   return {0, commit(id, ''), created, ''}
 
@@ -82,7 +107,7 @@ elseif kind == 'delete_subject' then
     redis.call('DEL', k('key:' .. kid), k('digest:' .. digests[i]))
     redis.call('ZREM', k('keys'), kid)
   end
-  redis.call('DEL', rec, set)
+  redis.call('DEL', rec, set, k('credits:' .. id))
   redis.call('ZREM', k('subjects'), id)
   return {0, commit(id, table.concat(ids, ',')), 0, ''}
 
@@ -124,6 +149,36 @@ elseif kind == 'revoke_key' then
   redis.call('SREM', k('keys:' .. subject), kid)
   redis.call('ZREM', k('keys'), kid)
   return {0, commit(subject, kid), 0, ''}
+
+elseif kind == 'grant_credits' then
+  local id, idem, fingerprint = ARGV[5], ARGV[6], ARGV[7]
+  local amount, max_total, max_grants = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+  if idem == '' or not amount or amount < 1 or not max_total or not max_grants then
+    return redis.error_reply('registry_write.lua: bad grant_credits arguments')
+  end
+  local ledger = k('credits:' .. id)
+  local seen = redis.call('HMGET', ledger, 'k:' .. idem, 'f:' .. idem)
+  if seen[1] then
+    if seen[2] ~= fingerprint then return {4, 0, 0, ''} end
+    return {0, 0, 1, redis.call('HGET', ledger, 'e:' .. seen[1]) or ''}
+  end
+  local rec = k('subject:' .. id)
+  local record = redis.call('GET', rec)
+  if not record then return {1, 0, 0, ''} end
+  local state = redis.call('HMGET', ledger, 'n', 'total')
+  local n, total = tonumber(state[1] or '0') or 0, tonumber(state[2] or '0') or 0
+  -- Totals stay below 2^53: exact in a Lua double.
+  if amount > max_total - total then return {5, 0, 0, ''} end
+  if n >= max_grants then return {6, 0, 0, ''} end
+  local seq = string.format('%d', n + 1)
+  local balance = string.format('%d', total + amount)
+  local entry = string.sub(ARGV[11], 1, -2) .. ',"seq":' .. seq .. ',"balance":' .. balance .. '}'
+  redis.call('HSET', ledger, 'n', seq, 'total', balance, 'e:' .. seq, entry, 'k:' .. idem, seq,
+             'f:' .. idem, fingerprint)
+  local bare = record
+  if credits_of(record) then bare = string.gsub(record, ',"credits":%d+}$', '}') end
+  redis.call('SET', rec, with_credits(bare, balance))
+  return {0, commit(id, ''), 0, entry}
 end
 
 return redis.error_reply('registry_write.lua: unknown kind ' .. tostring(kind))
