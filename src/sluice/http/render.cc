@@ -7,7 +7,6 @@
 
 #include <boost/beast/core/string_type.hpp>
 #include <boost/beast/http/field.hpp>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,24 +20,7 @@ namespace {
 
 namespace beast_http = boost::beast::http;
 
-// Keeps members in insertion order, as docs/http.md writes them.
-using Json = nlohmann::ordered_json;
-
 boost::beast::string_view BeastView(std::string_view s) { return {s.data(), s.size()}; }
-
-// Never throws: invalid UTF-8 (which validated names cannot contain) becomes U+FFFD.
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-// Names of the limits that denied, in plan order.
-Json ViolatedNames(const Decision& d) {
-  Json names = Json::array();
-  for (const LimitDecision& l : d.limits) {
-    if (l.violated) names.push_back(l.limit->name);
-  }
-  return names;
-}
 
 Response MakeResponse(unsigned status, std::string_view content_type, std::string body,
                       unsigned version, bool keep_alive) {
@@ -57,50 +39,88 @@ Response MakeResponse(unsigned status, std::string_view content_type, std::strin
 
 namespace {
 
-// The decision as docs/http.md writes it; `overshoot` adds each limit's (a settled reservation).
-Json DecisionObject(const Decision& d, std::string_view subject, bool overshoot = false) {
-  Json limits = Json::array();
-  for (const LimitDecision& l : d.limits) {
-    const frontend::Shown shown = frontend::Show(l);
-    Json limit{{"name", l.limit->name},
-               {"quota", l.limit->quota},
-               {"used", shown.used},
-               {"held", l.held},
-               {"remaining", shown.remaining},
-               {"reset_after", shown.reset_after},
-               {"window", l.limit->window.text}};
-    if (overshoot) limit["overshoot"] = l.overshoot;
-    limits.push_back(std::move(limit));
+// A JSON string: quoted, with '"', '\\' and control characters escaped (subjects, plan and limit
+// names are validated to need none, but the writer does not rely on it).
+void AppendString(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<unsigned char>(c)));
+    } else {
+      out += c;
+    }
   }
-  return Json{{"allowed", d.allowed},
-              {"subject", std::string(subject)},
-              {"plan", d.plan != nullptr ? d.plan->name : std::string()},
-              {"degraded", d.degraded},
-              {"retry_after", d.retry_after},
-              {"violated", ViolatedNames(d)},
-              {"limits", std::move(limits)}};
+  out += '"';
+}
+
+// The decision as docs/http.md writes it, without the closing brace (a reservation's answer
+// adds members); `overshoot` adds each limit's (a settled reservation). Written by hand: a
+// decision is answered on every /v1/check, and a JSON tree costs several allocations per member.
+void AppendDecision(std::string& out, const Decision& d, std::string_view subject,
+                    bool overshoot = false) {
+  out.reserve(out.size() + 160 + 120 * d.limits.size());
+  absl::StrAppend(&out, "{\"allowed\":", d.allowed ? "true" : "false", ",\"subject\":");
+  AppendString(out, subject);
+  out += ",\"plan\":";
+  AppendString(out, d.plan != nullptr ? std::string_view(d.plan->name) : std::string_view());
+  absl::StrAppend(&out, ",\"degraded\":", d.degraded ? "true" : "false",
+                  ",\"retry_after\":", d.retry_after, ",\"violated\":[");
+  bool first = true;
+  for (const LimitDecision& l : d.limits) {
+    if (!l.violated) continue;
+    if (!first) out += ',';
+    first = false;
+    AppendString(out, l.limit->name);
+  }
+  out += "],\"limits\":[";
+  for (size_t i = 0; i < d.limits.size(); ++i) {
+    const LimitDecision& l = d.limits[i];
+    const frontend::Shown shown = frontend::Show(l);
+    if (i > 0) out += ',';
+    out += "{\"name\":";
+    AppendString(out, l.limit->name);
+    absl::StrAppend(&out, ",\"quota\":", l.limit->quota, ",\"used\":", shown.used,
+                    ",\"held\":", l.held, ",\"remaining\":", shown.remaining,
+                    ",\"reset_after\":", shown.reset_after, ",\"window\":");
+    AppendString(out, l.limit->window.text);
+    if (overshoot) absl::StrAppend(&out, ",\"overshoot\":", l.overshoot);
+    out += '}';
+  }
+  out += ']';
 }
 
 }  // namespace
 
 std::string DecisionJson(const Decision& d, std::string_view subject) {
-  return Dump(DecisionObject(d, subject));
+  std::string out;
+  AppendDecision(out, d, subject);
+  out += '}';
+  return out;
 }
 
 std::string ReserveJson(const ReserveDecision& r, std::string_view subject) {
-  Json body = DecisionObject(r.decision, subject);
+  std::string out;
+  AppendDecision(out, r.decision, subject);
   if (!r.id.empty()) {
-    body["reservation"] = r.id;
-    body["expires_at"] = FormatTimestamp(r.expires_at);
+    out += ",\"reservation\":";
+    AppendString(out, r.id);
+    absl::StrAppend(&out, ",\"expires_at\":\"", FormatTimestamp(r.expires_at), "\"");
   }
-  return Dump(body);
+  out += '}';
+  return out;
 }
 
 std::string SettleJson(const SettleDecision& s, std::string_view id, std::string_view subject) {
-  Json body = DecisionObject(s.decision, subject, /*overshoot=*/true);
-  body["reservation"] = std::string(id);
-  body["settled"] = Json{{"how", ReservationEndName(s.ended_by)}, {"charged", s.charged}};
-  return Dump(body);
+  std::string out;
+  AppendDecision(out, s.decision, subject, /*overshoot=*/true);
+  out += ",\"reservation\":";
+  AppendString(out, id);
+  absl::StrAppend(&out, ",\"settled\":{\"how\":\"", ToAbsl(ReservationEndName(s.ended_by)),
+                  "\",\"charged\":", s.charged, "}}");
+  return out;
 }
 
 std::string_view ReservationEndName(ReservationEnd end) {
