@@ -85,6 +85,14 @@ Response NotImplemented(const absl::Status& s, unsigned version) {
   return Problem(501, kBadRequest, "Not Implemented", ToStd(s.message()), version, true);
 }
 
+// The store holds as many reservations as it may: 503 with Retry-After, as for any overload.
+Response TooManyReservations(const absl::Status& s, const Request& req) {
+  Response res =
+      Problem(503, kBadRequest, "Service Unavailable", ToStd(s.message()), req.version(), true);
+  res.set(bhttp::field::retry_after, "1");
+  return res;
+}
+
 Response UnknownReservation(unsigned version) {
   return Problem(404, kBadRequest, "Not Found",
                  "no such reservation (never made, or ended more than 10 minutes after it expired)",
@@ -372,6 +380,7 @@ asio::awaitable<Response> DataPlane::Reserve(const Frontend& fe, Request& req,
           {.decision = frontend::RequestFor(target, 0), .hold = body->cost, .ttl = body->ttl}));
   if (!r.ok()) {
     if (absl::IsUnimplemented(r.status())) co_return NotImplemented(r.status(), req.version());
+    if (absl::IsResourceExhausted(r.status())) co_return TooManyReservations(r.status(), req);
     co_return LimiterError(r.status(), req.version());
   }
   frontend::Record(*metrics_, fe, target.plan, timer, r->decision);
@@ -562,6 +571,9 @@ asio::awaitable<Response> DataPlane::Authorize(const Frontend& fe, Request& req,
                           .hold = estimate.value_or(0)}));
     if (!r.ok() && absl::IsUnimplemented(r.status())) {
       co_return NotImplemented(r.status(), req.version());
+    }
+    if (!r.ok() && absl::IsResourceExhausted(r.status())) {
+      co_return TooManyReservations(r.status(), req);
     }
     if (r.ok()) {
       reservation = std::move(r->id);

@@ -646,7 +646,8 @@ void Limiter::Reserve(const ReserveRequest& req, ReserveCallback done) const {
                               hold = req.hold, policy = options_.on_store_error,
                               done = std::move(done)](absl::StatusOr<StoreResult> r) mutable {
     if (!r.ok()) {
-      if (absl::IsUnimplemented(r.status()) || absl::IsAlreadyExists(r.status())) {
+      if (absl::IsUnimplemented(r.status()) || absl::IsAlreadyExists(r.status()) ||
+          absl::IsResourceExhausted(r.status())) {
         std::move(done)(r.status());
         return;
       }

@@ -149,7 +149,8 @@ class Limiter {
   // Reserves (ReserveRequest): decided as Decide, with `hold` held besides the cost and a slot of
   // every concurrent limit taken; if admitted, the reservation is recorded and its id returned.
   // InvalidArgument for a bad subject, cost, hold or ttl; NotFound for an unknown plan;
-  // Unimplemented from a store without reservations. A failed store: on_store_error decides,
+  // Unimplemented from a store without reservations; ResourceExhausted from a store that holds
+  // as many reservations as it may. A failed store: on_store_error decides,
   // with no reservation (no id).
   void Reserve(const ReserveRequest& req, ReserveCallback done) const;
   // Ends a reservation (SettleRequest). InvalidArgument for a malformed id or bad cost; an id

@@ -579,6 +579,12 @@ void MemoryStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
       std::move(done)(absl::AlreadyExistsError("store: reservation id already in use"));
       return;
     }
+    const size_t per_shard = std::max<size_t>(options_.max_reservations >> shard_bits_, 1);
+    if (shard.reservations.size() >= per_shard) {
+      std::move(done)(absl::ResourceExhaustedError(
+          "too many reservations at once: settle or release some, or wait for them to expire"));
+      return;
+    }
     Entry* entry = shard.Admit(d, hash, result, req.hold, /*slot=*/true);
     recorded = shard.Apply(d, entry, result, outbox_, options_.grace);
     if (result.allowed) {

@@ -37,6 +37,10 @@ class MemoryStore final : public Store {
     size_t shards = 64;  // rounded up to a power of two
     size_t outbox_capacity = 100'000;
     absl::Duration grace = absl::Seconds(60);  // kept this long after a window ends
+    // Reservations remembered at once (open, and ended ones not yet forgotten), spread evenly
+    // over the shards: a reservation that would make its shard hold more is refused
+    // (ResourceExhausted), so no client can grow the store without bound.
+    size_t max_reservations = 1'000'000;
   };
 
   // One limit's counter inside an entry. 16 bytes: window ids are stored modulo 2^32, which only

@@ -291,6 +291,35 @@ TEST(MemoryStoreConcurrencyTest, SixteenThreadsAdmitExactlyTheQuota) {
   EXPECT_EQ(events[2].event.used, 5000);
 }
 
+// Reservations are bounded: past max_reservations a reserve is refused, and an ended one makes
+// room only once it is forgotten (kReservationMemory after its expiry) and swept.
+TEST(MemoryStoreReservationTest, ReservationsAreBoundedAndEndedOnesMakeRoomOnceForgotten) {
+  MemoryStore store(MemoryStore::Options{.shards = 1, .max_reservations = 2});
+  FakeClock clock(absl::FromUnixSeconds(1796040000));
+  config::Config cfg;
+  cfg.plans.push_back(
+      {.name = "p",
+       .limits = {{.name = "per_hour", .quota = 1'000, .window = *config::ParseWindow("1h")}}});
+  Limiter limiter(*PlanSet::FromConfig(cfg), &store, &clock, {});
+  const auto reserve = [&] {
+    absl::StatusOr<ReserveDecision> out = absl::UnknownError("no answer");
+    limiter.Reserve(
+        {.decision = {.subject = "u", .plan = "p", .cost = 0}, .hold = 1, .ttl = absl::Seconds(10)},
+        [&](absl::StatusOr<ReserveDecision> r) { out = std::move(r); });
+    return out;
+  };
+  absl::StatusOr<ReserveDecision> first = reserve();
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(reserve().ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(reserve().status()));
+  limiter.Settle({.id = first->id, .end = ReservationEnd::kRelease},
+                 [](absl::StatusOr<SettleDecision> s) { ASSERT_TRUE(s.ok()); });
+  EXPECT_TRUE(absl::IsResourceExhausted(reserve().status()));  // remembered, ended
+  clock.Advance(absl::Seconds(10) + kReservationMemory);
+  store.Sweep(clock.Now());
+  EXPECT_TRUE(reserve().ok());
+}
+
 // Group decisions lock every part's shard once: with one shard, all parts share it (std::mutex
 // is not recursive, so locking it twice would hang).
 TEST(MemoryStoreGroupTest, PartsInOneShardAreDecidedUnderOneLock) {
