@@ -214,18 +214,6 @@ TEST_F(RedisStoreTest, EachAnsweredCommandReportsItsRoundTripByKind) {
   }
 }
 
-TEST_F(RedisStoreTest, ReservationsAreNotSupported) {
-  Connect(2000ms);
-  const StoreRequest req = Request();
-  std::optional<absl::StatusOr<StoreResult>> reserved;
-  store_->Reserve(
-      {.decide = req, .hold = 1, .id = "rsv_x", .expires_at = req.now + absl::Minutes(1)},
-      [&](absl::StatusOr<StoreResult> r) { reserved = std::move(r); });
-  ASSERT_TRUE(reserved.has_value());
-  EXPECT_TRUE(absl::IsUnimplemented(reserved->status()));
-  EXPECT_TRUE(observed_.empty());  // Redis was not asked
-}
-
 TEST_F(RedisStoreTest, ACommandThatTimedOutIsNotObservedButItsRefundIs) {
   Connect(50ms, /*deadline=*/absl::Seconds(30));
   const StoreRequest req = Request();
@@ -481,10 +469,10 @@ INSTANTIATE_TEST_SUITE_P(Redis, StoreConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
                              "redis", [] { return std::make_unique<RedisHarness>(); }}),
                          StoreHarnessName);
-// The Redis store has no reservations yet (configuration refuses them with it; see
-// docs/semantics.md): it answers Unimplemented, which RedisStoreTest.ReservationsAreNotSupported
-// shows.
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ReservationConformanceTest);
+INSTANTIATE_TEST_SUITE_P(Redis, ReservationConformanceTest,
+                         ::testing::Values(StoreHarnessFactory{
+                             "redis", [] { return std::make_unique<RedisHarness>(); }}),
+                         StoreHarnessName);
 
 // A group's parts, each its own subject, placed in group "order-7" (two parts of plan p).
 struct GroupFixture {
