@@ -589,7 +589,8 @@ int64_t RedisStore::RedisSeconds(absl::Time at, absl::Time now) const {
 }
 
 void RedisStore::RunReservation(std::vector<std::string> argv,
-                                absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done) {
+                                absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done,
+                                CommandSender::LateCallback late) {
   const absl::Time start = StartTimer();
   reservation_.Run(
       connection_for_thread_(), std::make_shared<const std::vector<std::string>>(std::move(argv)),
@@ -601,7 +602,8 @@ void RedisStore::RunReservation(std::vector<std::string> argv,
           return std::move(done)(absl::InternalError("redis: unexpected reply to reservation.lua"));
         }
         std::move(done)(*std::move(r));
-      });
+      },
+      std::move(late));
 }
 
 namespace {
@@ -651,42 +653,84 @@ void RedisStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
        .charge = req.charge_on_expiry ? "1" : "0"},
       argv);
   AppendDecideArgs(parts, {.hold = absl::StrCat(req.hold)}, argv);
-  RunReservation(std::move(argv), [this, n,
-                                   done = std::move(done)](absl::StatusOr<Reply> r) mutable {
-    if (!r.ok()) {
-      if (absl::StrContains(r.status().message(), "redis: EXISTS")) {
-        return std::move(done)(absl::AlreadyExistsError("store: reservation id already in use"));
+  // A reservation that Redis made after the caller stopped waiting (answered degraded, with no
+  // id) is released, and a cost it charged at once refunded, as a late admission is: its id is
+  // known to no one, so it would otherwise hold until it expired (and be charged then).
+  CommandSender::LateCallback late = nullptr;
+  if (options_.decision_deadline != absl::ZeroDuration()) {
+    std::vector<std::string> undo = EndCommand(d, req.id, ReservationEnd::kRelease);
+    std::vector<std::string> refund;
+    if (d.cost > 0) {
+      refund = refund_.Command(n, n + 2);
+      for (size_t i = 0; i < n; ++i) refund.push_back(CounterKey(d, i));
+      refund.push_back(absl::StrCat(d.cost));
+      refund.push_back(std::string(d.subject));
+    }
+    late = [this, conn = connection_for_thread_(), n, undo = std::move(undo),
+            refund = std::move(refund)](Reply reply) mutable {
+      if (!reply.is_array() || reply.elements.size() != 2 * n + 3 ||
+          reply.elements[0].integer != 1) {
+        return;  // denied, too late to run, or failed: nothing was made
       }
-      return std::move(done)(r.status());
-    }
-    if (r->elements.size() == 1 && r->elements[0].integer == -1) {
-      return std::move(done)(WithStoreFailure(
-          absl::DeadlineExceededError("redis: reservation arrived too late"), StoreFailure::kLate));
-    }
-    const size_t sizes[] = {n};
-    absl::StatusOr<StoreGroupResult> result = ParseDecideReply(*r, 0, sizes);
-    if (!result.ok()) return std::move(done)(result.status());
-    CountEvents(*r, 0, n);
-    std::move(done)(std::move(result->parts.front()));
-  });
+      late_admissions_.fetch_add(1, std::memory_order_relaxed);
+      reservation_.Run(conn, std::make_shared<const std::vector<std::string>>(std::move(undo)),
+                       [](absl::StatusOr<Reply>) {}, nullptr, {.despite_breaker = true});
+      if (refund.empty()) return;
+      refund_.Run(conn, std::make_shared<const std::vector<std::string>>(std::move(refund)),
+                  [this](absl::StatusOr<Reply> r) {
+                    if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+                    shrinks_.fetch_add(1, std::memory_order_release);
+                  },
+                  nullptr, {.despite_breaker = true});
+    };
+  }
+  RunReservation(
+      std::move(argv),
+      [this, n, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+        if (!r.ok()) {
+          if (absl::StrContains(r.status().message(), "redis: EXISTS")) {
+            return std::move(done)(
+                absl::AlreadyExistsError("store: reservation id already in use"));
+          }
+          return std::move(done)(r.status());
+        }
+        if (r->elements.size() == 1 && r->elements[0].integer == -1) {
+          return std::move(done)(
+              WithStoreFailure(absl::DeadlineExceededError("redis: reservation arrived too late"),
+                               StoreFailure::kLate));
+        }
+        const size_t sizes[] = {n};
+        absl::StatusOr<StoreGroupResult> result = ParseDecideReply(*r, 0, sizes);
+        if (!result.ok()) return std::move(done)(result.status());
+        CountEvents(*r, 0, n);
+        std::move(done)(std::move(result->parts.front()));
+      },
+      std::move(late));
+}
+
+std::vector<std::string> RedisStore::EndCommand(const StoreRequest& d, std::string_view id,
+                                                ReservationEnd end) const {
+  const auto parts = absl::MakeConstSpan(&d, 1);
+  const size_t n = d.plan->limits.size();
+  std::vector<std::string> argv = reservation_.Command(3 + n + 2, 3 + n + 2 + 8 + 7 + 4 * n);
+  argv.push_back(ReservationKey(Placement(d), id));
+  argv.push_back(DueKey(BucketOf(Placement(d))));
+  argv.push_back(HoldKey(d));
+  AppendDecideKeys(parts, Placement(d), argv);
+  std::string_view op = "settle";
+  if (end == ReservationEnd::kRelease) op = "release";
+  if (end == ReservationEnd::kExpire) op = "expire";
+  AppendReservationArgs(
+      {.op = op, .id = id, .subject = d.subject, .at_ms = absl::ToUnixMillis(d.now)}, argv);
+  AppendDecideArgs(parts, {.charge = true}, argv);
+  return argv;
 }
 
 void RedisStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
   using Outcome = StoreSettleResult::Outcome;
   const StoreRequest& d = req.decide;
-  const auto parts = absl::MakeConstSpan(&d, 1);
   const size_t n = d.plan->limits.size();
-  std::vector<std::string> argv = reservation_.Command(3 + n + 2, 3 + n + 2 + 8 + 7 + 4 * n);
-  argv.push_back(ReservationKey(Placement(d), req.id));
-  argv.push_back(DueKey(BucketOf(Placement(d))));
-  argv.push_back(HoldKey(d));
-  AppendDecideKeys(parts, Placement(d), argv);
-  std::string_view op = "settle";
-  if (req.end == ReservationEnd::kRelease) op = "release";
-  if (req.end == ReservationEnd::kExpire) op = "expire";
-  AppendReservationArgs(
-      {.op = op, .id = req.id, .subject = d.subject, .at_ms = absl::ToUnixMillis(d.now)}, argv);
-  AppendDecideArgs(parts, {.charge = true}, argv);
+  std::vector<std::string> argv = EndCommand(d, req.id, req.end);
   absl::InlinedVector<int64_t, 4> quotas;
   absl::InlinedVector<bool, 4> counting;
   for (const Limit& limit : d.plan->limits) {

@@ -159,8 +159,14 @@ class RedisStore final : public Store {
   // limits) to events_recorded() and events_refused().
   void CountEvents(const Reply& reply, size_t at, size_t n);
   // Runs reservation.lua's `argv` and passes its reply (or the failure) to `done`.
+  // `late` (may be null) sees a reply that came after the command timed out.
   void RunReservation(std::vector<std::string> argv,
-                      absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done);
+                      absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done,
+                      CommandSender::LateCallback late = nullptr);
+  // reservation.lua's call ending reservation `id` of d.subject as `end` says (a settle charges
+  // d.cost to d.plan's counting limits).
+  [[nodiscard]] std::vector<std::string> EndCommand(const StoreRequest& d, std::string_view id,
+                                                    ReservationEnd end) const;
   // Decide and DecideGroup: one script call for `parts` (a single decision is one part).
   void DecideParts(absl::Span<const StoreRequest> parts, std::string_view placement,
                    GroupDecideCallback done);
