@@ -268,6 +268,26 @@ TEST_F(RedisStoreTest, EveryKeyOfAReservationSharesTheSubjectsHashTagAndExpires)
   EXPECT_EQ(keys->elements[0].str, tag + ":rsv:rsv_abcdefghijklmnopqrstuvwxyz");
 }
 
+TEST_F(RedisStoreTest, AnExpiryOfAForgottenReservationTakesItOutOfTheDueSet) {
+  Connect(2000ms);
+  const StoreRequest req = Request(/*cost=*/0);
+  // Due, but its record is gone (no instance ran for 10 minutes past its expiry).
+  const std::string due = store_->DueKey(store_->BucketOf("alice"));
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_,
+                                        {"ZADD", due, "1000", std::string(kReservationId)})
+                  .ok());
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"EXPIRE", due, "60"}).ok());
+  std::optional<absl::StatusOr<StoreSettleResult>> ended;
+  store_->Settle({.decide = req, .id = kReservationId, .end = ReservationEnd::kExpire},
+                 [&](absl::StatusOr<StoreSettleResult> r) { ended = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return ended.has_value(); }));
+  ASSERT_TRUE(ended->ok()) << ended->status();
+  EXPECT_EQ((*ended)->outcome, StoreSettleResult::Outcome::kNotFound);
+  absl::StatusOr<Reply> left = testing_util::SendAndWait(io_, *connection_, {"ZCARD", due});
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->integer, 0);
+}
+
 TEST_F(RedisStoreTest, AReservationMadeAfterTheCallerGaveUpIsReleasedAndItsCostRefunded) {
   Connect(50ms, /*deadline=*/absl::Seconds(30));
   const StoreRequest req = Request(/*cost=*/2);

@@ -136,7 +136,12 @@ local ends = { settle = 0, release = 1, expire = 2 }
 
 local r = redis.call('HMGET', record, 'subject', 'state', 'charged', 'expires_at', 'estimate',
   'charge', 'holds')
-if r[1] ~= subject then return { 3 } end
+if r[1] ~= subject then
+  -- An expiry of a reservation forgotten while open (no instance ended it for 10 minutes): its
+  -- entry leaves the due set, or it would come back every round ahead of those still due.
+  if op == 'expire' then redis.call('ZREM', due, id) end
+  return { 3 }
+end
 
 local outcome, ended_by, charged = 0, 0, 0
 if r[2] ~= 'open' then
