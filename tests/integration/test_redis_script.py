@@ -398,14 +398,14 @@ class RedisScriptTest(unittest.TestCase):
         self.assertEqual(self.raw([limit("m", 10)], cost=4), [1, 4, 0, 0])
 
     def test_a_concurrent_limit_has_no_counter_and_needs_a_free_slot(self):
-        lim = [limit("m", 10), dict(limit("inflight", 2), kind=2)]
+        lim = [limit("m", 10), dict(limit("inflight", 2), kind=3)]
         self.assertEqual(self.raw(lim, cost=1), [1, 1, 0, 0, 0])
         self.assertEqual(self.redis.call("HGETALL", keys_for("user-42", lim)[0][1]), [])
         self.redis.call("HSET", hold_key("user-42"), "inflight:3600s", 2)
         self.assertEqual(self.raw(lim, cost=1), [0, 1, 0, 0, 0, 0, 2])
         self.assertEqual(self.raw(lim, cost=0), [1, 1, 0, 0, 0, 0, 2])  # a peek needs no slot
-        # Shadow (3): it never denies.
-        lim[1]["kind"] = 3
+        # Shadow (4): it never denies.
+        lim[1]["kind"] = 4
         self.assertEqual(self.raw(lim, cost=1), [1, 2, 0, 0, 0, 0, 2])
 
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):

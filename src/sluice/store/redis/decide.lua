@@ -61,8 +61,8 @@
 --                      kMaxUsed), and its 100% threshold also fires at a request it would have
 --                      denied; an unusable shadow counter is left alone and denies nothing.
 --                      0: an enforced limit
---                      2: a concurrent limit (no counter; any request of cost >= 1, and any
---                      reservation, needs held + 1 <= quota), 3: a shadow concurrent limit
+--                      3: a concurrent limit (no counter; any request of cost >= 1, and any
+--                      reservation, needs held + 1 <= quota), 4: a shadow concurrent limit
 --        first         the count of the limit's lowest threshold (no threshold below it can be
 --                      reached, so nothing about alerts is read while used < first); "" when the
 --                      limit has no thresholds
@@ -252,11 +252,11 @@ do
       end
       -- What this limit must have room for besides the cost: its holds and the reservation's.
       local extra = (held and held[r] or 0) + hold
-      if shadow == '2' or shadow == '3' then
+      if shadow == '3' or shadow == '4' then
         -- A concurrent limit: no counter; a slot is free iff held + 1 <= quota.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
         reply[r] = 0
-        if shadow == '2' and slot and (held and held[r] or 0) + 1 > quota then fits = false end
+        if shadow == '3' and slot and (held and held[r] or 0) + 1 > quota then fits = false end
       elseif shadow == '1' then
         more = true
         -- The hot path leaves the cost's form to HINCRBY; the paths without it check it here.
@@ -538,7 +538,7 @@ else
   take_back()
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
-    if ARGV[a + 1] == '2' or ARGV[a + 1] == '3' then  -- no counter
+    if ARGV[a + 1] == '3' or ARGV[a + 1] == '4' then  -- no counter
       reply[r] = 0
       return
     end

@@ -323,7 +323,7 @@ void RedisStore::AppendDecideArgs(absl::Span<const StoreRequest> parts, const De
       const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
       argv.push_back(absl::StrCat(limit.quota));
       if (limit.window.kind == config::WindowSpec::Kind::kConcurrent) {
-        argv.push_back(limit.shadow || how.charge ? "3" : "2");
+        argv.push_back(limit.shadow || how.charge ? "4" : "3");
       } else {
         argv.push_back(limit.shadow || how.charge ? "1" : "0");
       }

@@ -32,7 +32,7 @@
 --   8  charge    reserve: "1" when an expiry charges the estimate, "0" when it releases
 --   then (reserve, settle, release, expire) decide.lua's ARGV for one part: deadline_us, event,
 --   cost, N, subject, plan, hold, 4 N limit values. A settle's caller marks every limit shadow
---   (1, concurrent 3): a charge is never denied and a counter grows past its quota (up to
+--   (1, concurrent 4): a charge is never denied and a counter grows past its quota (up to
 --   kMaxUsed); the script sets the cost to what is charged (0 when nothing is: it only reads).
 --
 -- Reply
@@ -83,7 +83,7 @@ local function field(j)
 end
 local function concurrent(j)
   local kind = da[8 + 4 * (j - 1) + 1]
-  return kind == '2' or kind == '3'
+  return kind == '3' or kind == '4'
 end
 
 -- What is held of every limit now.
