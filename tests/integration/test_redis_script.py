@@ -408,6 +408,11 @@ class RedisScriptTest(unittest.TestCase):
         lim[1]["kind"] = 4
         self.assertEqual(self.raw(lim, cost=1), [1, 2, 0, 0, 0, 0, 2])
 
+    def test_a_denial_after_a_concurrent_limit_takes_back_only_the_counters(self):
+        lim = [dict(limit("inflight", 2), kind=3), limit("m", 10), limit("d", 1)]
+        self.assertEqual(self.raw(lim, cost=2), [0, 0, 0, 0, 0, 0])
+        self.assertEqual(self.all_keys(), [])  # nothing written, nothing left negative
+
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
         lim = [limit("m", top)]

@@ -365,7 +365,10 @@ local function take_back()
   if done == 0 then return end
   if undo == nil then helpers() end
   each_limit(function(h, a, k, r, cost, subject)
-    if cost > 0 and ARGV[a + 1] == '0' then
+    -- Incremented on the first pass: every limit but a shadow one (1) and a concurrent one (3,
+    -- 4), which has no counter.
+    local kind = ARGV[a + 1]
+    if cost > 0 and kind ~= '1' and kind ~= '3' and kind ~= '4' then
       undo(KEYS[k], subject, cost, reply[r])
       done = done - 1
     end
