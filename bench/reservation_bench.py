@@ -5,7 +5,7 @@ A pair is POST /v1/reserve (cost 1 held) then POST /v1/reservations/{id}/settle 
 HTTP requests and two store steps. The measure is sluice's CPU per operation (its process CPU over
 the run divided by authorizations, or by pairs), which does not depend on how fast wrk, on the same
 2 cores, manages to drive it; throughput is reported beside it. Target: a pair costs at most 2.2
-authorizations. The Redis store does not keep reservations yet, so this section has no Redis row.
+authorizations. The memory store only, for now.
 """
 import os
 import sys

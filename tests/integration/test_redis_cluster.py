@@ -23,6 +23,10 @@ plans:
   big:
     limits:
       - { name: big_minute, quota: 100000000, window: 1m }
+  llm:
+    limits:
+      - { name: tokens, quota: 1000, window: 1h }
+      - { name: inflight, quota: 2, window: concurrent }
 """
 
 
@@ -143,6 +147,56 @@ class ClusterStoreTest(ClusterCase):
         self.assertEqual(out.returncode, 78, out.stderr)
         self.assertIn("store.redis.cluster_nodes", out.stderr)
         self.assertIn("cannot be set together with store.redis.url", out.stderr)
+
+
+class ClusterReservationTest(ClusterCase):
+    def post(self, svc, path, payload):
+        status, _, raw = svc.request("POST", path, json.dumps(payload),
+                                     {"Content-Type": "application/json"})
+        return status, json.loads(raw) if raw else None
+
+    def test_reservations_on_every_master_end_through_any_instance_or_at_expiry(self):
+        # Subjects spread over every master: each reservation is one script call on its
+        # subject's master, ended by the other instance, or by the expirer, which reads the due
+        # reservations of every bucket on every master.
+        harness.clear_of_window_end(3600, 60)
+        a, b = self.service(), self.service()
+        ids = []
+        for i in range(60):
+            status, r = self.post(a, "/v1/reserve",
+                                  {"subject": f"rsv-{i}", "plan": "llm", "cost": 10, "ttl": "2s"})
+            self.assertEqual(status, 200, r)
+            self.assertTrue(r["allowed"] and not r["degraded"], r)
+            ids.append(r["reservation"])
+        for port in self.cluster.masters():
+            records = self.cluster.call(port, "KEYS", f"{self.prefix}:*:rsv:*")
+            self.assertGreater(len(records), 0, f"no reservation on master {port}")
+        for i in range(0, 60, 2):  # half settled through the other instance
+            status, s = self.post(b, f"/v1/reservations/{ids[i]}/settle", {"cost": 3})
+            self.assertEqual(status, 200, s)
+            self.assertEqual(s["settled"], {"how": "settled", "charged": 3})
+        deadline = time.monotonic() + 15
+        for i in range(1, 60, 2):  # the rest expire, charged their estimate once
+            while True:
+                body = b.check({"subject": f"rsv-{i}", "plan": "llm", "cost": 0})[2]
+                if body["limits"][1]["held"] == 0:
+                    break
+                self.assertLess(time.monotonic(), deadline, f"rsv-{i} did not expire")
+                time.sleep(0.1)  # polling, bounded by the deadline above
+        for i in range(60):
+            body = a.check({"subject": f"rsv-{i}", "plan": "llm", "cost": 0})[2]
+            self.assertEqual((body["limits"][0]["used"], body["limits"][0]["held"]),
+                             (3 if i % 2 == 0 else 10, 0), i)
+        self.assertEqual(metric(a, "sluice_reservations_ended_total") +
+                         metric(b, "sluice_reservations_ended_total"), 60)
+        # Two slots each: a third reservation of one subject is denied on either instance.
+        for svc in (a, b):
+            status, r = self.post(svc, "/v1/reserve", {"subject": "slots", "plan": "llm", "cost": 0})
+            self.assertTrue(r["allowed"], r)
+        status, r = self.post(b, "/v1/reserve", {"subject": "slots", "plan": "llm", "cost": 0})
+        self.assertFalse(r["allowed"])
+        self.assertEqual(r["violated"], ["inflight"])
+        self.assert_no_crossslot(a, b)
 
 
 class ClusterBurstTest(ClusterCase):

@@ -91,6 +91,11 @@ def keys_for(subject, limits, bucket=7, slot=3):
             f"{tag}:outbox")
 
 
+def hold_key(subject, bucket=7):
+    """The subject's hold hash (what its open reservations hold): one key per part."""
+    return f"{PREFIX}:{{{bucket}}}:hold:{subject}"
+
+
 class RedisScriptTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -137,16 +142,16 @@ class RedisScriptTest(unittest.TestCase):
         """EVALs the script; returns the raw reply list."""
         counters, _, outbox = keys_for(subject, limits)
         argv = [deadline_us, f"{self.now * 1000 + 123} {outbox_max}", cost, len(limits), subject,
-                plan]
+                plan, ""]
         for l in limits:
             start = self.now - self.now % l["window_len"]
             end = start + l["window_len"]
             counts = [(p, -(-l["quota"] * p // 100)) for p in sorted(l["thresholds"])]
             static = " ".join([str(end + GRACE), str(start), str(end), l["name"]] +
                               [f"{p} {c}" for p, c in counts])
-            argv += [l["quota"], 1 if l.get("shadow") else 0, counts[0][1] if counts else "",
-                     static]
-        keys = counters + [outbox]
+            kind = l.get("kind", 1 if l.get("shadow") else 0)
+            argv += [l["quota"], kind, counts[0][1] if counts else "", static]
+        keys = counters + [hold_key(subject), outbox]
         return self.redis.call("EVAL", self.script, len(keys), *keys, *argv)
 
     def counter(self, key, subject="user-42"):
@@ -285,14 +290,14 @@ class RedisScriptTest(unittest.TestCase):
         for key in ["sl:{7}:h:m:3600s:1000:3", "sl:{7}:x:m:3600s:1000:3", "nocolon",
                     "sl:{7}:h:m3600s1000"]:
             with self.subTest(key=key):
-                keys = ["sl:{7}:h:ok:3600s:1000:3", key, outbox]
-                argv = [0, "1 10", 1, 2, "user-42", "free",
+                keys = ["sl:{7}:h:ok:3600s:1000:3", key, hold_key("user-42"), outbox]
+                argv = [0, "1 10", 1, 2, "user-42", "free", "",
                         5, 0, "1", f"{self.now + 999} 0 1 ok 20 1",
                         5, 0, "1", f"{self.now + 999} 0 1 m 20 1"]
-                self.assertEqual(self.redis.call("EVAL", self.script, 3, *keys, *argv),
+                self.assertEqual(self.redis.call("EVAL", self.script, 4, *keys, *argv),
                                  [1, 1, 1, 2, 0])
                 self.assertEqual([self.flags(k) for k in keys[:2]], [["20:5"], ["20:5"]])
-                self.assertEqual(sorted(self.all_keys()), sorted(keys))
+                self.assertEqual(sorted(self.all_keys()), sorted(keys[:2] + [outbox]))
                 self.redis.call("FLUSHALL")
 
     def test_a_flag_moves_with_its_counter(self):
@@ -326,13 +331,15 @@ class RedisScriptTest(unittest.TestCase):
     def test_a_bad_part_after_a_paying_part_is_the_scripts_error_and_takes_back(self):
         counters, _, outbox = keys_for("user-42", [limit("m", 5), limit("h", 5)])
         static = f"{self.now + 999} 0 1 m"
-        for bad_part in (["x", 1, "user-43", "free", 5, 0, "", static],
-                         [1, "x", "user-43", "free", 5, 0, "", static],
-                         [1, 1, "user-43", "free", "x", 0, "", static]):
+        for bad_part in (["x", 1, "user-43", "free", "", 5, 0, "", static],
+                         [1, "x", "user-43", "free", "", 5, 0, "", static],
+                         [1, 1, "user-43", "free", "x", 5, 0, "", static],
+                         [1, 1, "user-43", "free", "", "x", 0, "", static]):
             with self.subTest(bad_part=bad_part):
                 with self.assertRaises(RedisError) as bad:
-                    self.redis.call("EVAL", self.script, 3, *counters, outbox, 0, "1 10",
-                                    1, 1, "user-42", "free", 5, 0, "", static, *bad_part)
+                    self.redis.call("EVAL", self.script, 5, counters[0], hold_key("user-42"),
+                                    counters[1], hold_key("user-43"), outbox, 0, "1 10",
+                                    1, 1, "user-42", "free", "", 5, 0, "", static, *bad_part)
                 self.assertTrue(str(bad.exception).startswith("ERR sluice decide: "),
                                 bad.exception)
                 self.assertEqual(self.redis.call("DBSIZE"), 0)
@@ -376,6 +383,35 @@ class RedisScriptTest(unittest.TestCase):
             self.redis = main
         self.assertEqual(self.decide(lim), (True, [2], 1, 0))
         self.assertEqual(self.fired_thresholds(), [50])
+
+    def test_what_the_hold_hash_holds_counts_as_used_and_is_reported(self):
+        lim = [limit("m", 10, [100]), limit("d", 100)]
+        # Held by open reservations (reservation.lua's field: the limit and window, no window id).
+        self.redis.call("HSET", hold_key("user-42"), "m:3600s", 6)
+        self.assertEqual(self.raw(lim, cost=4), [1, 4, 4, 0, 0, 6, 0])
+        # 4 used + 6 held + 1 > 10: denied, nothing written, and the 100% threshold fires.
+        self.assertEqual(self.raw(lim, cost=1), [0, 4, 4, 1, 0, 6, 0])
+        self.assertEqual(self.counter(keys_for("user-42", lim)[0][0]), b"4")
+        self.assertEqual(self.fired_thresholds(), [100])
+
+    def test_without_a_hold_hash_the_reply_has_no_holds(self):
+        self.assertEqual(self.raw([limit("m", 10)], cost=4), [1, 4, 0, 0])
+
+    def test_a_concurrent_limit_has_no_counter_and_needs_a_free_slot(self):
+        lim = [limit("m", 10), dict(limit("inflight", 2), kind=3)]
+        self.assertEqual(self.raw(lim, cost=1), [1, 1, 0, 0, 0])
+        self.assertEqual(self.redis.call("HGETALL", keys_for("user-42", lim)[0][1]), [])
+        self.redis.call("HSET", hold_key("user-42"), "inflight:3600s", 2)
+        self.assertEqual(self.raw(lim, cost=1), [0, 1, 0, 0, 0, 0, 2])
+        self.assertEqual(self.raw(lim, cost=0), [1, 1, 0, 0, 0, 0, 2])  # a peek needs no slot
+        # Shadow (4): it never denies.
+        lim[1]["kind"] = 4
+        self.assertEqual(self.raw(lim, cost=1), [1, 2, 0, 0, 0, 0, 2])
+
+    def test_a_denial_after_a_concurrent_limit_takes_back_only_the_counters(self):
+        lim = [dict(limit("inflight", 2), kind=3), limit("m", 10), limit("d", 1)]
+        self.assertEqual(self.raw(lim, cost=2), [0, 0, 0, 0, 0, 0])
+        self.assertEqual(self.all_keys(), [])  # nothing written, nothing left negative
 
     def test_a_counter_at_the_largest_quota_admits_the_largest_cost_exactly(self):
         top = 10**15
@@ -428,9 +464,10 @@ class RedisScriptTest(unittest.TestCase):
         for cost in ("1.0", "0x1", "1e0", "01", " 1"):
             with self.subTest(cost=cost):
                 with self.assertRaises(RedisError) as bad:
-                    self.redis.call("EVAL", self.script, 3, counters[0], other[0], outbox, 0,
-                                    "1 10", 1, 1, "user-42", "free", 5, 0, "", static,
-                                    cost, 1, "user-43", "free", 5, 0, "", static)
+                    self.redis.call("EVAL", self.script, 5, counters[0], hold_key("user-42"),
+                                    other[0], hold_key("user-43"), outbox, 0,
+                                    "1 10", 1, 1, "user-42", "free", "", 5, 0, "", static,
+                                    cost, 1, "user-43", "free", "", 5, 0, "", static)
                 self.assertIn("sluice decide: bad cost", str(bad.exception))
                 self.assertEqual(self.all_keys(), [])  # the first part's increment taken back
         # The same on the paths without an increment: a peek, a cost beyond the quota, a part
@@ -440,9 +477,10 @@ class RedisScriptTest(unittest.TestCase):
                                    ("9.0", [5, 0, "", static]), ("1.0", shadow)):
             with self.subTest(cost=cost, shadow=limit_values[1]):
                 with self.assertRaises(RedisError) as bad:
-                    self.redis.call("EVAL", self.script, 3, counters[0], other[0], outbox, 0,
-                                    "1 10", 1, 1, "user-42", "free", 5, 0, "", static,
-                                    cost, 1, "user-43", "free", *limit_values)
+                    self.redis.call("EVAL", self.script, 5, counters[0], hold_key("user-42"),
+                                    other[0], hold_key("user-43"), outbox, 0,
+                                    "1 10", 1, 1, "user-42", "free", "", 5, 0, "", static,
+                                    cost, 1, "user-43", "free", "", *limit_values)
                 self.assertIn("sluice decide: bad cost", str(bad.exception))
                 self.assertEqual(self.all_keys(), [])
 
@@ -673,12 +711,13 @@ class RedisScriptTest(unittest.TestCase):
     def test_mismatched_arguments_are_an_error(self):
         counters, _, outbox = keys_for("user-42", [limit("daily", 5)])
         with self.assertRaises(RedisError):  # N = 2, one limit given
-            self.redis.call("EVAL", self.script, 2, *counters, outbox,
-                            0, "1 10", 1, 2, "user-42", "free", 5, 0, "", "9999999999 0 1 daily")
+            self.redis.call("EVAL", self.script, 3, *counters, hold_key("user-42"), outbox,
+                            0, "1 10", 1, 2, "user-42", "free", "", 5, 0, "",
+                            "9999999999 0 1 daily")
         with self.assertRaises(RedisError):  # two limits, but one key
-            self.redis.call("EVAL", self.script, 2, *counters, outbox,
-                            0, "1 10", 1, 2, "user-42", "free", 5, 0, "", "9999999999 0 1 daily",
-                            5, 0, "", "9999999999 0 1 other")
+            self.redis.call("EVAL", self.script, 3, *counters, hold_key("user-42"), outbox,
+                            0, "1 10", 1, 2, "user-42", "free", "", 5, 0, "",
+                            "9999999999 0 1 daily", 5, 0, "", "9999999999 0 1 other")
         self.assertEqual(self.redis.call("DBSIZE"), 0)
 
 

@@ -1,9 +1,11 @@
-"""Reservations, leases and work in flight end to end on the embedded store (docs/semantics.md,
-Reservations and Concurrency; docs/http.md): the real binary, over HTTP. A plan holds an estimate
-at POST /v1/reserve, charges the real cost at settle (in full past the quota, counting the
-overshoot), releases on DELETE, ends unsettled reservations at their expiry exactly once, and caps
-requests in flight with a concurrent limit, also through /v1/authorize's Sluice-Reserve and
-Sluice-Lease headers."""
+"""Reservations, leases and work in flight end to end on the embedded store and on Redis
+(docs/semantics.md, Reservations and Concurrency; docs/http.md; docs/redis.md, Reservations): the
+real binary, over HTTP. A plan holds an estimate at POST /v1/reserve, charges the real cost at
+settle (in full past the quota, counting the overshoot), releases on DELETE, ends unsettled
+reservations at their expiry exactly once, and caps requests in flight with a concurrent limit,
+also through /v1/authorize's Sluice-Reserve and Sluice-Lease headers. On Redis, two instances
+share every hold: a concurrent limit stays exact across them, and the reservations of an instance
+killed with SIGKILL end once, at their expiry, through the other."""
 import concurrent.futures
 import json
 import os
@@ -14,7 +16,7 @@ import time
 import unittest
 
 import harness
-from test_redis import metric
+from test_redis import RedisServer, metric, redis_yaml
 
 PLANS = (
     "plans:\n"
@@ -30,21 +32,33 @@ PLANS = (
     "  - { key: k-alice, subject: alice, plan: llm }\n")
 
 
-class ReservationTest(unittest.TestCase):
+def post(svc, path, payload=None):
+    body = json.dumps(payload) if payload is not None else None
+    status, headers, raw = svc.request("POST", path, body, {"Content-Type": "application/json"})
+    return status, headers, json.loads(raw) if raw else None
+
+
+def limit_of(answer, name):
+    return next(l for l in answer["limits"] if l["name"] == name)
+
+
+class ReservationCase:
+    """The scenarios, run against the store `store_yaml()` configures."""
+
+    def store_yaml(self):
+        return ""
+
     def setUp(self):
         # Every case counts in one 1-hour window: none may straddle its end.
         harness.clear_of_window_end(3600, 60)
         d = tempfile.TemporaryDirectory(prefix="sluice-it-")
         self.addCleanup(d.cleanup)
-        self.svc = harness.Service(PLANS, d.name)
+        self.svc = harness.Service(self.store_yaml() + PLANS, d.name)
         self.svc.__enter__()
         self.addCleanup(self.svc.__exit__)
 
     def post(self, path, payload=None):
-        body = json.dumps(payload) if payload is not None else None
-        status, headers, raw = self.svc.request("POST", path, body,
-                                                {"Content-Type": "application/json"})
-        return status, headers, json.loads(raw) if raw else None
+        return post(self.svc, path, payload)
 
     def reserve(self, subject, estimate, plan="llm", ttl=None):
         payload = {"subject": subject, "plan": plan, "cost": estimate}
@@ -53,7 +67,7 @@ class ReservationTest(unittest.TestCase):
         return self.post("/v1/reserve", payload)
 
     def limit(self, answer, name):
-        return next(l for l in answer["limits"] if l["name"] == name)
+        return limit_of(answer, name)
 
     def used(self, subject, plan="llm"):
         status, _, answer = self.svc.check({"subject": subject, "plan": plan, "cost": 0})
@@ -241,6 +255,131 @@ class ReservationTest(unittest.TestCase):
             status, _, _ = self.svc.request(
                 "GET", "/v1/authorize", headers={"X-API-Key": "k-alice", "Sluice-Lease": value})
             self.assertEqual(status, 400)
+
+
+class MemoryReservationTest(ReservationCase, unittest.TestCase):
+    pass
+
+
+class RedisReservationTest(ReservationCase, unittest.TestCase):
+    def setUp(self):
+        self.redis = RedisServer().start()
+        self.addCleanup(self.redis.close)
+        super().setUp()
+
+    def store_yaml(self):
+        # Generous: a degraded answer would carry no reservation (an ASan build under 400 clients).
+        return redis_yaml(self.redis.port, timeout="2s")
+
+
+class RedisTwoInstancesTest(unittest.TestCase):
+    """Two sluice instances on one Redis: every hold is seen by both."""
+
+    def setUp(self):
+        harness.clear_of_window_end(3600, 60)
+        self.redis = RedisServer().start()
+        self.addCleanup(self.redis.close)
+        self.instances = []
+        for _ in range(2):
+            d = tempfile.TemporaryDirectory(prefix="sluice-it-")
+            self.addCleanup(d.cleanup)
+            svc = harness.Service(redis_yaml(self.redis.port, timeout="2s") + PLANS, d.name)
+            svc.__enter__()
+            self.addCleanup(svc.__exit__)
+            self.instances.append(svc)
+
+    def usage(self, svc, subject):
+        status, _, answer = svc.check({"subject": subject, "plan": "llm", "cost": 0})
+        self.assertEqual(status, 200, answer)
+        return limit_of(answer, "tokens"), limit_of(answer, "inflight")
+
+    def test_at_most_ten_in_flight_across_two_instances_under_400_concurrent_reservations(self):
+        # 400 clients reserve at once, alternately on either instance, hold their slot a moment
+        # and release it through the other instance. What Redis holds is sampled meanwhile.
+        in_flight = 0
+        peak = 0
+        lock = threading.Lock()
+        stop = threading.Event()
+        sampled = []
+
+        def sample():
+            while not stop.is_set():
+                sampled.append(self.usage(self.instances[len(sampled) % 2], "ivy")[1]["held"])
+
+        def one(i):
+            nonlocal in_flight, peak
+            mine, other = self.instances[i % 2], self.instances[(i + 1) % 2]
+            status, _, r = post(mine, "/v1/reserve", {"subject": "ivy", "plan": "llm", "cost": 0})
+            self.assertEqual(status, 200, r)
+            self.assertFalse(r.get("degraded", False), r)
+            if not r["allowed"]:
+                self.assertNotIn("reservation", r)
+                return 0
+            with lock:
+                in_flight += 1
+                peak = max(peak, in_flight)
+            held = limit_of(r, "inflight")["held"]
+            time.sleep(0.02)  # the work the slot is held for
+            with lock:
+                in_flight -= 1
+            status, _, _ = other.request("DELETE", f"/v1/reservations/{r['reservation']}")
+            self.assertEqual(status, 204)
+            return held
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+                held = list(pool.map(one, range(400)))
+        finally:
+            stop.set()
+            sampler.join()
+        admitted = [h for h in held if h]
+        self.assertGreater(len(admitted), 10)  # slots came back and were taken again
+        self.assertLessEqual(max(admitted), 10)  # what Redis held, as each answer said
+        self.assertLessEqual(peak, 10)
+        self.assertGreater(len(sampled), 0)
+        self.assertLessEqual(max(sampled), 10)
+        for svc in self.instances:  # every slot came back
+            self.assertEqual(self.usage(svc, "ivy")[1]["held"], 0)
+
+    def test_the_reservations_of_a_killed_instance_end_once_at_expiry_through_the_other(self):
+        first, second = self.instances
+        ids = []
+        for _ in range(10):
+            status, _, r = post(first, "/v1/reserve",
+                                {"subject": "kim", "plan": "llm", "cost": 40, "ttl": "2s"})
+            self.assertEqual(status, 200, r)
+            self.assertTrue(r["allowed"], r)
+            ids.append(r["reservation"])
+        first.server.kill()  # SIGKILL: it ends nothing
+
+        # The survivor sees every hold: no slot is free, and 400 held leave 600 of the tokens.
+        tokens, inflight = self.usage(second, "kim")
+        self.assertEqual((tokens["held"], inflight["held"]), (400, 10))
+        status, _, denied = post(second, "/v1/reserve", {"subject": "kim", "plan": "llm", "cost": 0})
+        self.assertFalse(denied["allowed"])
+        status, _, denied = second.check({"subject": "kim", "plan": "llm", "cost": 1})
+        self.assertFalse(denied["allowed"])
+        self.assertEqual(denied["violated"], ["inflight"])
+
+        # Its expirer ends them at their expiry, each once, charging the estimate.
+        deadline = time.monotonic() + 15
+        while self.usage(second, "kim")[1]["held"] != 0:
+            self.assertLess(time.monotonic(), deadline, "the reservations did not expire")
+            time.sleep(0.1)  # polling, bounded by the deadline above
+        tokens, inflight = self.usage(second, "kim")
+        self.assertEqual((tokens["used"], tokens["held"]), (400, 0))
+        self.assertEqual(metric(second, 'sluice_reservations_ended_total{how="expired"}'), 10)
+        for rid in ids:  # ended: a late settle conflicts and charges nothing
+            status, _, _ = post(second, f"/v1/reservations/{rid}/settle", {"cost": 1})
+            self.assertEqual(status, 409)
+        self.assertEqual(self.usage(second, "kim")[0]["used"], 400)
+        # Nothing is left to expire: every bucket's due set is empty.
+        client = self.redis.client()
+        self.addCleanup(client.close)
+        for key in client.call("KEYS", "*:rsvdue"):
+            self.assertEqual(client.call("ZCARD", key), 0, key)
 
 
 class ReservationRestartTest(unittest.TestCase):

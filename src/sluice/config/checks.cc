@@ -576,17 +576,6 @@ absl::Status Validate(const Config& config) {
   SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
   SLUICE_RETURN_IF_ERROR(ValidateStore(config.store));
   SLUICE_RETURN_IF_ERROR(ValidatePlans(config.plans));
-  // Reservations, and with them concurrent limits, are kept by the embedded store only so far.
-  if (config.store.type != StoreType::kMemory) {
-    for (const PlanConfig& plan : config.plans) {
-      for (size_t i = 0; i < plan.limits.size(); ++i) {
-        if (plan.limits[i].window.kind != WindowSpec::Kind::kConcurrent) continue;
-        return Error(absl::StrCat("plans.", absl::CHexEscape(plan.name), ".limits[", i, "].window"),
-                     "a concurrent limit needs the embedded store (store.type: memory) in this "
-                     "version");
-      }
-    }
-  }
   SLUICE_RETURN_IF_ERROR(ValidateKeys(config));
   SLUICE_RETURN_IF_ERROR(ValidateAlerts(config.alerts));
   const std::string& anonymous = config.server.anonymous_plan;

@@ -412,14 +412,14 @@ TEST_F(ConfigTest, APlanMayCapWorkInFlightAndSayWhatExpiredReservationsCharge) {
   EXPECT_EQ(config->plans[1].on_reservation_expiry, PlanConfig::OnReservationExpiry::kCharge);
 }
 
-TEST_F(ConfigTest, AConcurrentLimitHasNoAlertsAndNeedsTheEmbeddedStore) {
+TEST_F(ConfigTest, AConcurrentLimitHasNoAlertsAndWorksWithEveryStore) {
   EXPECT_EQ(ErrorOf(WithLimit("name: inflight, quota: 5, window: concurrent, alert_at: [80]")),
             "test.yaml: plans.free.limits[0].alert_at: a concurrent limit has no alerts (it "
             "counts requests in flight, not usage)");
-  EXPECT_EQ(ErrorOf(absl::StrCat("store: { type: redis }\n",
-                                 WithLimit("name: inflight, quota: 5, window: concurrent"))),
-            "test.yaml: plans.free.limits[0].window: a concurrent limit needs the embedded store "
-            "(store.type: memory) in this version");
+  absl::StatusOr<Config> redis = Parse(absl::StrCat(
+      "store: { type: redis }\n", WithLimit("name: inflight, quota: 5, window: concurrent")));
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  EXPECT_EQ(redis->plans[0].limits[0].window.kind, WindowSpec::Kind::kConcurrent);
   EXPECT_EQ(
       ErrorOf("plans:\n  free:\n    on_reservation_expiry: later\n    limits:\n"
               "      - { name: daily, quota: 5, window: day }\n"),

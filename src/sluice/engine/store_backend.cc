@@ -55,7 +55,7 @@ metrics::HistogramFamily& RegisterRoundTrips(metrics::Registry& r) {
   return r.AddHistogramFamily(
       "sluice_redis_request_duration_seconds",
       "Round trip of the Redis commands of the decision path, by command (decide, refund, usage, "
-      "reset), from queueing to reply; commands that got no reply are not observed.",
+      "reset, reservation), from queueing to reply; commands that got no reply are not observed.",
       {"command"},
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1});
 }

@@ -8,12 +8,19 @@
 -- at deployment), so the outbox streams are exactly <prefix>:{0}:outbox .. <prefix>:{B-1}:outbox
 -- and a delivery worker finds them all.
 --
--- KEYS: per part, in order, N keys (N = number of limits of the part's plan, in plan order),
--- then the outbox; a single decision is one part (N + 1 keys):
+-- KEYS: per part, in order, N keys (N = number of limits of the part's plan, in plan order) and
+-- the part's hold hash, then the outbox; a single decision is one part (N + 2 keys):
 --   counter hash of limit i  <prefix>:{<bucket>}:h:<limit>:<window>:<window_id>:<slot>
 --                            field <subject>, value the counter (an integer). The subjects of one
 --                            slot (a hash of the subject) share the hash: small hashes stay
 --                            listpack-encoded, a few bytes per subject (docs/redis.md).
+--                            A concurrent limit has no counter: its key is never touched.
+--   hold hash of the part    <prefix>:{<bucket>}:hold:<subject>: what the subject's open
+--                            reservations hold (reservation.lua writes it), field
+--                            "<limit>:<window>" (the counter key's part between ":h:" and the
+--                            window id: a hold belongs to no window), value the amount held (a
+--                            concurrent limit: the slots taken). Only read, and only when it
+--                            exists: a subject without holds costs one EXISTS.
 --   last: the bucket's outbox stream   <prefix>:{<bucket>}:outbox
 -- The alert flags of a subject and limit are one more field of the same counter hash, touched
 -- only when a threshold is reached: field "#<subject>" ('#' is no subject's character, so it
@@ -44,6 +51,9 @@
 --      N               number of limits of the part
 --      subject         string (the counters' field)
 --      plan            string (the plan in force, for the event only)
+--      hold            "" for a decision; for a reservation (reservation.lua), its estimate
+--                      (0..1,000,000), asked for besides the cost on every counting limit, and the
+--                      reservation needs a free slot of every concurrent limit even at cost 0
 --      then for each limit i = 1..N, in plan order, 4 values:
 --        quota         0..1,000,000,000,000,000 (0 refuses all but a peek)
 --        shadow        1: a shadow limit (docs/semantics.md, Shadow limits): it never denies;
@@ -56,6 +66,8 @@
 --                      its usage lives as long as it is used. A shadow credit limit is sent as 1
 --                      and recognised by its window_start of 0 (the epoch; no other window of
 --                      this century starts there).
+--                      3: a concurrent limit (no counter; any request of cost >= 1, and any
+--                      reservation, needs held + 1 <= quota), 4: a shadow concurrent limit
 --        first         the count of the limit's lowest threshold (no threshold below it can be
 --                      reached, so nothing about alerts is read while used < first); "" when the
 --                      limit has no thresholds
@@ -66,13 +78,17 @@
 --                      when a counter is created or a threshold is reached
 --
 -- Reply (integers only): { allowed (0|1), used_1, ..., used_M, fired, refused } (M = every
--- limit of every part, part by part), or { -1 } when the deadline had passed (nothing was read or
--- written)
+-- limit of every part, part by part), followed by held_1, ..., held_M when some part's hold hash
+-- exists, or { -1 } when the deadline had passed (nothing was read or written)
 --   allowed  1 iff every limit of every part fits (one verdict for the whole group)
 --   used_i   counter i after this request (incremented if admitted, unchanged if denied), or -1
 --            when the counter holds no valid counter (see "Unusable counters" below)
 --   fired    events written to the outbox by this call
 --   refused  thresholds that crossed but were not recorded because the outbox was full
+--   held_i   what open reservations hold of limit i (a concurrent limit: slots taken)
+--
+-- Holds count as used: a counting limit admits iff used + held + cost (+ hold) <= quota, and its
+-- 100% threshold fires at a denial iff used + held + cost > quota; alerts fire on counters only.
 --
 -- Outbox entry fields (all strings): type=quota.threshold_reached, subject, plan, limit,
 --   threshold, used, quota, window_start, window_end (Unix seconds), occurred_at_ms.
@@ -126,7 +142,10 @@ end
 
 -- The helpers of the rarer paths are made on first need, by helpers(): a closure made on every
 -- call costs every call (measured: about 65 ns each), and the common path needs none of them.
-local read_counter, undo, expire_new, read_fit, fire
+local read_counter, undo, expire_new, read_fit, fire, held_of
+-- What open reservations hold, by reply slot (held[r] for the limit of reply[r]); nil when no part
+-- has a hold hash (the common case).
+local held = nil
 
 local function helpers()
   -- read_counter(key, field): the value of a counter field, 0 when missing, or -1 when it holds
@@ -169,6 +188,22 @@ local function helpers()
     return true
   end
 
+  -- What hold hash KEYS[k + n] holds of the n limits whose counter keys are KEYS[k..k+n-1], as
+  -- held[r..r+n-1] (0 when nothing; a hash of another type or a value that is no count holds
+  -- nothing).
+  held_of = function(k, n, r)
+    local fields = {}
+    for j = 0, n - 1 do
+      fields[j + 1] = string.match(KEYS[k + j], '}:h:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
+    end
+    local v = redis.pcall('HMGET', KEYS[k + n], unpack(fields))
+    for j = 0, n - 1 do
+      local amount = type(v) == 'table' and tonumber(v[j + 1]) or 0
+      if amount == nil or amount < 0 or amount > kMaxUsed then amount = 0 end
+      held[r + j] = amount
+    end
+  end
+
   -- The counter of `subject` in `key` if `cost` more fits `quota` there, else nil: the decision
   -- of a peek, of a cost that cannot fit, and of a call whose first write Redis refused (read
   -- only).
@@ -202,17 +237,37 @@ do
     if cost == nil or cost < 0 or cost > kMaxCost or cost % 1 ~= 0 then
       bad = 'bad cost'; break
     end
-    if n == nil or n < 1 or n % 1 ~= 0 or ARGV[h + 3] == nil or k + n > nkeys or
-        h + 3 + 4 * n > nargs then
-      bad = 'expected N keys and 4 N limit values per part, then the outbox'; break
+    if n == nil or n < 1 or n % 1 ~= 0 or ARGV[h + 4] == nil or k + n + 1 > nkeys or
+        h + 4 + 4 * n > nargs then
+      bad = 'expected N keys and a hold hash, 5 + 4 N values per part, then the outbox'; break
     end
-    for a = h + 4, h + 4 * n, 4 do
+    -- A reservation asks for `hold` more on every counting limit and for a slot.
+    local hold, slot = 0, cost > 0
+    if ARGV[h + 4] ~= '' then
+      hold, slot = tonumber(ARGV[h + 4]), true
+      if hold == nil or hold < 0 or hold > kMaxCost or hold % 1 ~= 0 then
+        bad = 'bad hold'; break
+      end
+    end
+    if redis.call('EXISTS', KEYS[k + n]) == 1 then
+      if held_of == nil then helpers() end
+      if held == nil then held = {} end
+      held_of(k, n, r)
+    end
+    for a = h + 5, h + 4 + 4 * n, 4 do
       local quota, shadow, first = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
       if first ~= '' then first = tonumber(first) end
       if quota == nil or quota < 0 or quota > kMaxUsed or quota % 1 ~= 0 or first == nil then
         bad = 'bad limit at ARGV ' .. a; break
       end
-      if shadow == '1' then
+      -- What this limit must have room for besides the cost: its holds and the reservation's.
+      local extra = (held and held[r] or 0) + hold
+      if shadow == '3' or shadow == '4' then
+        -- A concurrent limit: no counter; a slot is free iff held + 1 <= quota.
+        if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
+        reply[r] = 0
+        if shadow == '3' and slot and (held and held[r] or 0) + 1 > quota then fits = false end
+      elseif shadow == '1' then
         more = true
         -- The hot path leaves the cost's form to HINCRBY; the paths without it check it here.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
@@ -220,11 +275,11 @@ do
         bad = 'bad limit at ARGV ' .. a; break
       elseif fits then
         local key = KEYS[k]
-        if cost == 0 or ro or cost > quota then
+        if cost == 0 or ro or cost + extra > quota then
           -- A peek, a read-only decision, or a cost that cannot fit (no write for that denial).
           if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
           if read_fit == nil then helpers() end
-          local used = read_fit(key, subject, cost, quota)
+          local used = read_fit(key, subject, cost + extra, quota)
           if used == nil then fits = false else reply[r] = used end
         else
           -- HINCRBY refuses a field that is no integer, and one that would overflow. The cost
@@ -245,7 +300,7 @@ do
             elseif done == 0 then
               ro = after
               if read_fit == nil then helpers() end
-              local used = read_fit(key, subject, cost, quota)
+              local used = read_fit(key, subject, cost + extra, quota)
               if used == nil then fits = false else reply[r] = used end
             else
               failed = after
@@ -262,7 +317,7 @@ do
                 bad = 'refused'
               end
             end
-            if bad or after < cost or after > kMaxUsed + cost or after > quota then
+            if bad or after < cost or after > kMaxUsed + cost or after + extra > quota then
               if undo == nil then helpers() end
               undo(key, subject, cost, after)
               fits = false
@@ -278,7 +333,8 @@ do
       k, r = k + 1, r + 1
     end
     if bad then break end
-    h = h + 4 + 4 * n
+    k = k + 1  -- the hold hash
+    h = h + 5 + 4 * n
   end
   if not bad and (h ~= nargs + 1 or k ~= nkeys) then
     bad = 'ARGV does not match N and the keys'
@@ -292,6 +348,9 @@ if ro and fits and not bad then return ro end
 -- The common case ends here: admitted, no shadow limit, no threshold reached.
 if fits and not more and not bad then
   reply[last], reply[last + 1], reply[last + 2] = 0, 0, nil
+  if held then
+    for q = 2, last - 1 do reply[last + q] = held[q] or 0 end
+  end
   return reply
 end
 
@@ -301,11 +360,12 @@ local function each_limit(f)
   local h, k, r = 3, 1, 2
   while h <= nargs do
     local cost, n, subject = tonumber(ARGV[h]), tonumber(ARGV[h + 1]), ARGV[h + 2]
-    for a = h + 4, h + 4 * n, 4 do
+    for a = h + 5, h + 4 + 4 * n, 4 do
       if f(h, a, k, r, cost, subject) then return end
       k, r = k + 1, r + 1
     end
-    h = h + 4 + 4 * n
+    k = k + 1  -- the hold hash
+    h = h + 5 + 4 * n
   end
 end
 
@@ -315,7 +375,10 @@ local function take_back()
   if done == 0 then return end
   if undo == nil then helpers() end
   each_limit(function(h, a, k, r, cost, subject)
-    if cost > 0 and ARGV[a + 1] ~= '1' then
+    -- Incremented on the first pass: every limit but a shadow one (1) and a concurrent one (3,
+    -- 4), which has no counter.
+    local kind = ARGV[a + 1]
+    if cost > 0 and kind ~= '1' and kind ~= '3' and kind ~= '4' then
       undo(KEYS[k], subject, cost, reply[r])
       done = done - 1
     end
@@ -489,15 +552,24 @@ else
   take_back()
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
+    if ARGV[a + 1] == '3' or ARGV[a + 1] == '4' then  -- no counter
+      reply[r] = 0
+      return
+    end
     local used = read_counter(key, subject)
     reply[r] = used
     -- An unusable counter (-1) denies (unless shadow), but fires nothing: its value means
-    -- nothing.
-    if cost > 0 and used >= 0 and used + cost > tonumber(ARGV[a]) and ARGV[a + 2] ~= '' then
+    -- nothing. Holds count as used.
+    local extra = held and held[r] or 0
+    if cost > 0 and used >= 0 and used + cost + extra > tonumber(ARGV[a]) and
+        ARGV[a + 2] ~= '' then
       fire(h, a, key, words(ARGV[a + 3]), used, true)
     end
   end)
 end
 
 reply[last], reply[last + 1], reply[last + 2] = fired, refused, nil
+if held then
+  for q = 2, last - 1 do reply[last + q] = held[q] or 0 end
+end
 return reply

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -11,8 +13,10 @@
 #include "sluice/common/log.h"
 #include "sluice/common/stable_hash.h"
 #include "sluice/common/strings.h"
+#include "sluice/limiter/limiter.h"
 #include "sluice/store/redis/decide_script.h"
 #include "sluice/store/redis/refund_script.h"
+#include "sluice/store/redis/reservation_script.h"
 #include "sluice/store/redis/reset_script.h"
 
 namespace sluice::redis {
@@ -46,6 +50,39 @@ int64_t ParseCounter(std::string_view text) {
   int64_t value = 0;
   if (!absl::SimpleAtoi(ToAbsl(text), &value) || value > kMaxUsed) return -1;
   return value;
+}
+
+// decide.lua's reply in `reply`'s elements from `at` on, for parts of `sizes` limits: allowed, the
+// counters, fired, refused, and (when something is held) the holds.
+absl::StatusOr<StoreGroupResult> ParseDecideReply(const Reply& reply, size_t at,
+                                                  absl::Span<const size_t> sizes) {
+  size_t n = 0;
+  for (size_t size : sizes) n += size;
+  const size_t left = reply.elements.size() >= at ? reply.elements.size() - at : 0;
+  if (left != n + 3 && left != 2 * n + 3) {
+    return absl::InternalError("redis: unexpected reply to decide.lua");
+  }
+  const bool held = left == 2 * n + 3;
+  StoreGroupResult result;
+  result.allowed = reply.elements[at].integer == 1;
+  result.parts.resize(sizes.size());
+  size_t e = at + 1;
+  size_t h = at + n + 3;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    StoreResult& part = result.parts[p];
+    part.allowed = result.allowed;
+    part.used.resize(sizes[p]);
+    for (size_t i = 0; i < sizes[p]; ++i) part.used[i] = reply.elements[e++].integer;
+    if (!held) continue;
+    bool any = false;
+    for (size_t i = 0; i < sizes[p]; ++i) any = any || reply.elements[h + i].integer != 0;
+    if (any) {
+      part.held.resize(sizes[p]);
+      for (size_t i = 0; i < sizes[p]; ++i) part.held[i] = reply.elements[h + i].integer;
+    }
+    h += sizes[p];
+  }
+  return result;
 }
 
 // A failure of the connection (no reply at all) tagged with its kind.
@@ -102,7 +139,8 @@ void CheckServerVersion(CommandSender* conn) {
 
 // The calls of `refund_script` (refund.lua) that take back what the decision `decide` (an
 // EVALSHA of decide.lua as DecideCommand builds it) charged: one per part that paid, with its
-// counter hashes, its cost and its subject. All keys share the decision's hash tag.
+// counter hashes (not its hold hash), its cost and its subject. All keys share the decision's
+// hash tag.
 std::vector<std::vector<std::string>> RefundsOf(const LuaScript& refund_script,
                                                 const std::vector<std::string>& decide) {
   std::vector<std::vector<std::string>> refunds;
@@ -119,8 +157,8 @@ std::vector<std::vector<std::string>> RefundsOf(const LuaScript& refund_script,
       refund.push_back(decide[arg]);      // cost
       refund.push_back(decide[arg + 2]);  // subject
     }
-    key += n;
-    arg += 4 + 4 * n;
+    key += n + 1;  // and the hold hash
+    arg += 5 + 4 * n;
   }
   return refunds;
 }
@@ -137,6 +175,8 @@ std::string_view RedisCommandKindName(RedisCommandKind kind) {
       return "usage";
     case RedisCommandKind::kReset:
       return "reset";
+    case RedisCommandKind::kReservation:
+      return "reservation";
   }
   return "decide";
 }
@@ -159,7 +199,8 @@ RedisStore::RedisStore(std::function<CommandSender*()> connection_for_thread,
       decide_(kDecideScript, &CheckServerVersion),
       // EVAL, not EVALSHA: refunds and resets are rare, and their text needs no NOSCRIPT round.
       refund_(kRefundScript, LuaScript::Send::kEval),
-      reset_(kResetScript, LuaScript::Send::kEval) {}
+      reset_(kResetScript, LuaScript::Send::kEval),
+      reservation_(kReservationScript) {}
 
 int RedisStore::BucketOf(std::string_view subject) const {
   return static_cast<int>(StableHash64(subject) % static_cast<uint64_t>(options_.buckets));
@@ -171,6 +212,14 @@ std::string RedisStore::Tag(std::string_view subject) const {
 
 std::string RedisStore::OutboxKey(int bucket) const {
   return absl::StrCat(options_.key_prefix, ":{", bucket, "}:outbox");
+}
+
+std::string RedisStore::DueKey(int bucket) const {
+  return absl::StrCat(options_.key_prefix, ":{", bucket, "}:rsvdue");
+}
+
+std::string RedisStore::ReservationKey(std::string_view placement, std::string_view id) const {
+  return absl::StrCat(Tag(placement), ":rsv:", ToAbsl(id.substr(0, id.find('.'))));
 }
 
 namespace {
@@ -203,6 +252,10 @@ std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
   return absl::StrCat(Tag(Placement(req)), ":a:", LimitWindow(req, i), ":", ToAbsl(req.subject));
 }
 
+std::string RedisStore::HoldKey(const StoreRequest& req) const {
+  return absl::StrCat(Tag(Placement(req)), ":hold:", ToAbsl(req.subject));
+}
+
 int RedisStore::SlotOf(std::string_view subject) const {
   // Other bits of the hash than BucketOf's, so the subjects of one bucket spread over its slots.
   return static_cast<int>(StableHash64(subject) / static_cast<uint64_t>(options_.buckets) %
@@ -214,10 +267,17 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
   size_t keys = 1;
   size_t args = 2;
   for (const StoreRequest& part : parts) {
-    keys += part.plan->limits.size();
-    args += 4 + 4 * part.plan->limits.size();
+    keys += part.plan->limits.size() + 1;
+    args += 5 + 4 * part.plan->limits.size();
   }
   std::vector<std::string> argv = decide_.Command(keys, keys + args);
+  AppendDecideKeys(parts, placement, argv);
+  AppendDecideArgs(parts, DecideArgs{}, argv);
+  return argv;
+}
+
+void RedisStore::AppendDecideKeys(absl::Span<const StoreRequest> parts, std::string_view placement,
+                                  std::vector<std::string>& argv) const {
   for (const StoreRequest& part : parts) {
     // CounterKey's parts, the tag and slot computed once per part.
     const std::string tag = Tag(Placement(part));
@@ -225,9 +285,13 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
     for (size_t i = 0; i < part.plan->limits.size(); ++i) {
       argv.push_back(absl::StrCat(tag, ":h:", LimitWindow(part, i), ":", slot));
     }
+    argv.push_back(absl::StrCat(tag, ":hold:", ToAbsl(part.subject)));
   }
   argv.push_back(OutboxKey(BucketOf(placement)));
+}
 
+void RedisStore::AppendDecideArgs(absl::Span<const StoreRequest> parts, const DecideArgs& how,
+                                  std::vector<std::string>& argv) const {
   const StoreRequest& first = parts.front();
   const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : first.now;
   // The caller gives up decision_deadline after the command is queued, i.e. after this instant;
@@ -241,7 +305,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
           ? -std::min(options_.clock_error, options_.decision_deadline / 4)
           : options_.unsynced_allowance;
   argv.push_back(
-      options_.decision_deadline == absl::ZeroDuration()
+      options_.decision_deadline == absl::ZeroDuration() || how.charge
           ? std::string("0")
           : absl::StrCat(std::max<int64_t>(
                 1, absl::ToUnixMicros(redis_now + options_.decision_deadline + margin))));
@@ -252,6 +316,7 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
     argv.push_back(absl::StrCat(plan.limits.size()));
     argv.push_back(std::string(req.subject));
     argv.push_back(plan.name);
+    argv.push_back(how.hold);
     for (size_t i = 0; i < plan.limits.size(); ++i) {
       const Limit& limit = plan.limits[i];
       const WindowBounds& w = req.windows[i];
@@ -261,11 +326,17 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       // store: such a limit is sent without thresholds.
       const bool alerts = !limit.thresholds.empty() && limit.quota > 0;
       argv.push_back(absl::StrCat(limit.quota));
-      // A report is charged as decide.lua charges a shadow limit: past the quota (capped at
-      // kMaxUsed), never denying, every threshold its charge reaches fired (a credit limit's
-      // expiry is pushed forward on that path too). "2" is an enforced credit limit, whose expiry
-      // every charge pushes forward.
-      argv.push_back(limit.shadow || req.mode == DecideMode::kReport ? "1" : (credit ? "2" : "0"));
+      // A report, and a reservation's charge (how.charge), are charged as decide.lua charges a
+      // shadow limit: past the quota (capped at kMaxUsed), never denying, every threshold the
+      // charge reaches fired (a credit limit's expiry is pushed forward on that path too). "2" is
+      // an enforced credit limit, whose expiry every charge pushes forward; "3" a concurrent
+      // limit, "4" a shadow (or charged) one.
+      const bool charged = limit.shadow || how.charge || req.mode == DecideMode::kReport;
+      if (limit.window.kind == config::WindowSpec::Kind::kConcurrent) {
+        argv.push_back(charged ? "4" : "3");
+      } else {
+        argv.push_back(charged ? "1" : (credit ? "2" : "0"));
+      }
       argv.push_back(alerts ? absl::StrCat(limit.thresholds.front().count) : std::string());
       std::string& static_part = argv.emplace_back(absl::StrCat(
           absl::ToUnixSeconds(absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) +
@@ -277,13 +348,13 @@ std::vector<std::string> RedisStore::DecideCommand(absl::Span<const StoreRequest
       }
     }
   }
-  return argv;
 }
 
 void RedisStore::OnLateDecision(CommandSender* conn, const Reply& reply, size_t n,
                                 const std::vector<std::string>& decide) {
   // A denial, a peek, a "late" {-1} or an error changed no counter: nothing to take back.
-  if (!reply.is_array() || reply.elements.size() != n + 3 || reply.elements[0].integer != 1) {
+  if (!reply.is_array() || (reply.elements.size() != n + 3 && reply.elements.size() != 2 * n + 3) ||
+      reply.elements[0].integer != 1) {
     return;
   }
   late_admissions_.fetch_add(1, std::memory_order_relaxed);
@@ -364,26 +435,16 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
                                StoreFailure::kLate));
           return;
         }
-        if (!reply->is_array() || reply->elements.size() != n + 3) {
+        if (!reply->is_array()) {
           std::move(done)(absl::InternalError("redis: unexpected reply to decide.lua"));
           return;
         }
-        if (const int64_t fired = reply->elements[n + 1].integer; fired > 0) {
-          recorded_.fetch_add(static_cast<uint64_t>(fired), std::memory_order_relaxed);
+        absl::StatusOr<StoreGroupResult> result = ParseDecideReply(*reply, 0, sizes);
+        if (!result.ok()) {
+          std::move(done)(result.status());
+          return;
         }
-        if (const int64_t refused = reply->elements[n + 2].integer; refused > 0) {
-          refused_.fetch_add(static_cast<uint64_t>(refused), std::memory_order_relaxed);
-        }
-        StoreGroupResult result;
-        result.allowed = reply->elements[0].integer == 1;
-        result.parts.resize(sizes.size());
-        size_t e = 1;
-        for (size_t p = 0; p < sizes.size(); ++p) {
-          result.parts[p].allowed = result.allowed;
-          result.parts[p].used.resize(sizes[p]);
-          for (size_t i = 0; i < sizes[p]; ++i)
-            result.parts[p].used[i] = reply->elements[e++].integer;
-        }
+        CountEvents(*reply, 0, n);
         std::move(done)(std::move(result));
       },
       std::move(late));
@@ -519,6 +580,294 @@ void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_inde
                if (r->is_error()) return std::move(done)(ErrorReply(*r));
                std::move(done)(absl::OkStatus());
              });
+}
+
+void RedisStore::CountEvents(const Reply& reply, size_t at, size_t n) {
+  if (reply.elements.size() < at + n + 3) return;
+  if (const int64_t fired = reply.elements[at + n + 1].integer; fired > 0) {
+    recorded_.fetch_add(static_cast<uint64_t>(fired), std::memory_order_relaxed);
+  }
+  if (const int64_t refused = reply.elements[at + n + 2].integer; refused > 0) {
+    refused_.fetch_add(static_cast<uint64_t>(refused), std::memory_order_relaxed);
+  }
+}
+
+int64_t RedisStore::RedisSeconds(absl::Time at, absl::Time now) const {
+  const absl::Time redis_now = options_.redis_clock ? options_.redis_clock->Now() : now;
+  return absl::ToUnixSeconds(
+      absl::UnixEpoch() + absl::Ceil(redis_now + (at - now) - absl::UnixEpoch(), absl::Seconds(1)));
+}
+
+void RedisStore::RunReservation(std::vector<std::string> argv,
+                                absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done,
+                                CommandSender::LateCallback late) {
+  const absl::Time start = StartTimer();
+  reservation_.Run(
+      connection_for_thread_(), std::make_shared<const std::vector<std::string>>(std::move(argv)),
+      [this, start, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+        if (!r.ok()) return std::move(done)(ConnectionFailure(r.status()));
+        Observed(RedisCommandKind::kReservation, start);
+        if (r->is_error()) return std::move(done)(ErrorReply(*r));
+        if (!r->is_array() || r->elements.empty()) {
+          return std::move(done)(absl::InternalError("redis: unexpected reply to reservation.lua"));
+        }
+        std::move(done)(*std::move(r));
+      },
+      std::move(late));
+}
+
+namespace {
+
+// reservation.lua's own arguments (ARGV 1..8) before decide.lua's.
+struct ReservationArgs {
+  std::string_view op;
+  std::string_view id;
+  std::string_view subject;
+  int64_t at_ms = 0;
+  std::string keep_at;
+  std::string hold_at;
+  std::string estimate;
+  std::string charge;
+};
+
+void AppendReservationArgs(const ReservationArgs& a, std::vector<std::string>& argv) {
+  argv.emplace_back(a.op);
+  argv.emplace_back(a.id);
+  argv.emplace_back(a.subject);
+  argv.push_back(absl::StrCat(a.at_ms));
+  argv.push_back(a.keep_at);
+  argv.push_back(a.hold_at);
+  argv.push_back(a.estimate);
+  argv.push_back(a.charge);
+}
+
+}  // namespace
+
+void RedisStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
+  const StoreRequest& d = req.decide;
+  const auto parts = absl::MakeConstSpan(&d, 1);
+  const size_t n = d.plan->limits.size();
+  std::vector<std::string> argv = reservation_.Command(3 + n + 2, 3 + n + 2 + 8 + 7 + 4 * n);
+  argv.push_back(ReservationKey(Placement(d), req.id));
+  argv.push_back(DueKey(BucketOf(Placement(d))));
+  argv.push_back(HoldKey(d));
+  AppendDecideKeys(parts, Placement(d), argv);
+  AppendReservationArgs(
+      {.op = "reserve",
+       .id = req.id,
+       .subject = d.subject,
+       .at_ms = absl::ToUnixMillis(req.expires_at),
+       .keep_at = absl::StrCat(RedisSeconds(req.expires_at + kReservationMemory, d.now)),
+       .hold_at = absl::StrCat(RedisSeconds(req.expires_at + options_.grace, d.now)),
+       .estimate = absl::StrCat(req.hold),
+       .charge = req.charge_on_expiry ? "1" : "0"},
+      argv);
+  AppendDecideArgs(parts, {.hold = absl::StrCat(req.hold)}, argv);
+  // A reservation that Redis made after the caller stopped waiting (answered degraded, with no
+  // id) is released, and a cost it charged at once refunded, as a late admission is: its id is
+  // known to no one, so it would otherwise hold until it expired (and be charged then).
+  CommandSender::LateCallback late = nullptr;
+  if (options_.decision_deadline != absl::ZeroDuration()) {
+    std::vector<std::string> undo = EndCommand(d, req.id, ReservationEnd::kRelease);
+    std::vector<std::string> refund;
+    if (d.cost > 0) {
+      refund = refund_.Command(n, n + 2);
+      for (size_t i = 0; i < n; ++i) refund.push_back(CounterKey(d, i));
+      refund.push_back(absl::StrCat(d.cost));
+      refund.push_back(std::string(d.subject));
+    }
+    late = [this, conn = connection_for_thread_(), n, undo = std::move(undo),
+            refund = std::move(refund)](Reply reply) mutable {
+      if (!reply.is_array() || reply.elements.size() != 2 * n + 3 ||
+          reply.elements[0].integer != 1) {
+        return;  // denied, too late to run, or failed: nothing was made
+      }
+      late_admissions_.fetch_add(1, std::memory_order_relaxed);
+      reservation_.Run(conn, std::make_shared<const std::vector<std::string>>(std::move(undo)),
+                       [](absl::StatusOr<Reply>) {}, nullptr, {.despite_breaker = true});
+      if (refund.empty()) return;
+      refund_.Run(conn, std::make_shared<const std::vector<std::string>>(std::move(refund)),
+                  [this](absl::StatusOr<Reply> r) {
+                    if (r.ok() && r->is_integer()) refunds_.fetch_add(1, std::memory_order_relaxed);
+                    shrinks_.fetch_add(1, std::memory_order_release);
+                  },
+                  nullptr, {.despite_breaker = true});
+    };
+  }
+  RunReservation(
+      std::move(argv),
+      [this, n, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+        if (!r.ok()) {
+          if (absl::StrContains(r.status().message(), "redis: EXISTS")) {
+            return std::move(done)(
+                absl::AlreadyExistsError("store: reservation id already in use"));
+          }
+          return std::move(done)(r.status());
+        }
+        if (r->elements.size() == 1 && r->elements[0].integer == -1) {
+          return std::move(done)(
+              WithStoreFailure(absl::DeadlineExceededError("redis: reservation arrived too late"),
+                               StoreFailure::kLate));
+        }
+        const size_t sizes[] = {n};
+        absl::StatusOr<StoreGroupResult> result = ParseDecideReply(*r, 0, sizes);
+        if (!result.ok()) return std::move(done)(result.status());
+        CountEvents(*r, 0, n);
+        std::move(done)(std::move(result->parts.front()));
+      },
+      std::move(late));
+}
+
+std::vector<std::string> RedisStore::EndCommand(const StoreRequest& d, std::string_view id,
+                                                ReservationEnd end) const {
+  const auto parts = absl::MakeConstSpan(&d, 1);
+  const size_t n = d.plan->limits.size();
+  std::vector<std::string> argv = reservation_.Command(3 + n + 2, 3 + n + 2 + 8 + 7 + 4 * n);
+  argv.push_back(ReservationKey(Placement(d), id));
+  argv.push_back(DueKey(BucketOf(Placement(d))));
+  argv.push_back(HoldKey(d));
+  AppendDecideKeys(parts, Placement(d), argv);
+  std::string_view op = "settle";
+  if (end == ReservationEnd::kRelease) op = "release";
+  if (end == ReservationEnd::kExpire) op = "expire";
+  AppendReservationArgs(
+      {.op = op, .id = id, .subject = d.subject, .at_ms = absl::ToUnixMillis(d.now)}, argv);
+  AppendDecideArgs(parts, {.charge = true}, argv);
+  return argv;
+}
+
+void RedisStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
+  using Outcome = StoreSettleResult::Outcome;
+  const StoreRequest& d = req.decide;
+  const size_t n = d.plan->limits.size();
+  std::vector<std::string> argv = EndCommand(d, req.id, req.end);
+  absl::InlinedVector<int64_t, 4> quotas;
+  absl::InlinedVector<bool, 4> counting;
+  for (const Limit& limit : d.plan->limits) {
+    quotas.push_back(limit.quota);
+    counting.push_back(limit.window.kind != config::WindowSpec::Kind::kConcurrent);
+  }
+  RunReservation(std::move(argv), [this, n, quotas = std::move(quotas),
+                                   counting = std::move(counting),
+                                   done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+    if (!r.ok()) return std::move(done)(r.status());
+    StoreSettleResult out;
+    const int64_t outcome = r->elements[0].integer;
+    if (outcome == 3 && r->elements.size() == 1) {
+      out.outcome = Outcome::kNotFound;
+      return std::move(done)(std::move(out));
+    }
+    if (outcome < 0 || outcome > 4 || outcome == 3 || r->elements.size() != 3 * n + 6) {
+      return std::move(done)(absl::InternalError("redis: unexpected reply to reservation.lua"));
+    }
+    static constexpr Outcome kOutcomes[] = {Outcome::kEnded, Outcome::kRepeated, Outcome::kConflict,
+                                            Outcome::kNotFound, Outcome::kNotDue};
+    static constexpr ReservationEnd kEnds[] = {ReservationEnd::kSettle, ReservationEnd::kRelease,
+                                               ReservationEnd::kExpire};
+    out.outcome = kOutcomes[outcome];
+    const int64_t ended_by = r->elements[1].integer;
+    out.ended_by = ended_by >= 0 && ended_by <= 2 ? kEnds[ended_by] : ReservationEnd::kSettle;
+    out.charged = r->elements[2].integer;
+    const size_t sizes[] = {n};
+    // decide.lua's reply with the holds after it, as reservation.lua answers it.
+    Reply decided;
+    decided.elements.assign(r->elements.begin() + 3, r->elements.begin() + 3 + 2 * n + 3);
+    absl::StatusOr<StoreGroupResult> result = ParseDecideReply(decided, 0, sizes);
+    if (!result.ok()) return std::move(done)(result.status());
+    CountEvents(decided, 0, n);
+    out.result = std::move(result->parts.front());
+    out.result.allowed = true;
+    if (out.outcome == Outcome::kEnded && out.charged > 0) {
+      out.overshoot.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t before = r->elements[3 + 2 * n + 3 + i].integer;
+        const int64_t after = out.result.used[i];
+        if (counting[i] && UsableCounter(before) && UsableCounter(after) && after > quotas[i]) {
+          out.overshoot[i] = after - std::max(quotas[i], before);
+        }
+      }
+    }
+    std::move(done)(std::move(out));
+  });
+}
+
+void RedisStore::Extend(std::string_view subject, std::string_view id, absl::Time expires_at,
+                        absl::Time now, ExtendCallback done) {
+  std::vector<std::string> argv = reservation_.Command(3, 3 + 8);
+  argv.push_back(ReservationKey(subject, id));
+  argv.push_back(DueKey(BucketOf(subject)));
+  argv.push_back(absl::StrCat(Tag(subject), ":hold:", ToAbsl(subject)));
+  AppendReservationArgs(
+      {.op = "extend",
+       .id = id,
+       .subject = subject,
+       .at_ms = absl::ToUnixMillis(expires_at),
+       .keep_at = absl::StrCat(RedisSeconds(expires_at + kReservationMemory, now)),
+       .hold_at = absl::StrCat(RedisSeconds(expires_at + options_.grace, now))},
+      argv);
+  RunReservation(std::move(argv),
+                 [expires_at, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+                   if (!r.ok()) return std::move(done)(r.status());
+                   StoreExtendResult out;
+                   switch (r->elements[0].integer) {
+                     case 0:
+                       out.outcome = StoreExtendResult::Outcome::kExtended;
+                       out.expires_at = expires_at;
+                       break;
+                     case 2:
+                       out.outcome = StoreExtendResult::Outcome::kEnded;
+                       break;
+                     default:
+                       out.outcome = StoreExtendResult::Outcome::kNotFound;
+                       break;
+                   }
+                   std::move(done)(out);
+                 });
+}
+
+void RedisStore::DueReservations(absl::Time now, size_t max, DueCallback done) {
+  struct State {
+    int pending = 0;
+    size_t max = 0;
+    absl::Status failure;
+    std::vector<DueReservation> due;
+    DueCallback done;
+  };
+  auto state = std::make_shared<State>();
+  state->pending = options_.buckets;
+  state->max = max;
+  state->done = std::move(done);
+  CommandSender* conn = connection_for_thread_();
+  const absl::Time start = StartTimer();
+  const std::string until = absl::StrCat(absl::ToUnixMillis(now));
+  const std::string limit = absl::StrCat(max);
+  for (int b = 0; b < options_.buckets; ++b) {
+    conn->Send({"ZRANGEBYSCORE", DueKey(b), "-inf", until, "LIMIT", "0", limit},
+               [this, start, state, first = b == 0](absl::StatusOr<Reply> r) {
+                 if (!r.ok()) {
+                   if (state->failure.ok()) state->failure = ConnectionFailure(r.status());
+                 } else if (r->is_error()) {
+                   if (state->failure.ok()) state->failure = ErrorReply(*r);
+                 } else {
+                   if (first) Observed(RedisCommandKind::kReservation, start);
+                   for (const Reply& member : r->elements) {
+                     if (state->due.size() >= state->max) break;
+                     // An id that does not name its subject and plan was not written by us.
+                     std::optional<ReservationRef> ref = ParseReservationId(member.str);
+                     if (!ref.has_value()) continue;
+                     state->due.push_back({.id = member.str,
+                                           .subject = std::move(ref->subject),
+                                           .plan = std::move(ref->plan)});
+                   }
+                 }
+                 if (--state->pending > 0) return;
+                 // What was found is ended even if some bucket could not be read.
+                 if (state->due.empty() && !state->failure.ok()) {
+                   return std::move(state->done)(state->failure);
+                 }
+                 std::move(state->done)(std::move(state->due));
+               });
+  }
 }
 
 }  // namespace sluice::redis

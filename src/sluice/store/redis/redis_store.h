@@ -25,9 +25,10 @@
 namespace sluice::redis {
 
 // The commands RedisStore sends, as its round-trip observer names them.
-enum class RedisCommandKind : uint8_t { kDecide, kRefund, kUsage, kReset };
-inline constexpr int kRedisCommandKinds = 4;
-// "decide", "refund", "usage", "reset".
+enum class RedisCommandKind : uint8_t { kDecide, kRefund, kUsage, kReset, kReservation };
+inline constexpr int kRedisCommandKinds = 5;
+// "decide", "refund", "usage", "reset", "reservation" (reserve, settle, release, expire, extend,
+// and the due reservations' reads).
 [[nodiscard]] std::string_view RedisCommandKindName(RedisCommandKind kind);
 
 struct RedisStoreOptions {
@@ -84,6 +85,18 @@ class RedisStore final : public Store {
   void Reset(const StoreRequest& req, std::optional<size_t> limit_index,
              StatusCallback done) override;
 
+  // Reservations: one call of reservation.lua each (decide.lua run inside it), in the subject's
+  // bucket. A reservation's record, its bucket's due set and the subject's hold hash
+  // (docs/redis.md) all expire: the record kReservationMemory after its expires_at, the hold hash
+  // `grace` after the latest expires_at of its reservations.
+  void Reserve(const StoreReserveRequest& req, DecideCallback done) override;
+  void Settle(const StoreSettleRequest& req, SettleCallback done) override;
+  void Extend(std::string_view subject, std::string_view id, absl::Time expires_at, absl::Time now,
+              ExtendCallback done) override;
+  // One ZRANGEBYSCORE per bucket's due set, pipelined (on a Cluster each goes to its node); up to
+  // `max` in all.
+  void DueReservations(absl::Time now, size_t max, DueCallback done) override;
+
   // Key layout (docs/redis.md). BucketOf and Tag take where the keys live: the subject, or the
   // group of a group-placed subject (StoreRequest::group), which CounterKey and FlagsKey follow.
   [[nodiscard]] int BucketOf(std::string_view subject) const;
@@ -94,6 +107,12 @@ class RedisStore final : public Store {
   [[nodiscard]] int SlotOf(std::string_view subject) const;
   [[nodiscard]] std::string FlagsKey(const StoreRequest& req, size_t i) const;
   [[nodiscard]] std::string OutboxKey(int bucket) const;
+  // What the open reservations of `req.subject` hold (decide.lua's hold hash).
+  [[nodiscard]] std::string HoldKey(const StoreRequest& req) const;
+  // Reservation `id`'s record (its random part names it), in the bucket of `placement`.
+  [[nodiscard]] std::string ReservationKey(std::string_view placement, std::string_view id) const;
+  // The open reservations of a bucket, by expiry.
+  [[nodiscard]] std::string DueKey(int bucket) const;
   // Alert events the script recorded in the outbox streams, and thresholds it could not record
   // because a stream was full (they stay armed), as reported by this process's decisions.
   [[nodiscard]] uint64_t events_recorded() const {
@@ -117,9 +136,37 @@ class RedisStore final : public Store {
   [[nodiscard]] const std::string& script_sha() const { return decide_.sha(); }
 
  private:
+  // How decide.lua's arguments are written.
+  struct DecideArgs {
+    // "" for a decision; a reservation's estimate (reserve).
+    std::string hold;
+    // A settle's charge: every limit shadow (never denied), no deadline.
+    bool charge = false;
+  };
   // The EVALSHA of decide.lua deciding `parts` together, with the keys of `placement`'s bucket.
   std::vector<std::string> DecideCommand(absl::Span<const StoreRequest> parts,
                                          std::string_view placement) const;
+  // decide.lua's keys and arguments for `parts`, appended to `argv` (DecideCommand's, and
+  // reservation.lua's after its own).
+  void AppendDecideKeys(absl::Span<const StoreRequest> parts, std::string_view placement,
+                        std::vector<std::string>& argv) const;
+  void AppendDecideArgs(absl::Span<const StoreRequest> parts, const DecideArgs& how,
+                        std::vector<std::string>& argv) const;
+  // Unix seconds on Redis's clock of instant `at` of the limiter's clock, whose now is `now`
+  // (rounded up), for EXPIREAT.
+  [[nodiscard]] int64_t RedisSeconds(absl::Time at, absl::Time now) const;
+  // Adds the events decide.lua recorded and refused (its reply's elements from `at` on, for `n`
+  // limits) to events_recorded() and events_refused().
+  void CountEvents(const Reply& reply, size_t at, size_t n);
+  // Runs reservation.lua's `argv` and passes its reply (or the failure) to `done`.
+  // `late` (may be null) sees a reply that came after the command timed out.
+  void RunReservation(std::vector<std::string> argv,
+                      absl::AnyInvocable<void(absl::StatusOr<Reply>) &&> done,
+                      CommandSender::LateCallback late = nullptr);
+  // reservation.lua's call ending reservation `id` of d.subject as `end` says (a settle charges
+  // d.cost to d.plan's counting limits).
+  [[nodiscard]] std::vector<std::string> EndCommand(const StoreRequest& d, std::string_view id,
+                                                    ReservationEnd end) const;
   // Decide and DecideGroup: one script call for `parts` (a single decision is one part).
   void DecideParts(absl::Span<const StoreRequest> parts, std::string_view placement,
                    GroupDecideCallback done);
@@ -134,9 +181,10 @@ class RedisStore final : public Store {
 
   std::function<CommandSender*()> connection_for_thread_;
   RedisStoreOptions options_;
-  LuaScript decide_;  // decide.lua
-  LuaScript refund_;  // refund.lua
-  LuaScript reset_;   // reset.lua
+  LuaScript decide_;       // decide.lua
+  LuaScript refund_;       // refund.lua
+  LuaScript reset_;        // reset.lua
+  LuaScript reservation_;  // reservation.lua (with decide.lua)
   std::atomic<uint64_t> recorded_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> late_admissions_{0};

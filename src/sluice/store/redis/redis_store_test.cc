@@ -221,16 +221,112 @@ TEST_F(RedisStoreTest, EachAnsweredCommandReportsItsRoundTripByKind) {
   }
 }
 
-TEST_F(RedisStoreTest, ReservationsAreNotSupported) {
+// "rsv_" + 26 base32 characters, then plan "p" and subject "alice" in base64url.
+constexpr std::string_view kReservationId = "rsv_abcdefghijklmnopqrstuvwxyz.cA.YWxpY2U";
+
+TEST_F(RedisStoreTest, EveryKeyOfAReservationSharesTheSubjectsHashTagAndExpires) {
   Connect(2000ms);
-  const StoreRequest req = Request();
+  const StoreRequest req = Request(/*cost=*/0);
   std::optional<absl::StatusOr<StoreResult>> reserved;
   store_->Reserve(
-      {.decide = req, .hold = 1, .id = "rsv_x", .expires_at = req.now + absl::Minutes(1)},
+      {.decide = req, .hold = 4, .id = kReservationId, .expires_at = req.now + absl::Minutes(1)},
       [&](absl::StatusOr<StoreResult> r) { reserved = std::move(r); });
-  ASSERT_TRUE(reserved.has_value());
-  EXPECT_TRUE(absl::IsUnimplemented(reserved->status()));
-  EXPECT_TRUE(observed_.empty());  // Redis was not asked
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return reserved.has_value(); }));
+  ASSERT_TRUE(reserved->ok()) << reserved->status();
+  EXPECT_TRUE((*reserved)->allowed);
+  EXPECT_EQ((*reserved)->held_at(0), 4);
+
+  absl::StatusOr<Reply> keys = testing_util::SendAndWait(io_, *connection_, {"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  std::vector<std::string> names;
+  for (const Reply& key : keys->elements) names.push_back(key.str);
+  std::sort(names.begin(), names.end());
+  const std::string tag = store_->Tag("alice");
+  EXPECT_EQ(names, (std::vector<std::string>{tag + ":hold:alice",
+                                             tag + ":rsv:rsv_abcdefghijklmnopqrstuvwxyz",
+                                             tag + ":rsvdue"}));
+  const int64_t expires = absl::ToUnixSeconds(req.now + absl::Minutes(1));
+  // The hold outlives its reservation by the grace; the record and the due set by 10 minutes.
+  EXPECT_NEAR(ExpireTime(tag + ":hold:alice"), expires + 60, 1);
+  EXPECT_NEAR(ExpireTime(tag + ":rsv:rsv_abcdefghijklmnopqrstuvwxyz"), expires + 600, 1);
+  EXPECT_NEAR(ExpireTime(tag + ":rsvdue"), expires + 600, 1);
+
+  std::optional<absl::StatusOr<std::vector<DueReservation>>> due;
+  store_->DueReservations(
+      req.now + absl::Minutes(1), 10,
+      [&](absl::StatusOr<std::vector<DueReservation>> d) { due = std::move(d); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return due.has_value(); }));
+  ASSERT_TRUE(due->ok());
+  ASSERT_EQ((*due)->size(), 1u);
+  EXPECT_EQ((**due)[0].id, kReservationId);
+  EXPECT_EQ((**due)[0].subject, "alice");
+  EXPECT_EQ((**due)[0].plan, "p");
+
+  // Released: the hold hash and the due entry go; the record stays, to answer a repeat.
+  std::optional<absl::StatusOr<StoreSettleResult>> ended;
+  store_->Settle({.decide = req, .id = kReservationId, .end = ReservationEnd::kRelease},
+                 [&](absl::StatusOr<StoreSettleResult> r) { ended = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return ended.has_value(); }));
+  ASSERT_TRUE(ended->ok());
+  EXPECT_EQ((*ended)->outcome, StoreSettleResult::Outcome::kEnded);
+  keys = testing_util::SendAndWait(io_, *connection_, {"KEYS", "*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 1u);
+  EXPECT_EQ(keys->elements[0].str, tag + ":rsv:rsv_abcdefghijklmnopqrstuvwxyz");
+}
+
+TEST_F(RedisStoreTest, AnExpiryOfAForgottenReservationTakesItOutOfTheDueSet) {
+  Connect(2000ms);
+  const StoreRequest req = Request(/*cost=*/0);
+  // Due, but its record is gone (no instance ran for 10 minutes past its expiry).
+  const std::string due = store_->DueKey(store_->BucketOf("alice"));
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_,
+                                        {"ZADD", due, "1000", std::string(kReservationId)})
+                  .ok());
+  ASSERT_TRUE(testing_util::SendAndWait(io_, *connection_, {"EXPIRE", due, "60"}).ok());
+  std::optional<absl::StatusOr<StoreSettleResult>> ended;
+  store_->Settle({.decide = req, .id = kReservationId, .end = ReservationEnd::kExpire},
+                 [&](absl::StatusOr<StoreSettleResult> r) { ended = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return ended.has_value(); }));
+  ASSERT_TRUE(ended->ok()) << ended->status();
+  EXPECT_EQ((*ended)->outcome, StoreSettleResult::Outcome::kNotFound);
+  absl::StatusOr<Reply> left = testing_util::SendAndWait(io_, *connection_, {"ZCARD", due});
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->integer, 0);
+}
+
+TEST_F(RedisStoreTest, AReservationMadeAfterTheCallerGaveUpIsReleasedAndItsCostRefunded) {
+  Connect(50ms, /*deadline=*/absl::Seconds(30));
+  const StoreRequest req = Request(/*cost=*/2);
+  ASSERT_TRUE(Decide(Request(0)).ok());  // the connection is up and decide.lua loaded
+  // Loaded too, so that the stalled call is the reservation itself.
+  std::optional<absl::StatusOr<StoreExtendResult>> extended;
+  store_->Extend("alice", kReservationId, req.now + absl::Minutes(1), req.now,
+                 [&](absl::StatusOr<StoreExtendResult> e) { extended = std::move(e); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return extended.has_value(); }));
+  ASSERT_TRUE(extended->ok()) << extended->status();
+  EXPECT_EQ((*extended)->outcome, StoreExtendResult::Outcome::kNotFound);
+
+  server_.Pause();
+  std::optional<absl::StatusOr<StoreResult>> out;
+  store_->Reserve(
+      {.decide = req, .hold = 4, .id = kReservationId, .expires_at = req.now + absl::Minutes(1)},
+      [&](absl::StatusOr<StoreResult> r) { out = std::move(r); });
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return out.has_value(); }));
+  EXPECT_EQ(StoreFailureOf(out->status()), StoreFailure::kTimeout);
+  server_.Resume();
+  ASSERT_TRUE(testing_util::PumpUntil(io_, [&] { return store_->refunds() == 1; }));
+  EXPECT_EQ(store_->late_admissions(), 1u);
+  EXPECT_EQ(Counter(req), "(nil)");  // the cost it charged at once, taken back
+  absl::StatusOr<Reply> state = testing_util::SendAndWait(
+      io_, *connection_,
+      {"HGET", store_->Tag("alice") + ":rsv:rsv_abcdefghijklmnopqrstuvwxyz", "state"});
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->str, "release");
+  absl::StatusOr<Reply> held = testing_util::SendAndWait(
+      io_, *connection_, {"EXISTS", store_->Tag("alice") + ":hold:alice"});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->integer, 0);
 }
 
 TEST_F(RedisStoreTest, ACommandThatTimedOutIsNotObservedButItsRefundIs) {
@@ -509,10 +605,10 @@ INSTANTIATE_TEST_SUITE_P(Redis, StoreConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
                              "redis", [] { return std::make_unique<RedisHarness>(); }}),
                          StoreHarnessName);
-// The Redis store has no reservations yet (configuration refuses them with it; see
-// docs/semantics.md): it answers Unimplemented, which RedisStoreTest.ReservationsAreNotSupported
-// shows.
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ReservationConformanceTest);
+INSTANTIATE_TEST_SUITE_P(Redis, ReservationConformanceTest,
+                         ::testing::Values(StoreHarnessFactory{
+                             "redis", [] { return std::make_unique<RedisHarness>(); }}),
+                         StoreHarnessName);
 
 // A group's parts, each its own subject, placed in group "order-7" (two parts of plan p).
 struct GroupFixture {
