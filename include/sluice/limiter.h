@@ -140,7 +140,7 @@ class Limiter {
 
   // Reserves (ReserveRequest): decided as Decide with the estimate held; if admitted, the
   // reservation's id. Errors as Decide's (kInvalidArgument also for a bad estimate or ttl), and
-  // kUnimplemented with Redis, which does not keep reservations yet.
+  // kResourceExhausted when the memory store already remembers as many reservations as it may.
   [[nodiscard]] Result<Reservation> Reserve(const ReserveRequest& request);
   // Ends reservation `id` by charging the real `cost` (0..1,000,000) in full, past the quota if
   // it must; never denied. The Decision is the counters after it (each limit's `overshoot`).
