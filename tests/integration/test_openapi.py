@@ -344,7 +344,7 @@ class DataPlaneTest(LiveTestCase):
                                    json.dumps({"cost": 5}), json_type)[0], 409)
         self.assertEqual(self.data("POST", settle, "/v1/reservations/{id}/settle",
                                    json.dumps({}), json_type)[0], 400)
-        self.assertEqual(self.data("POST", extend, "/v1/reservations/{id}/extend")[0], 409)
+        self.assertEqual(self.data("POST", extend, "/v1/reservations/{id}/extend")[0], 404)
         self.assertEqual(self.data("DELETE", f"/v1/reservations/{rid}",
                                    "/v1/reservations/{id}")[0], 409)
         self.assertEqual(self.data("DELETE", "/v1/reservations/rsv_none",

@@ -131,7 +131,8 @@ class ReservationCase:
         self.assertEqual(self.used("dave")["used"], 0)
         self.assertEqual(self.used("dave")["held"], 0)
         status, _, problem = self.post(f"/v1/reservations/{r['reservation']}/settle", {"cost": 5})
-        self.assertEqual(status, 409, problem)
+        self.assertEqual(status, 404, problem)  # released: nothing left to settle
+        self.assertIn("released", problem["detail"])
         for bad in ("rsv_nope", r["reservation"][:-2], "x" * 300):
             status, _, _ = self.post(f"/v1/reservations/{bad}/settle", {"cost": 1})
             self.assertEqual(status, 404, bad)
@@ -163,9 +164,9 @@ class ReservationCase:
             time.sleep(0.1)  # polling, bounded by the deadline above
         self.assertEqual(self.used("frank")["used"], 70)
         self.assertEqual(metric(self.svc, 'sluice_reservations_ended_total{how="expired"}'), 1)
-        # Ended: a late settle conflicts and charges nothing more.
+        # Expired: a late settle finds nothing to settle and charges nothing more.
         status, _, _ = self.post(f"/v1/reservations/{r['reservation']}/settle", {"cost": 5})
-        self.assertEqual(status, 409)
+        self.assertEqual(status, 404)
         self.assertEqual(self.used("frank")["used"], 70)
 
     def test_a_plan_may_release_unsettled_reservations_at_expiry(self):
@@ -371,9 +372,9 @@ class RedisTwoInstancesTest(unittest.TestCase):
         tokens, inflight = self.usage(second, "kim")
         self.assertEqual((tokens["used"], tokens["held"]), (400, 0))
         self.assertEqual(metric(second, 'sluice_reservations_ended_total{how="expired"}'), 10)
-        for rid in ids:  # ended: a late settle conflicts and charges nothing
+        for rid in ids:  # expired: a late settle finds nothing to settle and charges nothing
             status, _, _ = post(second, f"/v1/reservations/{rid}/settle", {"cost": 1})
-            self.assertEqual(status, 409)
+            self.assertEqual(status, 404)
         self.assertEqual(self.usage(second, "kim")[0]["used"], 400)
         # Nothing is left to expire: every bucket's due set is empty.
         client = self.redis.client()

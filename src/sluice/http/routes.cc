@@ -426,7 +426,7 @@ asio::awaitable<Response> DataPlane::Reservation(const Frontend& fe, Request& re
                 .dump(),
             req.version(), true);
       case StoreExtendResult::Outcome::kEnded:
-        co_return Problem(409, kBadRequest, "Conflict",
+        co_return Problem(404, kBadRequest, "Not Found",
                           "the reservation has ended: it can no longer be extended", req.version(),
                           true);
       case StoreExtendResult::Outcome::kNotFound:
@@ -465,12 +465,17 @@ asio::awaitable<Response> DataPlane::Reservation(const Frontend& fe, Request& re
     case Outcome::kNotDue:
       co_return UnknownReservation(req.version());
     case Outcome::kConflict:
-      co_return Problem(
-          409, kBadRequest, "Conflict",
-          s->ended_by == ReservationEnd::kSettle
-              ? absl::StrCat("the reservation was settled with cost ", s->charged)
-              : absl::StrCat("the reservation was ", ToAbsl(ReservationEndName(s->ended_by))),
-          req.version(), true);
+      // Settled with another cost (or settled, for a release): a conflict. Expired or released:
+      // there is no reservation left to end.
+      if (s->ended_by == ReservationEnd::kSettle) {
+        co_return Problem(409, kBadRequest, "Conflict",
+                          absl::StrCat("the reservation was settled with cost ", s->charged),
+                          req.version(), true);
+      }
+      co_return Problem(404, kBadRequest, "Not Found",
+                        absl::StrCat("the reservation has ended: it was ",
+                                     ToAbsl(ReservationEndName(s->ended_by))),
+                        req.version(), true);
     case Outcome::kEnded:
       metrics_->CountEnded(settle.end, s->decision);
       [[fallthrough]];
