@@ -8,6 +8,7 @@ the run divided by authorizations, or by pairs), which does not depend on how fa
 authorizations. The memory store only, for now.
 """
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,11 +62,8 @@ def run_reservations(args, ch, sluice_config):
 
 
 def median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def rows(R, row):

@@ -74,6 +74,13 @@ class ReservationCase:
         self.assertEqual(status, 200)
         return self.limit(answer, "tokens")
 
+    def wait_released(self, subject, plan="llm"):
+        """Waits (at most 10 s) until nothing is held for `subject`: its reservations expired."""
+        deadline = time.monotonic() + 10
+        while self.used(subject, plan=plan)["held"] != 0:
+            self.assertLess(time.monotonic(), deadline, f"{subject}'s reservation did not expire")
+            time.sleep(0.1)  # polling, bounded by the deadline above
+
     def test_a_reservation_holds_its_estimate_until_it_is_settled_with_the_real_cost(self):
         status, headers, r = self.reserve("bob", 600)
         self.assertEqual(status, 200, r)
@@ -158,10 +165,7 @@ class ReservationCase:
     def test_an_unsettled_reservation_is_charged_its_estimate_at_expiry_once(self):
         _, _, r = self.reserve("frank", 70, ttl="1s")
         self.assertTrue(r["allowed"])
-        deadline = time.monotonic() + 10
-        while self.used("frank")["held"] != 0:
-            self.assertLess(time.monotonic(), deadline, "the reservation did not expire")
-            time.sleep(0.1)  # polling, bounded by the deadline above
+        self.wait_released("frank")
         self.assertEqual(self.used("frank")["used"], 70)
         self.assertEqual(metric(self.svc, 'sluice_reservations_ended_total{how="expired"}'), 1)
         # Expired: a late settle finds nothing to settle and charges nothing more.
@@ -172,10 +176,7 @@ class ReservationCase:
     def test_a_plan_may_release_unsettled_reservations_at_expiry(self):
         _, _, r = self.reserve("gina", 70, plan="short", ttl="1s")
         self.assertTrue(r["allowed"])
-        deadline = time.monotonic() + 10
-        while self.used("gina", plan="short")["held"] != 0:
-            self.assertLess(time.monotonic(), deadline, "the reservation did not expire")
-            time.sleep(0.1)  # polling, bounded by the deadline above
+        self.wait_released("gina", plan="short")
         self.assertEqual(self.used("gina", plan="short")["used"], 0)
 
     def test_extend_keeps_a_reservation_past_its_first_expiry(self):
@@ -188,10 +189,7 @@ class ReservationCase:
         # first expiry of the extended one.
         _, _, witness = self.reserve("hal-witness", 1, ttl="1s")
         self.assertTrue(witness["allowed"])
-        deadline = time.monotonic() + 10
-        while self.used("hal-witness")["held"] != 0:
-            self.assertLess(time.monotonic(), deadline, "the witness did not expire")
-            time.sleep(0.1)  # polling, bounded by the deadline above
+        self.wait_released("hal-witness")
         self.assertEqual(self.used("hal")["held"], 50)
         self.assertEqual(self.used("hal")["used"], 0)
 

@@ -321,8 +321,9 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
   const absl::Duration length = window.length;
   if (window.kind != WindowSpec::Kind::kFixed || length < absl::Seconds(1) ||
       length > kMaxFixedWindow || length % absl::Seconds(1) != absl::ZeroDuration()) {
-    return Error(path, absl::StrCat("bad window ", Quote(window.text),
-                                    " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
+    return Error(path,
+                 absl::StrCat("bad window ", Quote(window.text),
+                              " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
   }
   return absl::OkStatus();
 }

@@ -728,7 +728,8 @@ TEST(ParseWindowTest, RejectsAnythingElse) {
                            "years", "1y", "1w", "weekly", "week ", "2week"}) {
     EXPECT_EQ(ParseWindow(text).status(),
               absl::InvalidArgumentError(absl::StrCat(
-                  "bad window \"", text, "\" (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)")))
+                  "bad window \"", text,
+                  "\" (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)")))
         << text;
   }
 }

@@ -68,8 +68,9 @@ absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
           .kind = WindowSpec::Kind::kFixed, .length = count * unit, .text = std::string(text)};
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad window ", Quote(text), " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad window ", Quote(text),
+                   " (want Ns, Nm, Nh, day, week, month, year, concurrent or credit)"));
 }
 
 }  // namespace sluice::config
