@@ -82,7 +82,8 @@ struct LimitUsage {
   std::string name;
   int64_t quota = 0;
   int64_t used = 0;
-  int64_t remaining = 0;
+  int64_t held = 0;       // held by open reservations (a concurrent limit: slots)
+  int64_t remaining = 0;  // max(quota - used - held, 0)
   std::chrono::seconds reset_after{0};
   std::vector<int> fired;  // alert percentages already fired in this window, ascending
 };

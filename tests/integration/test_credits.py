@@ -110,7 +110,8 @@ class EmbeddedStore(unittest.TestCase):
         self.assertEqual(granted["grant"]["actor"], "admin")
         self.assertEqual(granted["credits"], {
             "granted": 10,
-            "limits": [{"name": "credits", "quota": 10, "used": 0, "remaining": 10}]})
+            "limits": [{"name": "credits", "quota": 10, "used": 0, "held": 0,
+                        "remaining": 10}]})
 
         decision, headers = check(self.svc, "acme", cost=3)
         self.assertTrue(decision["allowed"])

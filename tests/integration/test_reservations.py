@@ -74,6 +74,15 @@ class ReservationCase:
         self.assertEqual(status, 200)
         return self.limit(answer, "tokens")
 
+    def admin_usage(self, subject, plan="llm"):
+        """GET /v1/usage/{subject} on the admin plane: {limit: {used, held, remaining}}."""
+        status, _, body = self.svc.request(
+            "GET", f"/v1/usage/{subject}?plan={plan}", admin=True,
+            headers={"Authorization": f"Bearer {self.svc.admin_token}"})
+        self.assertEqual(status, 200, body)
+        return {l["name"]: {k: l[k] for k in ("used", "held", "remaining")}
+                for l in json.loads(body)["limits"]}
+
     def wait_released(self, subject, plan="llm"):
         """Waits (at most 10 s) until nothing is held for `subject`: its reservations expired."""
         deadline = time.monotonic() + 10
@@ -94,6 +103,10 @@ class ReservationCase:
         # The hold counts as used in the headers too.
         items = harness.parse_rate_limit_items(headers["ratelimit"])
         self.assertEqual(items["tokens"]["r"], 400)
+        # And in the admin plane's usage.
+        self.assertEqual(self.admin_usage("bob")["tokens"],
+                         {"used": 0, "held": 600, "remaining": 400})
+        self.assertEqual(self.admin_usage("bob")["inflight"]["held"], 1)
 
         # 600 held: 401 more does not fit, and the denial consumes nothing.
         status, _, denied = self.svc.check({"subject": "bob", "plan": "llm", "cost": 401})
@@ -107,6 +120,8 @@ class ReservationCase:
         self.assertEqual(self.limit(s, "tokens")["held"], 0)
         self.assertEqual(self.limit(s, "inflight")["held"], 0)
         self.assertEqual(self.used("bob")["used"], 250)
+        self.assertEqual(self.admin_usage("bob")["tokens"],
+                         {"used": 250, "held": 0, "remaining": 750})
 
         # The same settle again answers the same; another cost is a conflict; nothing is charged.
         status, _, again = self.post(f"/v1/reservations/{r['reservation']}/settle", {"cost": 250})

@@ -147,7 +147,8 @@ std::vector<lib::LimitUsage> ToPublic(const Plan& plan, const std::vector<LimitU
         .name = limit.name,
         .quota = limit.quota,
         .used = usage[i].used,
-        .remaining = std::max<int64_t>(limit.quota - usage[i].used, 0),
+        .held = usage[i].held,
+        .remaining = std::max<int64_t>(limit.quota - usage[i].used - usage[i].held, 0),
         .reset_after = std::chrono::seconds(SecondsUntil(bounds.end, now)),
         .fired = usage[i].fired,
     });

@@ -380,11 +380,13 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
     const Limit& l = plan->limits[i];
     const WindowBounds w = WindowAt(l.window, plan->tz, now);
     const int64_t used = (*usage)[i].used;
+    const int64_t held = (*usage)[i].held;
     limits.push_back({{"name", l.name},
                       {"window", l.window.text},
                       {"quota", l.quota},
                       {"used", used},
-                      {"remaining", std::max<int64_t>(l.quota - used, 0)},
+                      {"held", held},
+                      {"remaining", std::max<int64_t>(l.quota - used - held, 0)},
                       {"reset_after", SecondsUntilReset(l.window, w.end, now)},
                       {"alerts_fired", (*usage)[i].fired}});
   }
@@ -617,10 +619,13 @@ asio::awaitable<Json> RegistryApi::CreditBalance(const Frontend& fe, const std::
       Json limit{{"name", l.name}, {"quota", l.quota}};
       if (usage.ok() && i < usage->size()) {
         const int64_t used = (*usage)[i].used;
+        const int64_t held = (*usage)[i].held;
         limit["used"] = used;
-        limit["remaining"] = std::max<int64_t>(l.quota - used, 0);
+        limit["held"] = held;
+        limit["remaining"] = std::max<int64_t>(l.quota - used - held, 0);
       } else {
         limit["used"] = nullptr;  // the store did not answer: unknown, not 0
+        limit["held"] = nullptr;
         limit["remaining"] = nullptr;
       }
       limits.push_back(std::move(limit));

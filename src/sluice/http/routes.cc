@@ -810,11 +810,13 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
     const Limit& l = p->limits[i];
     const WindowBounds w = WindowAt(l.window, p->tz, now);
     const int64_t used = (*usage)[i].used;
+    const int64_t held = (*usage)[i].held;
     limits.push_back(
         {{"name", l.name},
          {"quota", l.quota},
          {"used", used},
-         {"remaining", std::max<int64_t>(l.quota - used, 0)},
+         {"held", held},
+         {"remaining", std::max<int64_t>(l.quota - used - held, 0)},
          {"reset_after", SecondsUntilReset(l.window, w.end, now)},
          {"window", l.window.text},
          {"window_start", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.start, absl::UTCTimeZone())},

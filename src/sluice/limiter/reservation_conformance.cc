@@ -233,6 +233,32 @@ TEST_P(ReservationConformanceTest, ExtendingMovesTheExpiry) {
   EXPECT_EQ(ExpireDue(), 1u);
 }
 
+TEST_P(ReservationConformanceTest, DueReservationsAreFoundByTheirExpiryWhateverEndedOrMoved) {
+  UseReservationPlans();
+  const ReserveDecision a = Reserve("u", 1, absl::Seconds(30));
+  const ReserveDecision b = Reserve("v", 1, absl::Seconds(20));
+  const ReserveDecision c = Reserve("w", 1, absl::Seconds(10));
+  ASSERT_TRUE(a.decision.allowed && b.decision.allowed && c.decision.allowed);
+  // a moves ahead of the others, c is settled before it is due.
+  std::optional<absl::StatusOr<StoreExtendResult>> ext;
+  limiter_->Extend(a.id, absl::Seconds(5),
+                   [&](absl::StatusOr<StoreExtendResult> e) { ext = std::move(e); });
+  harness_->RunUntil([&] { return ext.has_value(); });
+  ASSERT_TRUE(ext->ok());
+  EXPECT_EQ(End(c.id, ReservationEnd::kSettle, 1).outcome, Outcome::kEnded);
+  clock_->Advance(absl::Seconds(5));
+  EXPECT_EQ(ExpireDue(), 1u);  // a, at its new expiry
+  clock_->Advance(absl::Seconds(10));
+  EXPECT_EQ(ExpireDue(), 0u);  // c was settled
+  clock_->Advance(absl::Seconds(5));
+  EXPECT_EQ(ExpireDue(), 1u);  // b
+  clock_->Advance(absl::Seconds(20));
+  EXPECT_EQ(ExpireDue(), 0u);  // a's first expiry finds nothing
+  EXPECT_EQ(End(a.id, ReservationEnd::kSettle, 1).outcome, Outcome::kConflict);
+  EXPECT_EQ(UsageOf("u")[0].used, 1);
+  EXPECT_EQ(UsageOf("v")[0].used, 1);
+}
+
 TEST_P(ReservationConformanceTest, AlertsFireOnChargedUsageNeverOnHolds) {
   UseReservationPlans();
   // Holding 900 of the daily 1,000 crosses no threshold.

@@ -94,6 +94,7 @@ struct StoreResult {
 
 struct LimitUsage {
   int64_t used = 0;
+  int64_t held = 0;        // held by open reservations (a concurrent limit: slots taken)
   std::vector<int> fired;  // percents of the thresholds already fired in this window, ascending
 };
 

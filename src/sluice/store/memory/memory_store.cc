@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/base/attributes.h"
+#include "absl/container/btree_set.h"
 #include "absl/hash/hash.h"
 #include "sluice/common/strings.h"
 
@@ -148,6 +149,17 @@ struct alignas(64) MemoryStore::Shard {
   absl::flat_hash_map<std::string, Holds, SubjectHash, SubjectEq> holds;
   // The reservations of this shard's subjects, by id. Guarded by mu.
   absl::flat_hash_map<std::string, Reservation, SubjectHash, SubjectEq> reservations;
+  // The open reservations of `reservations` by expiry, then id, so that finding the due ones reads
+  // only those. Guarded by mu.
+  struct DueOrder {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      if (a.first != b.first) return a.first < b.first;
+      return std::string_view(a.second) < std::string_view(b.second);
+    }
+  };
+  absl::btree_set<std::pair<absl::Time, std::string>, DueOrder> due;
 
   const Holds* HoldsOf(std::string_view subject) const {
     if (holds.empty()) [[likely]]
@@ -531,6 +543,11 @@ void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
         }
       }
     }
+    if (const Holds* list = shard.HoldsOf(req.subject)) {
+      for (size_t i = 0; i < plan.limits.size(); ++i) {
+        usage[i].held = Shard::HeldOf(list, Tag16(plan.limits[i]));
+      }
+    }
   }
   std::move(done)(std::move(usage));
 }
@@ -598,6 +615,7 @@ void MemoryStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
         if (amount > 0) r.holds.push_back({.tag = Tag16(limit), .amount = amount});
       }
       shard.ChangeHolds(r, +1);
+      shard.due.emplace(req.expires_at, std::string(req.id));
       shard.reservations.emplace(std::string(req.id), std::move(r));
       shard.FillHeld(d.subject, *d.plan, result);
     }
@@ -650,6 +668,7 @@ void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
           break;
       }
       shard.ChangeHolds(r, -1);
+      shard.due.erase(std::pair<absl::Time, std::string_view>(r.expires_at, req.id));
       r.holds.clear();
       r.open = false;
       r.ended_by = req.end;
@@ -692,6 +711,8 @@ void MemoryStore::Extend(std::string_view subject, std::string_view id, absl::Ti
     } else if (!it->second.open) {
       out.outcome = StoreExtendResult::Outcome::kEnded;
     } else {
+      shard.due.erase(std::pair<absl::Time, std::string_view>(it->second.expires_at, id));
+      shard.due.emplace(expires_at, std::string(id));
       it->second.expires_at = expires_at;
       out.outcome = StoreExtendResult::Outcome::kExtended;
       out.expires_at = expires_at;
@@ -703,12 +724,16 @@ void MemoryStore::Extend(std::string_view subject, std::string_view id, absl::Ti
 void MemoryStore::DueReservations(absl::Time now, size_t max, DueCallback done) {
   std::vector<DueReservation> due;
   for (size_t s = 0; s < (size_t{1} << shard_bits_) && due.size() < max; ++s) {
-    std::lock_guard lock(shards_[s].mu);
-    for (const auto& [id, r] : shards_[s].reservations) {
+    const Shard& shard = shards_[s];
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.due.begin(); it != shard.due.end() && it->first <= now; ++it) {
       if (due.size() >= max) break;
-      if (r.open && r.expires_at <= now) {
-        due.push_back({.id = id, .subject = r.subject, .plan = r.plan});
+      // `due` follows `reservations`; a mismatch (none can arise) is skipped, not ended.
+      const auto r = shard.reservations.find(it->second);
+      if (r == shard.reservations.end() || !r->second.open || r->second.expires_at != it->first) {
+        continue;
       }
+      due.push_back({.id = it->second, .subject = r->second.subject, .plan = r->second.plan});
     }
   }
   std::move(done)(std::move(due));
@@ -827,6 +852,7 @@ void MemoryStore::Restore(std::vector<SubjectState> states,
     shards_[s].others.clear();
     shards_[s].holds.clear();
     shards_[s].reservations.clear();
+    shards_[s].due.clear();
   }
   for (ReservationState& st : reservations) {
     Shard& shard = ShardFor(st.subject);
@@ -842,6 +868,7 @@ void MemoryStore::Restore(std::vector<SubjectState> states,
     if (r.open) {
       for (const auto& [tag, amount] : st.holds) r.holds.push_back({.tag = tag, .amount = amount});
       shard.ChangeHolds(r, +1);
+      shard.due.emplace(r.expires_at, st.id);
     }
     shard.reservations.insert_or_assign(std::move(st.id), std::move(r));
   }

@@ -104,7 +104,7 @@ class MemoryStore final : public Store {
   void Settle(const StoreSettleRequest& req, SettleCallback done) override;
   void Extend(std::string_view subject, std::string_view id, absl::Time expires_at, absl::Time now,
               ExtendCallback done) override;
-  // Visits every shard (a linear scan of its reservations): called about once a second.
+  // Visits every shard's open reservations in order of expiry, reading only the due ones.
   void DueReservations(absl::Time now, size_t max, DueCallback done) override;
   // Open reservations, for tests and metrics.
   [[nodiscard]] size_t open_reservations() const;

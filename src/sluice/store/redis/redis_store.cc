@@ -233,6 +233,13 @@ std::string LimitWindow(const StoreRequest& req, size_t i) {
                       req.windows[i].id);
 }
 
+// The field of limit i in the subject's hold hash: the limit's name and window without the window
+// id (a hold belongs to no window), as decide.lua reads it.
+std::string HoldField(const StoreRequest& req, size_t i) {
+  const Limit& limit = req.plan->limits[i];
+  return absl::StrCat(limit.name, ":", WindowKey(limit.window, req.plan->tz));
+}
+
 // Where a request's keys live: its group's bucket for a group-placed subject, else its own.
 std::string_view Placement(const StoreRequest& req) {
   return req.group.empty() ? req.subject : req.group;
@@ -489,7 +496,7 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     UsageCallback done;
   };
   auto state = std::make_shared<State>(
-      State{.pending = 3 * n, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
+      State{.pending = 3 * n + 1, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
   auto finish = [state](absl::Status s) {
     if (!s.ok() && state->status.ok()) state->status = s;
     if (--state->pending > 0) return;
@@ -501,8 +508,22 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
   };
   CommandSender* conn = connection_for_thread_();
   // Per limit, one HGET of the counter, one of the flags and an HKEYS of the earlier flag hash,
-  // pipelined (all keys share one hash tag).
+  // and one HMGET of what open reservations hold, pipelined (all keys share one hash tag).
   const absl::Time start = StartTimer();
+  std::vector<std::string> holds{"HMGET", HoldKey(req)};
+  for (size_t i = 0; i < n; ++i) holds.push_back(HoldField(req, i));
+  conn->Send(std::move(holds), [state, finish](absl::StatusOr<Reply> r) mutable {
+    if (!r.ok()) return finish(ConnectionFailure(r.status()));
+    // decide.lua's rule: a hash of another type, or a value that is no count, holds nothing.
+    if (r->is_array()) {
+      for (size_t i = 0; i < r->elements.size() && i < state->usage.size(); ++i) {
+        if (r->elements[i].is_string()) {
+          state->usage[i].held = std::max<int64_t>(ParseCounter(r->elements[i].str), 0);
+        }
+      }
+    }
+    finish(absl::OkStatus());
+  });
   for (size_t i = 0; i < n; ++i) {
     conn->Send({"HGET", CounterKey(req, i), std::string(req.subject)},
                [this, start, state, finish, i, first = i == 0](absl::StatusOr<Reply> r) mutable {
