@@ -1,6 +1,7 @@
 #include "sluice/http/check_body.h"
 
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -113,10 +114,113 @@ absl::StatusOr<Json> ParseObject(std::string_view body, absl::Span<const char* c
   return json;
 }
 
+// The bodies clients send are short flat objects of plain values: {"subject":"user-42",
+// "plan":"free","cost":1}. ScanFlat reads exactly those without building a JSON tree (nlohmann's
+// parse of a tree costs a /v1/check measurably): an object of distinct members among `fields`
+// whose values are strings of printable ASCII without escapes, or integers of at most 7 digits
+// without sign, fraction or exponent, with JSON's whitespace between tokens. Anything else
+// (escapes, other bytes, other values, unknown or repeated members, malformed text) is not
+// scanned: the caller parses it with the full parser, which also words every error, so both
+// paths accept the same bodies with the same meaning.
+struct FlatValue {
+  std::string_view text;  // a string's characters, or an integer's digits
+  bool present = false;
+  bool is_string = false;
+};
+constexpr size_t kMaxFlatFields = 5;
+using FlatValues = std::array<FlatValue, kMaxFlatFields>;
+
+bool ScanFlat(std::string_view body, absl::Span<const char* const> fields, FlatValues& out) {
+  size_t i = 0;
+  const size_t n = body.size();
+  const auto skip_space = [&] {
+    while (i < n && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) ++i;
+  };
+  // A string of printable ASCII without escapes, at body[i] == '"'; its characters.
+  const auto plain_string = [&](std::string_view& text) {
+    if (i >= n || body[i] != '"') return false;
+    const size_t start = ++i;
+    while (i < n && body[i] != '"') {
+      const unsigned char c = static_cast<unsigned char>(body[i]);
+      if (c < 0x20 || c > 0x7e || c == '\\') return false;
+      ++i;
+    }
+    if (i >= n) return false;
+    text = body.substr(start, i - start);
+    ++i;
+    return true;
+  };
+  skip_space();
+  if (i >= n || body[i] != '{') return false;
+  ++i;
+  skip_space();
+  if (i < n && body[i] == '}') {
+    ++i;
+  } else {
+    while (true) {
+      std::string_view name;
+      if (!plain_string(name)) return false;
+      const auto field = std::find(fields.begin(), fields.end(), name);
+      if (field == fields.end()) return false;
+      FlatValue& value = out[static_cast<size_t>(field - fields.begin())];
+      if (value.present) return false;
+      value.present = true;
+      skip_space();
+      if (i >= n || body[i] != ':') return false;
+      ++i;
+      skip_space();
+      if (i < n && body[i] == '"') {
+        if (!plain_string(value.text)) return false;
+        value.is_string = true;
+      } else {
+        const size_t start = i;
+        while (i < n && body[i] >= '0' && body[i] <= '9') ++i;
+        const size_t digits = i - start;
+        if (digits == 0 || digits > 7 || (digits > 1 && body[start] == '0')) return false;
+        value.text = body.substr(start, digits);
+      }
+      skip_space();
+      if (i >= n) return false;
+      if (body[i] == '}') {
+        ++i;
+        break;
+      }
+      if (body[i] != ',') return false;
+      ++i;
+      skip_space();
+    }
+  }
+  skip_space();
+  return i == n;
+}
+
+// A scanned value as a non-empty string, or false.
+bool FlatString(const FlatValue& value, std::string& out) {
+  if (!value.is_string || value.text.empty()) return false;
+  out.assign(value.text);
+  return true;
+}
+
+// A scanned value as a cost (an integer from 0 to kMaxCost), or false.
+bool FlatCost(const FlatValue& value, int64_t& out) {
+  if (value.is_string) return false;
+  int64_t cost = 0;
+  for (const char c : value.text) cost = cost * 10 + (c - '0');  // at most 7 digits
+  if (cost > kMaxCost) return false;
+  out = cost;
+  return true;
+}
+
+// A reservation's ttl: a duration more than 0 and at most kMaxReservationTtl.
+std::optional<absl::Duration> TtlOf(std::string_view text) {
+  absl::StatusOr<absl::Duration> ttl = config::ParseDuration(text);
+  if (!ttl.ok() || *ttl <= absl::ZeroDuration() || *ttl > kMaxReservationTtl) return std::nullopt;
+  return *ttl;
+}
+
 absl::Status ReadTtl(const Json& value, absl::Duration& out) {
   if (value.is_string()) {
-    absl::StatusOr<absl::Duration> ttl = config::ParseDuration(value.get_ref<const std::string&>());
-    if (ttl.ok() && *ttl > absl::ZeroDuration() && *ttl <= kMaxReservationTtl) {
+    if (std::optional<absl::Duration> ttl = TtlOf(value.get_ref<const std::string&>())) {
       out = *ttl;
       return absl::OkStatus();
     }
@@ -124,12 +228,54 @@ absl::Status ReadTtl(const Json& value, absl::Duration& out) {
   return FieldError("ttl", "must be a duration such as \"60s\", more than 0 and at most 1h");
 }
 
+// What a body must name besides its members' own rules: an api_key, or a subject with or
+// without a plan.
+absl::Status CheckWho(bool has_subject, bool has_plan, bool has_api_key) {
+  if (has_api_key == (has_subject || has_plan)) {
+    return FieldError("api_key", "give either api_key or subject and plan");
+  }
+  if (has_plan && !has_subject) return FieldError("subject", "required with plan");
+  // A subject alone takes its plan from the registry (the caller looks it up).
+  return absl::OkStatus();
+}
+
+// The body read by ScanFlat when every member it holds is valid; nullopt otherwise (the full
+// parser then reads it and words the error). `fields` starts with kFields' four.
+std::optional<CheckBody> ScanCheckBody(std::string_view body,
+                                       absl::Span<const char* const> fields) {
+  FlatValues v;
+  if (!ScanFlat(body, fields, v)) return std::nullopt;
+  CheckBody out;
+  if ((v[0].present && !FlatString(v[0], out.subject)) ||
+      (v[1].present && !FlatString(v[1], out.plan)) ||
+      (v[2].present && !FlatString(v[2], out.api_key)) ||
+      (v[3].present && !FlatCost(v[3], out.cost))) {
+    return std::nullopt;
+  }
+  if (v[4].present) {
+    std::optional<absl::Duration> ttl;
+    if (v[4].is_string) ttl = TtlOf(v[4].text);
+    if (!ttl) return std::nullopt;
+    out.ttl = *ttl;
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body, BodyOf of) {
   constexpr const char* kReserveFields[] = {"subject", "plan", "api_key", "cost", "ttl"};
-  absl::StatusOr<Json> parsed =
-      of == BodyOf::kReserve ? ParseObject(body, kReserveFields) : ParseObject(body, kFields);
+  const absl::Span<const char* const> fields =
+      of == BodyOf::kReserve ? absl::MakeConstSpan(kReserveFields) : absl::MakeConstSpan(kFields);
+  if (std::optional<CheckBody> scanned = ScanCheckBody(body, fields)) {
+    if (absl::Status s =
+            CheckWho(!scanned->subject.empty(), !scanned->plan.empty(), !scanned->api_key.empty());
+        !s.ok()) {
+      return s;
+    }
+    return *std::move(scanned);
+  }
+  absl::StatusOr<Json> parsed = ParseObject(body, fields);
   if (!parsed.ok()) return parsed.status();
   const Json& json = *parsed;
   CheckBody out;
@@ -152,19 +298,18 @@ absl::StatusOr<CheckBody> ParseCheckBody(std::string_view body, BodyOf of) {
   if (const auto ttl = json.find("ttl"); ttl != json.end()) {
     if (absl::Status s = ReadTtl(*ttl, out.ttl); !s.ok()) return s;
   }
-
-  const bool has_subject = subject != json.end();
-  const bool has_plan = plan != json.end();
-  if ((api_key != json.end()) == (has_subject || has_plan)) {
-    return FieldError("api_key", "give either api_key or subject and plan");
+  if (absl::Status s = CheckWho(subject != json.end(), plan != json.end(), api_key != json.end());
+      !s.ok()) {
+    return s;
   }
-  if (has_plan && !has_subject) return FieldError("subject", "required with plan");
-  // A subject alone takes its plan from the registry (the caller looks it up).
   return out;
 }
 
 absl::StatusOr<int64_t> ParseSettleBody(std::string_view body) {
   constexpr const char* kSettleFields[] = {"cost"};
+  if (FlatValues v; ScanFlat(body, kSettleFields, v) && v[0].present) {
+    if (int64_t cost = 0; FlatCost(v[0], cost)) return cost;
+  }
   absl::StatusOr<Json> json = ParseObject(body, kSettleFields);
   if (!json.ok()) return json.status();
   const auto cost = json->find("cost");

@@ -177,6 +177,65 @@ TEST(ParseCheckBodyTest, RefusesABodyWithNeitherKeyNorSubject) {
   EXPECT_EQ(ErrorOf(R"({"cost":1})"), "api_key: give either api_key or subject and plan");
 }
 
+// Plain bodies are read without a JSON tree; any other spelling of the same object (escapes,
+// other whitespace) goes through the full parser. Both must read the same thing.
+TEST(ParseCheckBodyTest, ReadsAPlainBodyAsTheSameObjectSpelledOtherwise) {
+  const struct {
+    const char* plain;
+    const char* escaped;
+  } kCases[] = {
+      {R"({"subject":"user-42","plan":"free","cost":3})",
+       R"({"subject":"user\u002d42","plan":"fre\u0065","cost":3})"},
+      {" \t\r\n{ \"api_key\" : \"k-1\" , \"cost\" : 1000000 } \n",
+       R"({"api_key":"k\u002d1","cost":1000000})"},
+      {R"({"subject":"a b/c","cost":0})", R"({"subject":"a b\/c","cost":0})"},
+  };
+  for (const auto& c : kCases) {
+    const absl::StatusOr<CheckBody> a = ParseCheckBody(c.plain, BodyOf::kReserve);
+    const absl::StatusOr<CheckBody> b = ParseCheckBody(c.escaped, BodyOf::kReserve);
+    ASSERT_TRUE(a.ok()) << c.plain << ": " << a.status();
+    ASSERT_TRUE(b.ok()) << c.escaped << ": " << b.status();
+    EXPECT_EQ(a->subject, b->subject) << c.plain;
+    EXPECT_EQ(a->plan, b->plan) << c.plain;
+    EXPECT_EQ(a->api_key, b->api_key) << c.plain;
+    EXPECT_EQ(a->cost, b->cost) << c.plain;
+  }
+  EXPECT_EQ(ParseCheckBody(R"({"subject":"a b/c","cost":0})")->subject, "a b/c");
+  EXPECT_EQ(ParseCheckBody(R"({"subject":"s","ttl":"90s"})", BodyOf::kReserve)->ttl,
+            absl::Seconds(90));
+}
+
+// Bodies close to the plain form that are not it: each gets the error of the full parser.
+TEST(ParseCheckBodyTest, RefusesNearlyPlainBodiesWithTheParsersErrors) {
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":01})"), "body: not valid JSON");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":1,})"), "body: not valid JSON");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k"} x)"), "body: not valid JSON");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k")"), "body: not valid JSON");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":10000000})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":1.0})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","cost":"1"})"), kCostError);
+  EXPECT_EQ(ErrorOf(R"({"api_key":"","cost":1})"), "api_key: must be a non-empty string");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","api_key":"k"})"), "api_key: duplicate field");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","ttl":"60s"})"), "ttl: unknown field");
+  EXPECT_EQ(ErrorOf(R"({})"), "api_key: give either api_key or subject and plan");
+  EXPECT_EQ(ErrorOf(R"({"plan":"free"})"), "api_key: give either api_key or subject and plan");
+  EXPECT_EQ(ErrorOf(R"({"api_key":"k","subject":"s"})"),
+            "api_key: give either api_key or subject and plan");
+  const absl::StatusOr<CheckBody> ttl =
+      ParseCheckBody(R"({"subject":"s","ttl":"2h"})", BodyOf::kReserve);
+  EXPECT_EQ(ttl.status().message(),
+            "ttl: must be a duration such as \"60s\", more than 0 and at most 1h");
+}
+
+TEST(ParseSettleBodyTest, ReadsTheCostPlainOrSpelledOtherwise) {
+  EXPECT_EQ(*ParseSettleBody(R"({"cost":7})"), 7);
+  EXPECT_EQ(*ParseSettleBody(" { \"cost\" : 1000000 } "), 1000000);
+  EXPECT_EQ(*ParseSettleBody(R"({"\u0063ost":7})"), 7);
+  EXPECT_EQ(ParseSettleBody(R"({})").status().message(), "cost: required: the real cost");
+  EXPECT_EQ(ParseSettleBody(R"({"cost":1000001})").status().message(), kCostError);
+  EXPECT_EQ(ParseSettleBody(R"({"cost":7,"cost":7})").status().message(), "cost: duplicate field");
+}
+
 TEST(ParseCostHeaderTest, ReadsDigits) {
   EXPECT_EQ(*ParseCostHeader("0"), 0);
   EXPECT_EQ(*ParseCostHeader("25"), 25);
