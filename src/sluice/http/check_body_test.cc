@@ -218,7 +218,7 @@ TEST(ParseCheckBodyTest, RefusesNearlyPlainBodiesWithTheParsersErrors) {
   EXPECT_EQ(ErrorOf(R"({"api_key":"k","api_key":"k"})"), "api_key: duplicate field");
   EXPECT_EQ(ErrorOf(R"({"api_key":"k","ttl":"60s"})"), "ttl: unknown field");
   EXPECT_EQ(ErrorOf(R"({})"), "api_key: give either api_key or subject and plan");
-  EXPECT_EQ(ErrorOf(R"({"plan":"free"})"), "api_key: give either api_key or subject and plan");
+  EXPECT_EQ(ErrorOf(R"({"plan":"free"})"), "subject: required with plan");
   EXPECT_EQ(ErrorOf(R"({"api_key":"k","subject":"s"})"),
             "api_key: give either api_key or subject and plan");
   const absl::StatusOr<CheckBody> ttl =
