@@ -6,7 +6,10 @@
 --   SLUICE_BENCH_KEYS      number of keys/subjects (default 10000)
 --   SLUICE_BENCH_MODE      "authorize" (X-API-Key: bench-key-<i>), "check" (subject user-<i>),
 --                          "reserve" (pairs: POST /v1/reserve for user-<i> with cost 1, then POST
---                          /v1/reservations/<id>/settle {"cost":1} once the id is back), or
+--                          /v1/reservations/<id>/settle {"cost":1} once the id is back),
+--                          "authreserve" (the gateway's pairs: GET /v1/authorize with X-API-Key:
+--                          bench-key-<i> and Sluice-Reserve: 1, then the settle of the id its
+--                          Sluice-Reservation header returned), or
 --                          the admin plane's registry writes: "put_subject" (PUT
 --                          /v1/subjects/w<run>-<i> {"plan": <plan>}, a new subject each time) or
 --                          "add_key" (POST /v1/subjects/user-<i mod keys>/keys {}, a new key each time)
@@ -73,6 +76,28 @@ elseif mode == "reserve" then
   response = function(status, headers, body)
     if status ~= 200 or string.find(body, '"settled"', 1, true) then return end
     local id = string.match(body, '"reservation":"([^"]+)"')
+    if id then
+      last = last + 1
+      ids[last] = id
+    end
+  end
+elseif mode == "authreserve" then
+  local ids, first, last = {}, 1, 0
+  local settle_headers = { ["Content-Type"] = "application/json" }
+  request = function()
+    if first <= last then
+      local id = ids[first]
+      ids[first] = nil
+      first = first + 1
+      return wrk.format("POST", "/v1/reservations/" .. id .. "/settle", settle_headers,
+                        '{"cost":1}')
+    end
+    local key = "bench-key-" .. (counter % n)
+    counter = counter + 1
+    return wrk.format("GET", "/v1/authorize", { ["X-API-Key"] = key, ["Sluice-Reserve"] = "1" })
+  end
+  response = function(status, headers, body)
+    local id = status == 200 and headers["Sluice-Reservation"]
     if id then
       last = last + 1
       ids[last] = id
