@@ -139,13 +139,14 @@ WRK_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrk", "lo
 
 
 def run_wrk(children, url, duration, connections, *, keys=10000, mode="authorize", rate=0,
-            plan="bench", watch=(), offset=0):
+            plan="bench", watch=(), offset=0, extra_env=None):
     """One wrk run (1 thread). Returns a dict: rps, p50/p90/p99/p999 (ms), requests, errors,
     schedule lateness, and the CPU % of wrk and of each pid in `watch` during the run. `offset`:
-    where the round-robin over the keys starts."""
+    where the round-robin over the keys starts; `extra_env`: more SLUICE_BENCH_* settings of
+    load.lua (the "hot" mode's)."""
     env = dict(os.environ, SLUICE_BENCH_KEYS=str(keys), SLUICE_BENCH_MODE=mode,
                SLUICE_BENCH_RATE=str(int(rate)), SLUICE_BENCH_PLAN=plan,
-               SLUICE_BENCH_OFFSET=str(int(offset)))
+               SLUICE_BENCH_OFFSET=str(int(offset)), **(extra_env or {}))
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "5s", "-s", WRK_SCRIPT,
            url]
     before = {pid: tree_cpu(pid) for pid in watch}

@@ -12,13 +12,20 @@
 --                          Sluice-Reservation header returned), or
 --                          the admin plane's registry writes: "put_subject" (PUT
 --                          /v1/subjects/w<run>-<i> {"plan": <plan>}, a new subject each time) or
---                          "add_key" (POST /v1/subjects/user-<i mod keys>/keys {}, a new key each time)
+--                          "add_key" (POST /v1/subjects/user-<i mod keys>/keys {}, a new key each time),
+--                          or "hot" (GET /v1/authorize: SLUICE_BENCH_HOT_PERCENT of the requests
+--                          with the hot subject's keys <hot key>-<j mod hot keys>, evenly
+--                          interleaved with the rest, round-robin over bench-key-<i>)
 --   SLUICE_BENCH_PLAN      plan name for "check" (default bench)
 --   SLUICE_BENCH_RATE      offered requests/s per wrk thread; 0 or unset: as fast as possible
 --   SLUICE_BENCH_TOKEN     admin token for the write modes (Authorization: Bearer)
 --   SLUICE_BENCH_RUN       a tag making put_subject's ids differ from run to run (default 0)
 --   SLUICE_BENCH_OFFSET    where the round-robin over keys/subjects starts (default 0), so that a
 --                          run can go on where the previous one stopped
+--   SLUICE_BENCH_HOT_PERCENT  "hot": the share of requests for the hot subject (default 90)
+--   SLUICE_BENCH_HOT_KEY   "hot": the prefix of the hot subject's API keys (default hot-key)
+--   SLUICE_BENCH_HOT_KEYS  "hot": how many API keys the hot subject has, used round-robin
+--                          (default 1)
 --
 -- Pacing: each thread keeps one schedule (slot k is due at t0 + k / rate). After a response wrk
 -- asks delay() before the connection's next request; the connection takes the next slot and waits
@@ -111,6 +118,25 @@ elseif mode == "check" then
     local body = '{"subject":"user-' .. (counter % n) .. '","plan":"' .. plan .. '"}'
     counter = counter + 1
     return wrk.format("POST", "/v1/check", nil, body)
+  end
+elseif mode == "hot" then
+  -- Bresenham over 100: `cold` collects the other requests' share and sends one whenever it
+  -- reaches 100, so at 90 % every tenth request is a cold one.
+  local hot_percent = tonumber(os.getenv("SLUICE_BENCH_HOT_PERCENT") or "90")
+  local hot_key = os.getenv("SLUICE_BENCH_HOT_KEY") or "hot-key"
+  local hot_keys = tonumber(os.getenv("SLUICE_BENCH_HOT_KEYS") or "1")
+  local cold, hot_counter = 0, 0
+  request = function()
+    cold = cold + (100 - hot_percent)
+    if cold >= 100 then
+      cold = cold - 100
+      wrk.headers["X-API-Key"] = "bench-key-" .. (counter % n)
+      counter = counter + 1
+    else
+      wrk.headers["X-API-Key"] = hot_key .. "-" .. (hot_counter % hot_keys)
+      hot_counter = hot_counter + 1
+    end
+    return wrk.format("GET", "/v1/authorize")
   end
 else
   request = function()
