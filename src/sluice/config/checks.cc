@@ -328,6 +328,67 @@ absl::Status ValidateWindow(absl::string_view path, const WindowSpec& window) {
   return absl::OkStatus();
 }
 
+// The rules of `algorithm` and `burst` (docs/configuration.md). The window is valid.
+absl::Status ValidateAlgorithm(absl::string_view path, const LimitConfig& limit) {
+  const std::string algorithm = absl::StrCat(path, ".algorithm");
+  const std::string burst = absl::StrCat(path, ".burst");
+  const std::string quota = absl::StrCat(path, ".quota");
+  if (limit.algorithm != Algorithm::kFixed) {
+    switch (limit.window.kind) {
+      case WindowSpec::Kind::kFixed:
+        break;
+      case WindowSpec::Kind::kDay:
+      case WindowSpec::Kind::kWeek:
+      case WindowSpec::Kind::kMonth:
+      case WindowSpec::Kind::kYear:
+        return Error(algorithm,
+                     absl::StrCat("a ", limit.window.text,
+                                  " window is a calendar quota and stays fixed (sliding and gcra "
+                                  "need a window of Ns, Nm or Nh)"));
+      case WindowSpec::Kind::kCredit:
+        return Error(algorithm,
+                     "a credit limit never resets and stays fixed (sliding and gcra need a "
+                     "window of Ns, Nm or Nh)");
+      case WindowSpec::Kind::kConcurrent:
+        return Error(algorithm,
+                     "a concurrent limit counts requests in flight and has no algorithm (leave "
+                     "algorithm out)");
+    }
+  }
+  if (limit.burst != 0 && limit.algorithm != Algorithm::kGcra) {
+    return Error(burst, "only a gcra limit has a burst (set algorithm: gcra, or leave burst out)");
+  }
+  if (limit.algorithm == Algorithm::kSliding && limit.quota > kMaxSlidingCount) {
+    return Error(quota,
+                 absl::StrCat("a sliding limit's quota is at most ", kMaxSlidingCount,
+                              " (its two windows' counts share one counter), got ", limit.quota));
+  }
+  if (limit.algorithm != Algorithm::kGcra) return absl::OkStatus();
+  if (limit.burst < 0 || limit.burst > limit.quota) {
+    return Error(
+        burst, absl::StrCat("must be between 1 and the quota ", limit.quota, ", got ", limit.burst,
+                            " (for bursts above the quota, write the same rate over a "
+                            "longer window: 10 a second with bursts of 100 is quota "
+                            "600, window 1m, burst 100)"));
+  }
+  const int64_t window_us = absl::ToInt64Microseconds(limit.window.length);
+  if (limit.quota > window_us) {
+    return Error(quota,
+                 absl::StrCat("a gcra limit admits at most one unit per microsecond: at most ",
+                              window_us, " for window ", limit.window.text, ", got ", limit.quota));
+  }
+  if (window_us % limit.quota != 0 && window_us / limit.quota < 1000) {
+    return Error(quota,
+                 absl::StrCat("a gcra limit's interval between units (window / quota) must be a "
+                              "whole number of microseconds or at least 1ms: ",
+                              limit.window.text, " / ", limit.quota,
+                              " is not (pick a quota that "
+                              "divides ",
+                              window_us, ", or at most ", window_us / 1000, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateLimit(absl::string_view path, const LimitConfig& limit) {
   if (!IsValidName(limit.name, kMaxNameLength)) {
     return Error(absl::StrCat(path, ".name"),
@@ -340,10 +401,14 @@ absl::Status ValidateLimit(absl::string_view path, const LimitConfig& limit) {
   SLUICE_RETURN_IF_ERROR(
       CheckRange(absl::StrCat(path, ".quota"), limit.quota, min_quota, kMaxQuota));
   SLUICE_RETURN_IF_ERROR(ValidateWindow(absl::StrCat(path, ".window"), limit.window));
+  SLUICE_RETURN_IF_ERROR(ValidateAlgorithm(path, limit));
   const std::string alert_at = absl::StrCat(path, ".alert_at");
   if (limit.window.kind == WindowSpec::Kind::kConcurrent && !limit.alert_at.empty()) {
     return Error(alert_at,
                  "a concurrent limit has no alerts (it counts requests in flight, not usage)");
+  }
+  if (limit.algorithm == Algorithm::kGcra && !limit.alert_at.empty()) {
+    return Error(alert_at, "a gcra limit has no alerts (a rate has no quota to reach)");
   }
   if (limit.alert_at.size() > kMaxAlertThresholds) {
     return Error(alert_at, absl::StrCat("at most ", kMaxAlertThresholds, " percentages, got ",
@@ -577,6 +642,17 @@ absl::Status Validate(const Config& config) {
   SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
   SLUICE_RETURN_IF_ERROR(ValidateStore(config.store));
   SLUICE_RETURN_IF_ERROR(ValidatePlans(config.plans));
+  if (config.store.type == StoreType::kRedis) {
+    for (const PlanConfig& plan : config.plans) {
+      for (size_t l = 0; l < plan.limits.size(); ++l) {
+        if (plan.limits[l].algorithm == Algorithm::kFixed) continue;
+        return Error(
+            absl::StrCat("plans.", absl::CHexEscape(plan.name), ".limits[", l, "].algorithm"),
+            "sliding and gcra limits work on the memory store only for now (on Redis every "
+            "limit is fixed)");
+      }
+    }
+  }
   SLUICE_RETURN_IF_ERROR(ValidateKeys(config));
   SLUICE_RETURN_IF_ERROR(ValidateAlerts(config.alerts));
   const std::string& anonymous = config.server.anonymous_plan;

@@ -427,6 +427,66 @@ TEST_F(ConfigTest, AConcurrentLimitHasNoAlertsAndWorksWithEveryStore) {
       "(want charge or release)");
 }
 
+TEST_F(ConfigTest, ALimitMayBeSlidingOrGcraWithABurst) {
+  absl::StatusOr<Config> c = Parse(absl::StrCat(
+      "plans:\n  free:\n    limits:\n",
+      "      - { name: a, quota: 60, window: 1m, algorithm: sliding, alert_at: [80] }\n",
+      "      - { name: b, quota: 60, window: 1m, algorithm: gcra, burst: 10 }\n",
+      "      - { name: c, quota: 60, window: 1m, algorithm: gcra }\n",
+      "      - { name: d, quota: 5000, window: day, algorithm: fixed }\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<LimitConfig>& limits = c->plans[0].limits;
+  EXPECT_EQ(limits[0].algorithm, config::Algorithm::kSliding);
+  EXPECT_EQ(limits[1].algorithm, config::Algorithm::kGcra);
+  EXPECT_EQ(limits[1].burst, 10);
+  EXPECT_EQ(limits[2].burst, 0);  // the quota
+  EXPECT_EQ(limits[3].algorithm, config::Algorithm::kFixed);
+}
+
+TEST_F(ConfigTest, RefusesAnAlgorithmWhereItCannotDecide) {
+  const std::string at = "test.yaml: plans.free.limits[0].";
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: 1m, algorithm: token")),
+            at + "algorithm: unknown algorithm \"token\" (want fixed, sliding or gcra)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: day, algorithm: sliding")),
+            at + "algorithm: a day window is a calendar quota and stays fixed (sliding and gcra "
+                 "need a window of Ns, Nm or Nh)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: month, algorithm: gcra")),
+            at + "algorithm: a month window is a calendar quota and stays fixed (sliding and "
+                 "gcra need a window of Ns, Nm or Nh)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: credit, algorithm: gcra")),
+            at + "algorithm: a credit limit never resets and stays fixed (sliding and gcra need "
+                 "a window of Ns, Nm or Nh)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: concurrent, algorithm: sliding")),
+            at + "algorithm: a concurrent limit counts requests in flight and has no algorithm "
+                 "(leave algorithm out)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: 1m, burst: 2")),
+            at + "burst: only a gcra limit has a burst (set algorithm: gcra, or leave burst out)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: 1m, algorithm: gcra, burst: 0")),
+            at + "burst: must be between 1 and 1000000000000000, got 0");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: 1m, algorithm: gcra, burst: 6")),
+            at + "burst: must be between 1 and the quota 5, got 6 (for bursts above the quota, "
+                 "write the same rate over a longer window: 10 a second with bursts of 100 is "
+                 "quota 600, window 1m, burst 100)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 5, window: 1m, algorithm: gcra, alert_at: [80]")),
+            at + "alert_at: a gcra limit has no alerts (a rate has no quota to reach)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 1000001, window: 1s, algorithm: gcra")),
+            at + "quota: a gcra limit admits at most one unit per microsecond: at most 1000000 "
+                 "for window 1s, got 1000001");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 300000, window: 1s, algorithm: gcra")),
+            at + "quota: a gcra limit's interval between units (window / quota) must be a whole "
+                 "number of microseconds or at least 1ms: 1s / 300000 is not (pick a quota that "
+                 "divides 1000000, or at most 1000)");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 250000, window: 1s, algorithm: gcra")), "OK");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 7, window: 1m, algorithm: gcra")), "OK");
+  EXPECT_EQ(ErrorOf(WithLimit("name: a, quota: 10000000, window: 1m, algorithm: sliding")),
+            at + "quota: a sliding limit's quota is at most 9999999 (its two windows' counts share "
+                 "one counter), got 10000000");
+  EXPECT_EQ(ErrorOf(absl::StrCat("store: { type: redis }\n",
+                                 WithLimit("name: a, quota: 5, window: 1m, algorithm: gcra"))),
+            at + "algorithm: sliding and gcra limits work on the memory store only for now (on "
+                 "Redis every limit is fixed)");
+}
+
 TEST_F(ConfigTest, ShadowIsTrueOrFalse) {
   EXPECT_EQ(ErrorOf(WithLimit("name: daily, quota: 5, window: day, shadow: yes")),
             "test.yaml: plans.free.limits[0].shadow: expected true or false, got \"yes\"");
@@ -489,7 +549,7 @@ TEST_F(ConfigTest, SecondDocumentIsRejected) {
 TEST_F(ConfigTest, UnknownFieldNamesItsPathAndTheExpectedFields) {
   EXPECT_EQ(ErrorOf(WithLimit("name: daily, qouta: 5, window: day")),
             "test.yaml: plans.free.limits[0].qouta: unknown field (expected one of: name, quota, "
-            "window, alert_at, shadow)");
+            "window, alert_at, shadow, algorithm, burst)");
 }
 
 TEST_F(ConfigTest, UnknownTopLevelFieldIsRejected) {

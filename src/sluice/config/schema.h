@@ -169,6 +169,11 @@ struct LimitConfig {
   std::vector<int> alert_at;  // percentages 1..100, strictly increasing after validation
   // Decided, counted and alerted, but never denies (docs/semantics.md, Shadow limits).
   bool shadow = false;
+  // How it decides (docs/semantics.md, Limit algorithms); sliding and gcra need a window of
+  // Ns, Nm or Nh.
+  Algorithm algorithm = Algorithm::kFixed;
+  // gcra only: how many units may be taken at once (1..quota); 0: the quota.
+  int64_t burst = 0;
 };
 
 struct PlanConfig {

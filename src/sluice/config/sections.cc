@@ -256,8 +256,14 @@ absl::Status ParseAlertAt(const Field& field, std::vector<int>& alert_at) {
 
 absl::Status ParseLimit(const Field& field, LimitConfig& limit) {
   Fields f;
-  SLUICE_RETURN_IF_ERROR(ReadFields(field, {"name", "quota", "window", "alert_at", "shadow"}, f));
+  SLUICE_RETURN_IF_ERROR(ReadFields(
+      field, {"name", "quota", "window", "alert_at", "shadow", "algorithm", "burst"}, f));
   SLUICE_RETURN_IF_ERROR(ReadBool(f.Get("shadow"), limit.shadow));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(
+      f.Get("algorithm"), "algorithm",
+      {{"fixed", Algorithm::kFixed}, {"sliding", Algorithm::kSliding}, {"gcra", Algorithm::kGcra}},
+      limit.algorithm));
+  SLUICE_RETURN_IF_ERROR(ReadInt64(f.Get("burst"), 1, kMaxQuota, limit.burst));
   const Field name = f.Get("name");
   SLUICE_RETURN_IF_ERROR(Require(name));
   SLUICE_RETURN_IF_ERROR(ReadString(name, limit.name));

@@ -40,6 +40,18 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view std_text) {
   return duration;
 }
 
+std::string_view AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kFixed:
+      return "fixed";
+    case Algorithm::kSliding:
+      return "sliding";
+    case Algorithm::kGcra:
+      return "gcra";
+  }
+  return "fixed";
+}
+
 absl::StatusOr<WindowSpec> ParseWindow(std::string_view std_text) {
   const absl::string_view text = FromStd(std_text);
   if (text == "day") return WindowSpec{.kind = WindowSpec::Kind::kDay, .text = "day"};

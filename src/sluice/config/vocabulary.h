@@ -31,6 +31,19 @@ struct WindowSpec {
   friend bool operator==(const WindowSpec&, const WindowSpec&) = default;
 };
 
+// How a limit decides (docs/semantics.md, Limit algorithms): `fixed` windows (the default);
+// `sliding`, the two-window weighted counter; `gcra`, a rate of quota per window with a burst.
+enum class Algorithm { kFixed, kSliding, kGcra };
+
+// "fixed", "sliding" or "gcra".
+[[nodiscard]] std::string_view AlgorithmName(Algorithm algorithm);
+
+// The largest quota of a sliding limit: its current and previous windows' counts are kept in one
+// counter (count of the previous window * kSlidingRadix + count of the current one), which must
+// stay a valid counter (at most 10^15).
+inline constexpr int64_t kSlidingRadix = 100'000'000;
+inline constexpr int64_t kMaxSlidingCount = 9'999'999;
+
 // The longest fixed window: as long as the longest month. No window outlives a leap year (a
 // `year`), so every counter expires within 366 days and a grace period, which the memory store's
 // snapshot relies on (it drops records that claim to live longer) and which keeps every expiry

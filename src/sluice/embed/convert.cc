@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "sluice/limiter/algorithm.h"
 #include "sluice/limiter/window.h"
 
 namespace sluice::embed {
@@ -143,13 +144,14 @@ std::vector<lib::LimitUsage> ToPublic(const Plan& plan, const std::vector<LimitU
   for (size_t i = 0; i < plan.limits.size() && i < usage.size(); ++i) {
     const Limit& limit = plan.limits[i];
     const WindowBounds bounds = limit.window_cache->Get(limit.window, plan.tz, now);
+    const UnitsView v = ViewOf(limit, bounds, now, usage[i].used, usage[i].prev, usage[i].held);
     out.push_back(lib::LimitUsage{
         .name = limit.name,
         .quota = limit.quota,
-        .used = usage[i].used,
+        .used = v.used,
         .held = usage[i].held,
-        .remaining = std::max<int64_t>(limit.quota - usage[i].used - usage[i].held, 0),
-        .reset_after = std::chrono::seconds(SecondsUntil(bounds.end, now)),
+        .remaining = v.remaining,
+        .reset_after = std::chrono::seconds(v.reset_after),
         .fired = usage[i].fired,
     });
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
+#include "sluice/limiter/algorithm.h"
 #include "sluice/limiter/store.h"
 
 namespace sluice::frontend {
@@ -56,7 +57,7 @@ int64_t WindowSeconds(const LimitDecision& l) {
 }
 
 Shown Show(const LimitDecision& l) {
-  const int64_t quota = l.limit->quota;
+  const int64_t quota = LimitCapacity(*l.limit);
   const int64_t reset_after = std::max<int64_t>(l.reset_after, 0);
   if (!UsableCounter(l.used)) return {quota, 0, reset_after};
   const int64_t room = l.used >= quota ? 0 : quota - l.used;
@@ -94,13 +95,15 @@ void ForEachRateLimitHeader(const Decision& d,
       continue;
     }
     absl::StrAppend(&policy, name, ";q=", l.limit->quota, ";w=", WindowSeconds(l));
+    // A gcra limit's rate is q per w; how much of it may be taken at once is its own parameter.
+    if (IsGcra(*l.limit)) absl::StrAppend(&policy, ";sluice-burst=", l.limit->burst);
     absl::StrAppend(&state, name, ";r=", shown.remaining, ";t=", shown.reset_after);
   }
   put("RateLimit-Policy", policy);
   put("RateLimit", state);
   const LimitDecision& tightest = d.Tightest();
   const Shown shown = Show(tightest);
-  put("X-RateLimit-Limit", ToStd(absl::AlphaNum(tightest.limit->quota).Piece()));
+  put("X-RateLimit-Limit", ToStd(absl::AlphaNum(LimitCapacity(*tightest.limit)).Piece()));
   put("X-RateLimit-Remaining", ToStd(absl::AlphaNum(shown.remaining).Piece()));
   put("X-RateLimit-Reset", ToStd(absl::AlphaNum(shown.reset_after).Piece()));
 }

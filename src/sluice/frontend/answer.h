@@ -47,8 +47,9 @@ struct Decided {
 [[nodiscard]] int64_t WindowSeconds(const LimitDecision& l);
 
 // What a limit reports, whatever the Decision holds (the Limiter already guarantees it; the
-// rendering does not rely on it): 0 <= used, 0 <= remaining <= quota - used, so no answer can show
-// a negative or wrapped value. A counter outside [0, kMaxUsed] (store.h) shows as exhausted.
+// rendering does not rely on it): 0 <= used, 0 <= remaining <= capacity - used (the quota, or a
+// gcra limit's burst), so no answer can show a negative or wrapped value. A counter outside
+// [0, kMaxUsed] (store.h) shows as exhausted.
 struct Shown {
   int64_t used;
   int64_t remaining;

@@ -22,6 +22,7 @@
 #include "sluice/http/await.h"
 #include "sluice/http/render.h"
 #include "sluice/http/sha256.h"
+#include "sluice/limiter/algorithm.h"
 #include "sluice/limiter/decision.h"
 #include "sluice/limiter/window.h"
 #include "sluice/registry/effective_plan.h"
@@ -379,15 +380,15 @@ asio::awaitable<Response> RegistryApi::GetSubject(const Frontend& fe, const Requ
   for (size_t i = 0; i < plan->limits.size() && i < usage->size(); ++i) {
     const Limit& l = plan->limits[i];
     const WindowBounds w = WindowAt(l.window, plan->tz, now);
-    const int64_t used = (*usage)[i].used;
-    const int64_t held = (*usage)[i].held;
+    const LimitUsage& u = (*usage)[i];
+    const UnitsView v = ViewOf(l, w, now, u.used, u.prev, u.held);
     limits.push_back({{"name", l.name},
                       {"window", l.window.text},
                       {"quota", l.quota},
-                      {"used", used},
-                      {"held", held},
-                      {"remaining", std::max<int64_t>(l.quota - used - held, 0)},
-                      {"reset_after", SecondsUntilReset(l.window, w.end, now)},
+                      {"used", v.used},
+                      {"held", u.held},
+                      {"remaining", v.remaining},
+                      {"reset_after", v.reset_after},
                       {"alerts_fired", (*usage)[i].fired}});
   }
   body["usage"] = Json{{"plan", plan->name}, {"limits", std::move(limits)}};

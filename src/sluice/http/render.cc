@@ -14,6 +14,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "sluice/common/strings.h"
+#include "sluice/limiter/algorithm.h"
 
 namespace sluice::http {
 namespace {
@@ -86,6 +87,11 @@ void AppendDecision(std::string& out, const Decision& d, std::string_view subjec
                     ",\"held\":", l.held, ",\"remaining\":", shown.remaining,
                     ",\"reset_after\":", shown.reset_after, ",\"window\":");
     AppendString(out, l.limit->window.text);
+    if (l.limit->algorithm != config::Algorithm::kFixed) {
+      absl::StrAppend(&out, ",\"algorithm\":\"", ToAbsl(config::AlgorithmName(l.limit->algorithm)),
+                      "\"");
+      if (IsGcra(*l.limit)) absl::StrAppend(&out, ",\"burst\":", l.limit->burst);
+    }
     if (overshoot) absl::StrAppend(&out, ",\"overshoot\":", l.overshoot);
     out += '}';
   }

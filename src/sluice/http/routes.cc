@@ -20,6 +20,7 @@
 #include "sluice/http/check_body.h"
 #include "sluice/http/registry_api.h"
 #include "sluice/http/render.h"
+#include "sluice/limiter/algorithm.h"
 #include "sluice/registry/effective_plan.h"
 #include "sluice/registry/index.h"
 #include "sluice/registry/keys.h"
@@ -809,15 +810,15 @@ asio::awaitable<Response> AdminPlane::Usage(const Frontend& fe, const Request& r
   for (size_t i = 0; i < p->limits.size(); ++i) {
     const Limit& l = p->limits[i];
     const WindowBounds w = WindowAt(l.window, p->tz, now);
-    const int64_t used = (*usage)[i].used;
-    const int64_t held = (*usage)[i].held;
+    const LimitUsage& u = (*usage)[i];
+    const UnitsView v = ViewOf(l, w, now, u.used, u.prev, u.held);
     limits.push_back(
         {{"name", l.name},
          {"quota", l.quota},
-         {"used", used},
-         {"held", held},
-         {"remaining", std::max<int64_t>(l.quota - used - held, 0)},
-         {"reset_after", SecondsUntilReset(l.window, w.end, now)},
+         {"used", v.used},
+         {"held", u.held},
+         {"remaining", v.remaining},
+         {"reset_after", v.reset_after},
          {"window", l.window.text},
          {"window_start", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.start, absl::UTCTimeZone())},
          {"window_end", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", w.end, absl::UTCTimeZone())},

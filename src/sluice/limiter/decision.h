@@ -31,6 +31,7 @@ struct LimitDecision {
 // Valid while the Limiter that produced it lives (it points into the Limiter's plans).
 struct Decision {
   const Plan* plan = nullptr;
+  absl::Time now;  // the instant it was decided at (its windows' and its algorithms' now)
   bool allowed = false;
   // True when the store failed and the answer follows on_store_error. Under `allow` with a
   // degraded ledger (the Redis store), the decision was made against what this instance knows of

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "sluice/common/strings.h"
 #include "sluice/common/subject.h"
+#include "sluice/limiter/algorithm.h"
 
 namespace sluice {
 inline namespace limiter {
@@ -40,14 +41,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Decision SkeletonDecision(const Plan& plan,
                                                               absl::Time now) {
   Decision d;
   d.plan = &plan;
+  d.now = now;
   // One element at a time: resize() would zero each one first, out of line.
   for (size_t i = 0; i < plan.limits.size(); ++i) {
-    d.limits.push_back(
-        {.limit = &plan.limits[i],
-         .remaining = plan.limits[i].quota,
-         .reset_after = SecondsUntilReset(plan.limits[i].window, windows[i].end, now),
-         .window_start = windows[i].start,
-         .window_end = windows[i].end});
+    const Limit& limit = plan.limits[i];
+    d.limits.push_back({.limit = &limit,
+                        .remaining = limit.quota,
+                        .reset_after = SecondsUntilReset(limit.window, windows[i].end, now),
+                        .window_start = windows[i].start,
+                        .window_end = windows[i].end});
+    if (IsGcra(limit)) [[unlikely]] {
+      // A bucket nothing is known of: full.
+      d.limits.back().remaining = limit.burst;
+      d.limits.back().reset_after = 0;
+    }
   }
   return d;
 }
@@ -62,6 +69,10 @@ struct LiveTerms {
   [[nodiscard]] bool concurrent(size_t i) const {
     return plan.limits[i].window.kind == config::WindowSpec::Kind::kConcurrent;
   }
+  [[nodiscard]] bool fixed(size_t i) const {
+    return plan.limits[i].algorithm == config::Algorithm::kFixed;
+  }
+  [[nodiscard]] AlgorithmTerms algorithm(size_t i) const { return plan.limits[i]; }
 };
 struct CopiedTerms {
   const PlanQuotas& plan;
@@ -70,7 +81,60 @@ struct CopiedTerms {
   [[nodiscard]] bool concurrent(size_t i) const {
     return i < plan.concurrent.size() && plan.concurrent[i];
   }
+  [[nodiscard]] bool fixed(size_t i) const {
+    return i >= plan.algorithms.size() || plan.algorithms[i].algorithm == config::Algorithm::kFixed;
+  }
+  [[nodiscard]] AlgorithmTerms algorithm(size_t i) const { return plan.algorithms[i]; }
 };
+
+// Whole seconds from `now` until `t`, rounded up; at least 1 (what a denial's Retry-After says).
+int64_t RetrySeconds(absl::Time t, absl::Time now) {
+  return std::max<int64_t>(SecondsUntil(t, now), 1);
+}
+
+// ApplyCounters' part for a sliding or gcra limit (limiter/algorithm.h): what the store's state
+// stands for in units, and for a limit that denied (or, shadow, would have) the exact instant the
+// same request would fit. `need`: what the request asked for (its cost and hold).
+void ApplyAlgorithm(const StoreResult& result, size_t i, int64_t need, const AlgorithmTerms& t,
+                    bool shadow, Decision& d) {
+  LimitDecision& l = d.limits[i];
+  const int64_t used = result.used[i];
+  const int64_t held = std::clamp<int64_t>(result.held_at(i), 0, kMaxUsed);
+  const int64_t capacity = LimitCapacity(t);
+  const bool usable = UsableCounter(used);
+  l.held = held;
+  bool over = !usable;
+  std::optional<absl::Time> fits_at;
+  if (!usable) {
+    l.used = capacity;
+  } else if (IsGcra(t)) {
+    l.used = GcraUnits(t, used);
+    l.reset_after = AlgorithmResetAfter(t, {}, d.now, used, 0);
+    over = result.allowed ? used + held * t.emission_us > t.burst * t.emission_us
+                          : !GcraFits(t, used, need + held);
+    if (const int64_t wait = GcraWaitMicros(t, used, need + held); wait >= 0) {
+      fits_at = d.now + absl::Microseconds(wait);
+    }
+  } else {
+    const WindowBounds w{.start = l.window_start, .end = l.window_end};
+    const int64_t prev = result.prev_at(i);
+    l.used = used + SlidingShare(prev, SlidingWeight(w, d.now));
+    l.reset_after = AlgorithmResetAfter(t, w, d.now, used, prev);
+    over = result.allowed ? l.used > t.quota - held : l.used > t.quota - held - need;
+    fits_at = SlidingFitsAt(t, w, prev, used, need + held);
+  }
+  l.remaining = l.used >= capacity - held ? 0 : capacity - held - l.used;
+  if (shadow) {
+    l.would_deny = over;
+    return;
+  }
+  if (!usable) d.allowed = false;
+  l.violated = !usable || (!result.allowed && over);
+  if (l.violated) {
+    d.retry_after = std::max(d.retry_after, fits_at ? RetrySeconds(*fits_at, d.now)
+                                                    : std::max<int64_t>(l.reset_after, 1));
+  }
+}
 
 // Applies the store's counters: per-limit used/remaining/violated/would_deny and the overall
 // retry_after. A limit is violated when it alone would refuse the request: used + cost > quota
@@ -91,6 +155,10 @@ void ApplyCounters(const StoreResult& result, int64_t cost, const Terms& terms, 
   d.allowed = result.allowed;
   for (size_t i = 0; i < d.limits.size(); ++i) {
     LimitDecision& l = d.limits[i];
+    if (!terms.fixed(i)) [[unlikely]] {
+      ApplyAlgorithm(result, i, cost + hold, terms.algorithm(i), terms.shadow(i), d);
+      continue;
+    }
     const int64_t quota = terms.quota(i);
     const bool usable = UsableCounter(result.used[i]);
     const int64_t held = std::clamp<int64_t>(result.held_at(i), 0, kMaxUsed);
@@ -808,7 +876,9 @@ void Limiter::UsageOf(std::string_view subject, const Plan& plan, UsageCallback 
                   if (usage.ok()) {
                     for (size_t i = 0; i < usage->size() && i < quotas.quotas.size(); ++i) {
                       LimitUsage& u = (*usage)[i];
-                      if (!UsableCounter(u.used)) u.used = quotas.quotas[i];
+                      // (A sliding or gcra state is shown by ViewOf, unusable ones included.)
+                      const bool fixed = CopiedTerms{quotas}.fixed(i);
+                      if (fixed && !UsableCounter(u.used)) u.used = quotas.quotas[i];
                     }
                   }
                   std::move(done)(std::move(usage));

@@ -21,11 +21,16 @@ PlanQuotas PlanQuotas::Of(const Plan& plan) {
   PlanQuotas pq{.plan_tag = plan.tag};
   bool any_shadow = false;
   bool any_concurrent = false;
+  bool any_algorithm = false;
   for (const Limit& limit : plan.limits) {
     pq.quotas.push_back(limit.quota);
     pq.tags.push_back(limit.tag);
     any_shadow = any_shadow || limit.shadow;
     any_concurrent = any_concurrent || limit.window.kind == config::WindowSpec::Kind::kConcurrent;
+    any_algorithm = any_algorithm || limit.algorithm != config::Algorithm::kFixed;
+  }
+  if (any_algorithm) {
+    for (const Limit& limit : plan.limits) pq.algorithms.emplace_back(limit);
   }
   if (any_concurrent) {
     for (const Limit& limit : plan.limits) {

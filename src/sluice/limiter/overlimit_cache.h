@@ -35,6 +35,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "sluice/limiter/algorithm.h"
 #include "sluice/limiter/plan.h"
 #include "sluice/limiter/window.h"
 
@@ -60,6 +61,8 @@ struct PlanQuotas {
   absl::InlinedVector<bool, 4> concurrent;
   // Per limit: Limit::tag (what the limit's counters are known by, whatever the plan).
   absl::InlinedVector<uint32_t, 4> tags;
+  // Per limit: how it decides (limiter/algorithm.h); empty when every limit is fixed.
+  absl::InlinedVector<AlgorithmTerms, 4> algorithms;
 
   [[nodiscard]] static PlanQuotas Of(const Plan& plan);
   friend bool operator==(const PlanQuotas&, const PlanQuotas&) = default;

@@ -1,5 +1,6 @@
 #include "sluice/limiter/plan.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,12 +18,41 @@ int64_t ThresholdCount(int64_t quota, int percent) { return (quota * percent + 9
 
 }  // namespace
 
-uint32_t LimitTag(std::string_view name, const config::WindowSpec& window,
-                  const absl::TimeZone& tz) {
+uint32_t LimitTag(std::string_view name, const config::WindowSpec& window, const absl::TimeZone& tz,
+                  config::Algorithm algorithm) {
   std::string identity(name);
   identity.push_back('\0');  // names have no NUL: (name, window) is unambiguous
   identity.append(WindowKey(window, tz));
+  // Fixed limits keep the tag they always had.
+  if (algorithm != config::Algorithm::kFixed) {
+    identity.push_back('\0');
+    identity.append(config::AlgorithmName(algorithm));
+  }
   return static_cast<uint32_t>(StableHash64(identity));
+}
+
+void SetQuota(Limit& limit, int64_t quota) {
+  limit.quota = quota;
+  for (Threshold& th : limit.thresholds) th.count = ThresholdCount(quota, th.percent);
+  if (limit.algorithm != config::Algorithm::kGcra || quota <= 0) return;
+  limit.burst = limit.burst_config > 0 ? std::min(limit.burst_config, quota) : quota;
+  const int64_t window_us = absl::ToInt64Microseconds(limit.window.length);
+  limit.emission_us = (window_us + quota - 1) / quota;
+}
+
+bool QuotaFits(const Limit& limit, int64_t quota) {
+  switch (limit.algorithm) {
+    case config::Algorithm::kFixed:
+      return true;
+    case config::Algorithm::kSliding:
+      return quota >= 1 && quota <= config::kMaxSlidingCount;
+    case config::Algorithm::kGcra: {
+      const int64_t window_us = absl::ToInt64Microseconds(limit.window.length);
+      return quota >= 1 && quota <= window_us &&
+             (window_us % quota == 0 || window_us / quota >= 1000);
+    }
+  }
+  return false;
 }
 
 uint32_t LegacyLimitTag(std::string_view name) { return static_cast<uint32_t>(StableHash64(name)); }
@@ -62,9 +92,7 @@ int Plan::FindLimit(std::string_view limit_name) const {
 Plan Plan::WithQuotas(absl::Span<const int64_t> quotas) const {
   Plan plan = *this;  // Limit copies share their window caches
   for (size_t i = 0; i < plan.limits.size() && i < quotas.size(); ++i) {
-    Limit& limit = plan.limits[i];
-    limit.quota = quotas[i];
-    for (Threshold& th : limit.thresholds) th.count = ThresholdCount(limit.quota, th.percent);
+    SetQuota(plan.limits[i], quotas[i]);
   }
   plan.SealAlerts();
   return plan;
@@ -101,13 +129,13 @@ absl::StatusOr<PlanSet> PlanSet::FromConfig(const config::Config& config) {
                   .quota = lc.quota,
                   .window = lc.window,
                   .thresholds = {},
-                  .tag = LimitTag(lc.name, lc.window, plan->tz),
+                  .tag = LimitTag(lc.name, lc.window, plan->tz, lc.algorithm),
                   .shadow = lc.shadow || pc.shadow,
+                  .algorithm = lc.algorithm,
+                  .burst_config = lc.burst,
                   .window_cache = std::make_shared<WindowCache>()};
-      for (int percent : lc.alert_at) {
-        limit.thresholds.push_back(
-            {.percent = percent, .count = ThresholdCount(lc.quota, percent)});
-      }
+      for (int percent : lc.alert_at) limit.thresholds.push_back({.percent = percent});
+      SetQuota(limit, lc.quota);
       plan->limits.push_back(std::move(limit));
     }
     plan->SealAlerts();

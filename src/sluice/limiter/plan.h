@@ -40,14 +40,34 @@ struct Limit {
   // A shadow limit is decided, counted and alerted but never denies (docs/semantics.md, Shadow
   // limits): LimitConfig::shadow, or PlanConfig::shadow of its plan.
   bool shadow = false;
+  // How it decides (limiter/algorithm.h). sliding and gcra limits have a window of Ns, Nm or Nh.
+  config::Algorithm algorithm = config::Algorithm::kFixed;
+  // gcra: LimitConfig::burst as configured (0: the quota), and what follows from it and the
+  // quota in force (SetRate): the units that may be taken at once, min(burst_config or quota,
+  // quota), and the microseconds between two units, ceil(window / quota).
+  int64_t burst_config = 0;
+  int64_t burst = 0;
+  int64_t emission_us = 0;
   // Memo of the current window (shared by copies of this Limit; see WindowCache).
   std::shared_ptr<WindowCache> window_cache = std::make_shared<WindowCache>();
 };
 
 // A stable hash of the limit's identity: its name and WindowKey(window, tz), so "daily"/"day" in
 // two plans of one zone is one limit, and "daily"/"1h", or "daily"/"day" in another zone, another.
+// A sliding or gcra limit's algorithm is part of its identity: changing a limit's algorithm starts
+// its state afresh (the old algorithm's state is never read again and expires).
 [[nodiscard]] uint32_t LimitTag(std::string_view name, const config::WindowSpec& window,
-                                const absl::TimeZone& tz);
+                                const absl::TimeZone& tz,
+                                config::Algorithm algorithm = config::Algorithm::kFixed);
+
+// Sets limit.quota to `quota` and what follows from it for its algorithm (a gcra limit's burst
+// and emission interval).
+void SetQuota(Limit& limit, int64_t quota);
+
+// Whether `quota` is one the limit's algorithm can enforce (the configuration's rules for a
+// sliding or gcra limit; any quota of 0..kMaxUsed for the others): a per-subject override that a
+// reload made unfit for its limit is not applied.
+[[nodiscard]] bool QuotaFits(const Limit& limit, int64_t quota);
 // What state saved before limits were identified by name and window used as their tag: a hash of
 // the name alone (the memory store reads old snapshots with it).
 [[nodiscard]] uint32_t LegacyLimitTag(std::string_view name);

@@ -18,6 +18,12 @@
 //    per-subject override) has thresholds of its own, armed unless they fired under that same
 //    quota in this window;
 //  - a counter whose window id differs from the request's counts as 0 (its window has ended);
+//  - a sliding or gcra limit (limiter/algorithm.h) admits iff its algorithm says the cost fits
+//    (holds counting as used), all-or-nothing with the plan's other limits; a sliding limit's
+//    count of the previous window is read with the current one; a gcra limit keeps one
+//    theoretical arrival time. A charge past the quota (shadow, report, settle) stops at
+//    kMaxSlidingCount (sliding) or a quota's worth of debt (gcra). Their thresholds: sliding ones
+//    fire on the weighted estimate, per window; a gcra limit has none;
 //  - a counter outside [0, kMaxUsed] (crafted or corrupted state: no admission can produce it)
 //    is unusable: the limit counts as exhausted, so every request, peeks included, is denied;
 //    nothing is written for it and nothing fires for it; it is reported as it is (or as -1);
@@ -83,17 +89,24 @@ struct StoreResult {
   bool allowed = false;
   // Per limit, in plan order: the counter after this request (after the increment if admitted,
   // the unchanged value if denied). A value outside [0, kMaxUsed] is an unusable counter (and the
-  // request was denied). A concurrent limit has no counter: 0.
+  // request was denied). A concurrent limit has no counter: 0. A sliding limit: the count of the
+  // request's window (`prev` has the previous window's); a gcra limit: its debt in microseconds
+  // at `now` (limiter/algorithm.h).
   absl::InlinedVector<int64_t, 4> used;
+  // Per limit, in plan order: a sliding limit's count of the window before the request's (0 for
+  // the others). Empty when the plan has no sliding limit.
+  absl::InlinedVector<int64_t, 4> prev;
   // Per limit, in plan order: what open reservations hold of it after this request (for a
   // concurrent limit, the slots taken). Empty when nothing is held on any limit.
   absl::InlinedVector<int64_t, 4> held;
 
   [[nodiscard]] int64_t held_at(size_t i) const { return i < held.size() ? held[i] : 0; }
+  [[nodiscard]] int64_t prev_at(size_t i) const { return i < prev.size() ? prev[i] : 0; }
 };
 
 struct LimitUsage {
-  int64_t used = 0;
+  int64_t used = 0;        // as StoreResult::used
+  int64_t prev = 0;        // as StoreResult::prev
   int64_t held = 0;        // held by open reservations (a concurrent limit: slots taken)
   std::vector<int> fired;  // percents of the thresholds already fired in this window, ascending
 };

@@ -112,6 +112,16 @@ class ReservationConformanceTest : public StoreConformanceTest {
   size_t ExpireDue();
 };
 
+// Sliding and gcra limits (algorithm_conformance.cc), for the stores that decide them:
+// instantiated like StoreConformanceTest.
+class AlgorithmConformanceTest : public StoreConformanceTest {
+ protected:
+  // Plan "p": one limit "rate", gcra, `quota` a minute with `burst` (0: the quota).
+  void UseGcra(int64_t quota, int64_t burst, bool shadow = false);
+  // Plan "p": one limit "rate", sliding, `quota` a minute.
+  void UseSliding(int64_t quota, std::vector<int> alert_at = {});
+};
+
 }  // namespace sluice
 
 #endif  // SLUICE_LIMITER_STORE_CONFORMANCE_H_

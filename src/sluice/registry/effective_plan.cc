@@ -26,6 +26,8 @@ const Plan* EffectivePlan(const PlanSet& plans, const Subject& subject, absl::Ti
     if (o.until.has_value() && *o.until <= now) continue;
     const int i = base->FindLimit(o.limit);
     if (i < 0) continue;  // a reload dropped the limit: the override no longer applies
+    // A reload made the limit sliding or gcra, and this quota is not one it can enforce.
+    if (!QuotaFits(base->limits[static_cast<size_t>(i)], o.quota)) continue;
     start();
     quotas[static_cast<size_t>(i)] = o.quota;
   }

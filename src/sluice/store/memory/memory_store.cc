@@ -11,6 +11,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/hash/hash.h"
 #include "sluice/common/strings.h"
+#include "sluice/limiter/algorithm.h"
 
 namespace sluice {
 inline namespace memory {
@@ -114,9 +115,82 @@ uint16_t FiredNow(const MemoryStore::Counter* c, const WindowBounds& w) {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t ExpiryFor(const StoreRequest& req,
                                                        absl::Duration grace) {
   absl::Time latest = req.now;
-  for (const WindowBounds& w : req.windows) latest = std::max(latest, w.end);
+  for (size_t i = 0; i < req.windows.size(); ++i) {
+    const WindowBounds& w = req.windows[i];
+    // A sliding count is read as the previous one for one more window; a gcra debt lasts at most
+    // a quota's worth of units, a window (plus the rounding of its emission interval).
+    const Limit& limit = req.plan->limits[i];
+    const absl::Duration after = IsSliding(limit) ? w.end - w.start
+                                 : IsGcra(limit)  ? 2 * (w.end - w.start)
+                                                  : absl::ZeroDuration();
+    latest = std::max(latest, w.end + after);
+  }
   return static_cast<uint32_t>(std::clamp<int64_t>(absl::ToUnixSeconds(latest + grace), 0,
                                                    std::numeric_limits<uint32_t>::max()));
+}
+
+// A sliding or gcra limit's state as a decision at `now` in window `w` reads it from its counter
+// (limiter/algorithm.h). A gcra counter holds the theoretical arrival time in microseconds after
+// the start of the window it was written in (its `window`); a sliding counter holds
+// SlidingPack(prev, cur) of its window.
+struct AlgoState {
+  bool usable = true;
+  int64_t debt = 0;  // gcra: microseconds the arrival time is ahead of now
+  int64_t prev = 0;  // sliding: counts in the request's frame
+  int64_t cur = 0;
+  // sliding: the counter belongs to the window after the request's (a decision that waited for
+  // the lock while a later one moved the counter on): decided against it as at that window's
+  // start (prev weighs in full), written there, and reported as cur = prev + cur, prev = 0.
+  bool late = false;
+  int64_t late_prev = 0;  // the counter's own prev, when late
+  uint16_t fired = 0;     // sliding: thresholds fired in the counter's window (as the request's)
+};
+
+AlgoState ReadAlgo(const Limit& limit, const MemoryStore::Counter* c, const WindowBounds& w,
+                   absl::Time now) {
+  AlgoState s;
+  if (c == nullptr || (c->used == 0 && c->window == 0)) return s;
+  // How many windows before the request's the counter was written (negative: after).
+  const int32_t behind = static_cast<int32_t>(Window32(w) - c->window);
+  if (IsGcra(limit)) {
+    const int64_t length_us = absl::ToInt64Microseconds(w.end - w.start);
+    if (behind < -1 || behind > 2) return s;  // long gone (or a clock far back): a full bucket
+    if (c->used < 0 || c->used > 3 * length_us) {
+      s.usable = false;
+      return s;
+    }
+    const int64_t tat = absl::ToUnixMicros(w.start) - behind * length_us + c->used;
+    s.debt = std::max<int64_t>(tat - absl::ToUnixMicros(now), 0);
+    return s;
+  }
+  if (!SlidingValid(c->used)) {
+    s.usable = false;
+    return s;
+  }
+  const int64_t prev = c->used / config::kSlidingRadix;
+  const int64_t cur = c->used % config::kSlidingRadix;
+  if (behind == 0) {
+    s.prev = prev;
+    s.cur = cur;
+    s.fired = c->fired;
+  } else if (behind == 1) {
+    s.prev = cur;
+  } else if (behind == -1) {
+    s.late = true;
+    s.late_prev = prev;
+    s.cur = prev + cur;
+    s.fired = c->fired;
+  }
+  return s;
+}
+
+// The units a sliding or gcra state stands for now (what answers call used), and whether `need`
+// more fit.
+bool AlgoFits(const Limit& limit, const AlgoState& s, const WindowBounds& w, absl::Time now,
+              int64_t need) {
+  if (!s.usable) return false;
+  if (IsGcra(limit)) return GcraFits(limit, s.debt, need);
+  return LimitUnits(limit, w, now, s.cur, s.prev) <= limit.quota - need;
 }
 
 AlertEvent MakeEvent(const StoreRequest& req, const Limit& limit, const WindowBounds& w,
@@ -337,8 +411,24 @@ struct alignas(64) MemoryStore::Shard {
     }
     const Holds* held = HoldsOf(req.subject);
     bool allowed = true;
+    result.prev.clear();
     for (size_t i = 0; i < n; ++i) {
       const Limit& limit = plan.limits[i];
+      if (limit.algorithm != config::Algorithm::kFixed) [[unlikely]] {
+        const WindowBounds& w = req.windows[i];
+        const AlgoState s = ReadAlgo(limit, entry ? &entry->counters[i] : nullptr, w, req.now);
+        result.used.emplace_back(!s.usable ? -1 : IsGcra(limit) ? s.debt : s.cur);
+        if (IsSliding(limit)) {
+          result.prev.resize(n);
+          result.prev[i] = s.prev;
+        }
+        const int64_t need = req.cost + hold + HeldOf(held, Tag16(limit));
+        if (!AlgoFits(limit, s, w, req.now, need) && !limit.shadow &&
+            req.mode == DecideMode::kAdmit) {
+          allowed = false;
+        }
+        continue;
+      }
       if (Concurrent(limit)) [[unlikely]] {
         result.used.emplace_back(0);
         const int64_t need = req.cost > 0 || slot ? 1 : 0;
@@ -366,6 +456,85 @@ struct alignas(64) MemoryStore::Shard {
     return entry;
   }
 
+  // The subject's new entry, counters tagged for req.plan's limits. REQUIRES: it has none.
+  Entry* NewEntry(const StoreRequest& req) {
+    const Plan& plan = *req.plan;
+    auto [ins, unused] = map.try_emplace(std::string(req.subject));
+    Entry* entry = &ins->second;
+    entry->alert_layout = plan.alert_layout;
+    Remember(plan);
+    entry->counters.resize(plan.limits.size());
+    for (size_t j = 0; j < plan.limits.size(); ++j) entry->counters[j].tag = Tag16(plan.limits[j]);
+    return entry;
+  }
+
+  struct Applied {
+    bool wrote = false;     // a counter was written
+    bool recorded = false;  // an event was pushed to the outbox
+  };
+
+  // Apply's part for limit i of req.plan when it is sliding or gcra: an admission charges the
+  // cost (past what fits only when charged regardless: a shadow limit, a report, a settle; up to
+  // the algorithm's cap) and fires the sliding thresholds its estimate reaches; a denial fires a
+  // sliding limit's 100% threshold if this limit denied (or, shadow, would have). `entry` is
+  // created when something is written.
+  Applied ApplyAlgorithm(const StoreRequest& req, size_t i, Entry*& entry, StoreResult& result,
+                         Outbox& outbox) {
+    Applied out;
+    const Limit& limit = req.plan->limits[i];
+    const WindowBounds& w = req.windows[i];
+    MemoryStore::Counter* c = entry ? &entry->counters[i] : nullptr;
+    const AlgoState s = ReadAlgo(limit, c, w, req.now);
+    if (!s.usable) return out;  // denies (unless shadow), left as it is, fires nothing
+    const bool allowed = result.allowed;
+    const int64_t now_us = absl::ToUnixMicros(req.now);
+    if (IsGcra(limit)) {
+      if (!allowed) return out;
+      const int64_t debt = GcraCharge(limit, s.debt, req.cost);
+      if (entry == nullptr) entry = NewEntry(req);
+      MemoryStore::Counter& target = entry->counters[i];
+      target.window = Window32(w);
+      target.used = now_us + debt - absl::ToUnixMicros(w.start);
+      target.fired = 0;
+      result.used[i] = debt;
+      out.wrote = true;
+      return out;
+    }
+    // Sliding: the counter of the request's window (or, late, of the one after it).
+    const int64_t weight = s.late ? kPpm : SlidingWeight(w, req.now);
+    const int64_t share = SlidingShare(s.late ? s.late_prev : s.prev, weight);
+    const int64_t own_cur = s.late ? s.cur - s.late_prev : s.cur;
+    int64_t cur = own_cur;
+    if (allowed) {
+      cur = std::min(own_cur + req.cost, config::kMaxSlidingCount);
+    } else if (own_cur + share + req.cost + result.held_at(i) <= limit.quota) {
+      return out;  // a denial fires only for a limit that denied (or, shadow, would have)
+    }
+    const int64_t estimate = cur + share;
+    uint16_t newly = 0;
+    for (size_t t = 0; t < limit.thresholds.size(); ++t) {
+      const Threshold& th = limit.thresholds[t];
+      const uint16_t bit = static_cast<uint16_t>(1u << t);
+      if (s.fired & bit) continue;
+      if (!(allowed ? estimate >= th.count : th.percent == 100)) continue;
+      // The window's bounds as the counter's: the request's, or (late) the next.
+      WindowBounds at = w;
+      if (s.late) at = {.id = w.id + 1, .start = w.end, .end = w.end + (w.end - w.start)};
+      if (outbox.Push(MakeEvent(req, limit, at, th.percent, estimate))) newly |= bit;
+    }
+    out.recorded = newly != 0;
+    if (!allowed && newly == 0) return out;
+    if (entry == nullptr) entry = NewEntry(req);
+    MemoryStore::Counter& target = entry->counters[i];
+    const int64_t prev = s.late ? s.late_prev : s.prev;
+    target.window = s.late ? Window32(w) + 1 : Window32(w);
+    target.used = SlidingPack(prev, cur);
+    target.fired = static_cast<uint16_t>(s.fired | newly);
+    result.used[i] = s.late ? prev + cur : cur;
+    out.wrote = true;
+    return out;
+  }
+
   // The second half, under the same lock: applies the verdict result.allowed (the request's own,
   // or its group's) to `entry` (Admit's, or nullptr) and result.used. A peek changes nothing. A
   // denial changes nothing but may fire a 100% threshold of a limit that denied (or, shadow,
@@ -385,6 +554,12 @@ struct alignas(64) MemoryStore::Shard {
       const Limit& limit = plan.limits[i];
       if (Concurrent(limit)) [[unlikely]]
         continue;  // no counter: reservations hold its slots
+      if (limit.algorithm != config::Algorithm::kFixed) [[unlikely]] {
+        const Applied applied = ApplyAlgorithm(req, i, entry, result, outbox);
+        recorded = recorded || applied.recorded;
+        wrote = wrote || applied.wrote;
+        continue;
+      }
       const WindowBounds& w = req.windows[i];
       // An unusable counter denies (unless shadow) but is left as it is: nothing is written or
       // fired for it.
@@ -418,14 +593,7 @@ struct alignas(64) MemoryStore::Shard {
       recorded = recorded || newly != 0;
       if (!allowed && newly == 0) continue;
 
-      if (entry == nullptr) {
-        auto [ins, unused] = map.try_emplace(std::string(req.subject));
-        entry = &ins->second;
-        entry->alert_layout = plan.alert_layout;
-        Remember(plan);
-        entry->counters.resize(n);
-        for (size_t j = 0; j < n; ++j) entry->counters[j].tag = Tag16(plan.limits[j]);
-      }
+      if (entry == nullptr) entry = NewEntry(req);
       MemoryStore::Counter& c = entry->counters[i];
       if (c.window != Window32(w)) {
         c = MemoryStore::Counter{.used = 0, .window = Window32(w), .tag = c.tag};
@@ -536,6 +704,16 @@ void MemoryStore::Usage(const StoreRequest& req, UsageCallback done) {
       }
       for (size_t i = 0; i < plan.limits.size(); ++i) {
         const Counter* c = &entry.counters[i];
+        const Limit& limit = plan.limits[i];
+        if (limit.algorithm != config::Algorithm::kFixed) {
+          const AlgoState s = ReadAlgo(limit, c, req.windows[i], req.now);
+          usage[i].used = !s.usable ? -1 : IsGcra(limit) ? s.debt : s.cur;
+          usage[i].prev = s.prev;
+          for (size_t t = 0; t < limit.thresholds.size(); ++t) {
+            if (s.fired & (1u << t)) usage[i].fired.push_back(limit.thresholds[t].percent);
+          }
+          continue;
+        }
         usage[i].used = UsedNow(c, req.windows[i]);
         const uint16_t fired = FiredNow(c, req.windows[i]);
         for (size_t t = 0; t < plan.limits[i].thresholds.size(); ++t) {
@@ -685,11 +863,15 @@ void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
       recorded = shard.Apply(charge, entry, out.result, outbox_, options_.grace);
       out.overshoot.resize(before.size());
       for (size_t i = 0; i < before.size(); ++i) {
-        const int64_t quota = d.plan->limits[i].quota;
-        const int64_t after = out.result.used[i];
-        if (UsableCounter(before[i]) && UsableCounter(after) && after > quota) {
-          out.overshoot[i] = after - std::max(quota, before[i]);
-        }
+        // In units: a gcra limit's beyond its burst, a sliding one's estimate beyond its quota.
+        const Limit& limit = d.plan->limits[i];
+        if (!UsableCounter(before[i]) || !UsableCounter(out.result.used[i])) continue;
+        const int64_t capacity = LimitCapacity(limit);
+        const int64_t was =
+            LimitUnits(limit, d.windows[i], d.now, before[i], out.result.prev_at(i));
+        const int64_t after =
+            LimitUnits(limit, d.windows[i], d.now, out.result.used[i], out.result.prev_at(i));
+        if (after > capacity) out.overshoot[i] = after - std::max(capacity, was);
       }
     }
     shard.FillHeld(d.subject, *d.plan, out.result);

@@ -74,6 +74,10 @@ INSTANTIATE_TEST_SUITE_P(Memory, StoreConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
                              "memory", [] { return std::make_unique<MemoryHarness>(); }}),
                          StoreHarnessName);
+INSTANTIATE_TEST_SUITE_P(Memory, AlgorithmConformanceTest,
+                         ::testing::Values(StoreHarnessFactory{
+                             "memory", [] { return std::make_unique<MemoryHarness>(); }}),
+                         StoreHarnessName);
 INSTANTIATE_TEST_SUITE_P(Memory, ReservationConformanceTest,
                          ::testing::Values(StoreHarnessFactory{
                              "memory", [] { return std::make_unique<MemoryHarness>(); }}),
