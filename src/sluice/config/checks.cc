@@ -642,17 +642,6 @@ absl::Status Validate(const Config& config) {
   SLUICE_RETURN_IF_ERROR(ValidateServer(config.server));
   SLUICE_RETURN_IF_ERROR(ValidateStore(config.store));
   SLUICE_RETURN_IF_ERROR(ValidatePlans(config.plans));
-  if (config.store.type == StoreType::kRedis) {
-    for (const PlanConfig& plan : config.plans) {
-      for (size_t l = 0; l < plan.limits.size(); ++l) {
-        if (plan.limits[l].algorithm == Algorithm::kFixed) continue;
-        return Error(
-            absl::StrCat("plans.", absl::CHexEscape(plan.name), ".limits[", l, "].algorithm"),
-            "sliding and gcra limits work on the memory store only for now (on Redis every "
-            "limit is fixed)");
-      }
-    }
-  }
   SLUICE_RETURN_IF_ERROR(ValidateKeys(config));
   SLUICE_RETURN_IF_ERROR(ValidateAlerts(config.alerts));
   const std::string& anonymous = config.server.anonymous_plan;

@@ -37,6 +37,12 @@ UnitsView ViewOf(const Limit& limit, const WindowBounds& w, absl::Time now, int6
   return v;
 }
 
+int64_t AlgorithmOvershoot(const AlgorithmTerms& limit, const WindowBounds& w, absl::Time now,
+                           int64_t used, int64_t prev, int64_t charged) {
+  const int64_t beyond = LimitUnits(limit, w, now, used, prev) - LimitCapacity(limit);
+  return std::clamp<int64_t>(beyond, 0, charged);
+}
+
 int64_t GcraWaitMicros(const AlgorithmTerms& limit, int64_t debt, int64_t need) {
   if (need > limit.burst) return -1;
   return std::max<int64_t>(debt + need * limit.emission_us - limit.burst * limit.emission_us, 0);

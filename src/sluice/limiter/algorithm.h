@@ -90,6 +90,13 @@ struct UnitsView {
 [[nodiscard]] UnitsView ViewOf(const Limit& limit, const WindowBounds& w, absl::Time now,
                                int64_t used, int64_t prev, int64_t held);
 
+// What a charge of `charged` units took a sliding or gcra limit beyond its capacity, in units:
+// min(charged, units after it - capacity), at least 0. `used`, `prev` as a store reports them
+// after the charge (usable).
+[[nodiscard]] int64_t AlgorithmOvershoot(const AlgorithmTerms& limit, const WindowBounds& w,
+                                         absl::Time now, int64_t used, int64_t prev,
+                                         int64_t charged);
+
 // gcra ----------------------------------------------------------------------------------------
 
 // The largest debt a gcra limit may carry: a quota's worth of units (what charges past the burst,

@@ -87,6 +87,13 @@ struct CopiedTerms {
   [[nodiscard]] AlgorithmTerms algorithm(size_t i) const { return plan.algorithms[i]; }
 };
 
+// True when every limit of `plan` is fixed: what the over-limit cache and the degraded ledger
+// can stand in for.
+bool CountersOnly(const Plan& plan) {
+  return std::all_of(plan.limits.begin(), plan.limits.end(),
+                     [](const Limit& l) { return l.algorithm == config::Algorithm::kFixed; });
+}
+
 // Whole seconds from `now` until `t`, rounded up; at least 1 (what a denial's Retry-After says).
 int64_t RetrySeconds(absl::Time t, absl::Time now) {
   return std::max<int64_t>(SecondsUntil(t, now), 1);
@@ -482,16 +489,21 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   const bool report = req.mode == DecideMode::kReport;
   pending.policy = options_.on_store_error;
   pending.now = clock_->Now();
-  pending.cache = cache_.get();
-  if (options_.on_store_error == config::OnStoreError::kAllow) {
+  // The cache and the ledger know counters: a plan with a sliding or gcra limit goes without
+  // them (a failed store's answer follows on_store_error).
+  const bool counters_only = CountersOnly(*plan);
+  pending.cache = counters_only ? cache_.get() : nullptr;
+  if (options_.on_store_error == config::OnStoreError::kAllow && counters_only) {
     pending.ledger = options_.degraded_ledger;
   }
   // Read before the store is asked: a shrink that completes after this invalidates what the
   // answer would teach the cache.
-  pending.store_shrinks = cache_ != nullptr ? store_->shrinks() : 0;
+  pending.store_shrinks = pending.cache != nullptr ? store_->shrinks() : 0;
   Windows windows = WindowsFor(*plan, pending.now);
   Decision skeleton = SkeletonDecision(*plan, windows, pending.now);
-  if (cache_ != nullptr || pending.ledger != nullptr) pending.plan = QuotasFor(*plan, req.mode);
+  if (pending.cache != nullptr || pending.ledger != nullptr) {
+    pending.plan = QuotasFor(*plan, req.mode);
+  }
   // A report is never denied: neither the ledger nor the cache answers it.
   if (pending.ledger != nullptr && !report) {
     // What this instance admitted while the store failed is not in the store's counters: a
@@ -507,7 +519,7 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
       return;
     }
   }
-  if (cache_ != nullptr && !report) {
+  if (pending.cache != nullptr && !report) {
     OverLimitCache::Entry known;
     if (cache_->CertainDenial(pending.plan, req.subject, req.cost, pending.now, windows, &known,
                               pending.store_shrinks)) {
@@ -535,8 +547,10 @@ void Limiter::Decide(const DecisionRequest& req, DecisionCallback done) const {
   }
   // The answer needs the quotas, and remembering a denial the subject and windows, once it
   // arrives (the request and an effective plan may be gone by then).
-  if (cache_ == nullptr && pending.ledger == nullptr) pending.plan = QuotasFor(*plan, req.mode);
-  if (cache_ != nullptr || pending.ledger != nullptr) {
+  if (pending.cache == nullptr && pending.ledger == nullptr) {
+    pending.plan = QuotasFor(*plan, req.mode);
+  }
+  if (pending.cache != nullptr || pending.ledger != nullptr) {
     pending.subject = std::string(req.subject);
     pending.windows = windows;
   }
@@ -558,7 +572,11 @@ void Limiter::DecideGroup(std::string_view group, absl::Span<const GroupPart> pa
   g.now = clock_->Now();
   g.policy = options_.on_store_error;
   g.mode = parts.front().mode;
-  if (g.policy == config::OnStoreError::kAllow) g.ledger = options_.degraded_ledger;
+  if (g.policy == config::OnStoreError::kAllow &&
+      std::all_of(parts.begin(), parts.end(),
+                  [](const GroupPart& part) { return CountersOnly(*part.plan); })) {
+    g.ledger = options_.degraded_ledger;
+  }
   g.windows.resize(n);
   g.costs.resize(n);
   g.quotas.resize(n);

@@ -155,12 +155,10 @@ AlgoState ReadAlgo(const Limit& limit, const MemoryStore::Counter* c, const Wind
   if (IsGcra(limit)) {
     const int64_t length_us = absl::ToInt64Microseconds(w.end - w.start);
     if (behind < -1 || behind > 2) return s;  // long gone (or a clock far back): a full bucket
-    if (c->used < 0 || c->used > 3 * length_us) {
-      s.usable = false;
-      return s;
-    }
     const int64_t tat = absl::ToUnixMicros(w.start) - behind * length_us + c->used;
     s.debt = std::max<int64_t>(tat - absl::ToUnixMicros(now), 0);
+    // No charge leaves more than a quota's worth of debt, less than two windows.
+    s.usable = c->used >= 0 && s.debt <= 2 * length_us;
     return s;
   }
   if (!SlidingValid(c->used)) {
@@ -863,15 +861,18 @@ void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
       recorded = shard.Apply(charge, entry, out.result, outbox_, options_.grace);
       out.overshoot.resize(before.size());
       for (size_t i = 0; i < before.size(); ++i) {
-        // In units: a gcra limit's beyond its burst, a sliding one's estimate beyond its quota.
         const Limit& limit = d.plan->limits[i];
-        if (!UsableCounter(before[i]) || !UsableCounter(out.result.used[i])) continue;
-        const int64_t capacity = LimitCapacity(limit);
-        const int64_t was =
-            LimitUnits(limit, d.windows[i], d.now, before[i], out.result.prev_at(i));
-        const int64_t after =
-            LimitUnits(limit, d.windows[i], d.now, out.result.used[i], out.result.prev_at(i));
-        if (after > capacity) out.overshoot[i] = after - std::max(capacity, was);
+        const int64_t after = out.result.used[i];
+        if (limit.algorithm != config::Algorithm::kFixed) {
+          if (UsableCounter(after)) {
+            out.overshoot[i] = AlgorithmOvershoot(limit, d.windows[i], d.now, after,
+                                                  out.result.prev_at(i), charge.cost);
+          }
+          continue;
+        }
+        if (UsableCounter(before[i]) && UsableCounter(after) && after > limit.quota) {
+          out.overshoot[i] = after - std::max(limit.quota, before[i]);
+        }
       }
     }
     shard.FillHeld(d.subject, *d.plan, out.result);

@@ -68,9 +68,14 @@
 --                      this century starts there).
 --                      3: a concurrent limit (no counter; any request of cost >= 1, and any
 --                      reservation, needs held + 1 <= quota), 4: a shadow concurrent limit
+--                      5: a sliding limit, 6: a shadow (or charged) one; 7: a gcra limit, 8: a
+--                      shadow (or charged) one (limiter/algorithm.h; "Sliding and gcra limits"
+--                      below)
 --        first         the count of the limit's lowest threshold (no threshold below it can be
 --                      reached, so nothing about alerts is read while used < first); "" when the
---                      limit has no thresholds
+--                      limit has no thresholds. Sliding: "<weight>" or "<weight> <first>";
+--                      gcra: "<now_us> <interval_us> <burst> <max_debt_us> <period_us>
+--                      <period_end_us>" (below)
 --        static        "<expire_at> <window_start> <window_end> <name> <percent> <count> ...":
 --                      Unix seconds (expire_at = window end + grace, for EXPIREAT; must be in the
 --                      future), the limit's name, and each threshold's percent (1..100) and
@@ -110,6 +115,28 @@
 -- EXPIREAT GT at every admitted charge (its window never ends; its expiry follows the last use).
 -- The outbox stream is the exception by design: one long-lived key per bucket, bounded by
 -- outbox_max, emptied by the dispatcher (XACK + XDEL).
+--
+-- Sliding and gcra limits (kinds 5 to 8; the arithmetic is limiter/algorithm.h's, in integers
+-- that stay below 2^53). Decided by reading, written only once the call is admitted; nothing of
+-- them is taken back, as nothing of them is written before the verdict.
+--   sliding: key <prefix>:{<bucket>}:s:<limit>:<window>:<window_id>:<slot>, field <subject>:
+--     prev * 10^8 + cur (the previous window's count and this one's, each at most 9,999,999),
+--     flags as a counter's. Read: this window's field; if the next window's exists, the state
+--     is that one (a late call: another instance's decision of the next window already ran)
+--     and the previous window weighs in full; if neither, the previous window's field gives
+--     prev (its cur). Admitted iff cur + ceil(prev * weight / 10^6) + holds + cost <= quota,
+--     weight the caller's (the previous window's share now, in millionths). The reply is the
+--     packed value as the caller's window sees it (a late call: 0 * 10^8 + prev + cur). Written
+--     with its expiry (expire_at, the window's end plus a window plus the grace; a window more
+--     for the next window's key).
+--   gcra: key <prefix>:{<bucket>}:g:<limit>:<window>:<period_id>:<slot> (periods of two
+--     windows), field <subject>: the theoretical arrival time, Unix microseconds, kept in the
+--     period it falls in: this period's field or the next one's, the later of the two.
+--     debt = max(tat - now, 0); admitted iff holds + cost <= burst and
+--     debt + (holds + cost) * interval <= burst * interval; charged (cost units) up to
+--     max_debt. The reply is the debt. Expiry: the period's end plus the grace.
+--   A value that is not a canonical integer, a sliding count above 9,999,999 or a debt above
+--   a period is unusable, as an unusable counter (below).
 --
 -- Unusable counters: a valid counter is "0" or a decimal integer without leading zeros of at most
 -- kMaxUsed (no admission takes an enforced limit's counter past its quota, no quota exceeds
@@ -194,7 +221,7 @@ local function helpers()
   held_of = function(k, n, r)
     local fields = {}
     for j = 0, n - 1 do
-      fields[j + 1] = string.match(KEYS[k + j], '}:h:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
+      fields[j + 1] = string.match(KEYS[k + j], '}:[hsg]:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
     end
     local v = redis.pcall('HMGET', KEYS[k + n], unpack(fields))
     for j = 0, n - 1 do
@@ -211,6 +238,140 @@ local function helpers()
     local used = read_counter(key, subject)
     if used < 0 or used + cost > quota then return nil end
     return used
+  end
+end
+
+-- Sliding and gcra limits: algo[r] is what was read of the limit of reply slot r (nil while no
+-- such limit was met); algo_read and algo_write are made on first need.
+local algo = nil
+local algo_read, algo_write, algo_fits
+
+local function algo_helpers()
+  local radix, max_count = 100000000, 9999999
+
+  -- The field's value: a number, nil when missing, false when it is no canonical integer.
+  local function stored(key, subject)
+    local v = redis.pcall('HGET', key, subject)
+    if v == false or v == nil then return nil end
+    if type(v) ~= 'string' or #v > 16 or not (v == '0' or string.match(v, '^[1-9]%d*$')) then
+      return false
+    end
+    return tonumber(v)
+  end
+  -- The key of the window (period) `delta` after `key`'s.
+  local function beside(key, delta)
+    local head, id, slot = string.match(key, '^(.*):(%d+):([^:]*)$')
+    if head == nil then return nil end
+    return head .. ':' .. string.format('%d', tonumber(id) + delta) .. ':' .. slot
+  end
+  local function split(v)
+    local prev = math.floor(v / radix)
+    return prev, v - prev * radix
+  end
+
+  -- What limit `kind` (its key, the subject, its "first" value) holds: a table with `usable`,
+  -- `reply` (what the reply says of it) and what algo_write needs; nil if `params` is malformed.
+  algo_read = function(kind, key, subject, params)
+    local st = { kind = kind, key = key, write_key = key, usable = true }
+    if kind == '5' or kind == '6' then
+      local weight, first = string.match(params, '^(%d+) ?(%d*)$')
+      st.weight, st.first = tonumber(weight), tonumber(first)
+      local next_key = beside(key, 1)
+      if st.weight == nil or st.weight > 1000000 or next_key == nil then return nil end
+      local v = stored(next_key, subject)
+      if v ~= nil then
+        st.late, st.write_key = true, next_key
+      else
+        v = stored(key, subject)
+        if v == nil then
+          local before = stored(beside(key, -1), subject)
+          if before ~= nil and before ~= false then
+            local prev, cur = split(before)
+            before = prev <= max_count and cur <= max_count and cur * radix or false
+          end
+          v = before or (before == nil and 0) or false
+        end
+      end
+      if v == false then
+        st.usable = false
+      else
+        st.prev, st.cur = split(v)
+        st.usable = st.prev <= max_count and st.cur <= max_count
+      end
+      if not st.usable then
+        st.reply = -1
+        return st
+      end
+      local w = st.late and 1000000 or st.weight
+      st.share = math.floor((st.prev * w + 999999) / 1000000)
+      st.reply = st.late and st.prev + st.cur or st.prev * radix + st.cur
+      return st
+    end
+    local now, interval, burst, max_debt, period, period_end =
+      string.match(params, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    st.now, st.interval, st.burst = tonumber(now), tonumber(interval), tonumber(burst)
+    st.max_debt, st.period, st.period_end = tonumber(max_debt), tonumber(period), tonumber(period_end)
+    st.next_key = beside(key, 1)
+    if st.now == nil or st.interval == nil or st.interval < 1 or st.next_key == nil then
+      return nil
+    end
+    local a, b = stored(key, subject), stored(st.next_key, subject)
+    if a == false or b == false then
+      st.usable, st.reply = false, -1
+      return st
+    end
+    local tat = math.max(a or 0, b or 0)
+    st.holder = (b ~= nil and b == tat and st.next_key) or (a ~= nil and key) or nil
+    st.debt = math.max(tat - st.now, 0)
+    if st.debt > st.period then
+      st.usable, st.reply = false, -1
+      return st
+    end
+    st.reply = st.debt
+    return st
+  end
+
+  -- Whether `need` more units fit (an enforced limit).
+  algo_fits = function(st, quota, need)
+    if not st.usable then return false end
+    if st.kind == '5' then return st.cur + st.share + need <= quota end
+    return need <= st.burst and st.debt + need * st.interval <= st.burst * st.interval
+  end
+
+  -- Charges `cost` (> 0; the call is admitted): writes the new state with its expiry, sets the
+  -- reply and, for sliding, `st.estimate` (what thresholds are compared with). `expire_at` is the
+  -- key's (static's first word). Returns Redis's error reply if a write is refused.
+  algo_write = function(st, subject, cost, expire_at)
+    if not st.usable then return nil end
+    local key, at, value = st.write_key, expire_at, nil
+    if st.kind == '5' or st.kind == '6' then
+      st.cur = math.min(st.cur + cost, max_count)
+      value = st.prev * radix + st.cur
+      st.reply = st.late and st.prev + st.cur or value
+      st.estimate = st.cur + st.share
+      if st.late then at = at + (tonumber(string.match(key, ':s:[^:]*:(%d+)s:')) or 0) end
+    else
+      local debt = st.debt
+      if cost >= math.floor((st.max_debt - debt) / st.interval) + 1 then
+        debt = math.max(debt, st.max_debt)
+      else
+        debt = debt + cost * st.interval
+      end
+      local tat = st.now + debt
+      if tat >= st.period_end then
+        key = st.next_key
+        at = at + math.floor(st.period / 1000000)
+      end
+      value = tat
+      st.reply = debt
+    end
+    local ok = redis.pcall('HSET', key, subject, string.format('%d', value))
+    if type(ok) == 'table' and ok.err then return ok end
+    ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
+    if type(ok) == 'table' and ok.err then return ok end
+    if st.holder ~= nil and st.holder ~= key then redis.pcall('HDEL', st.holder, subject) end
+    st.write_key = key
+    return nil
   end
 end
 
@@ -256,13 +417,31 @@ do
     end
     for a = h + 5, h + 4 + 4 * n, 4 do
       local quota, shadow, first = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
-      if first ~= '' then first = tonumber(first) end
+      -- What this limit must have room for besides the cost: its holds and the reservation's.
+      local extra = (held and held[r] or 0) + hold
+      local algorithm = shadow == '5' or shadow == '6' or shadow == '7' or shadow == '8'
+      if algorithm then
+        first = 0
+      elseif first ~= '' then
+        first = tonumber(first)
+      end
       if quota == nil or quota < 0 or quota > kMaxUsed or quota % 1 ~= 0 or first == nil then
         bad = 'bad limit at ARGV ' .. a; break
       end
-      -- What this limit must have room for besides the cost: its holds and the reservation's.
-      local extra = (held and held[r] or 0) + hold
-      if shadow == '3' or shadow == '4' then
+      if algorithm then
+        -- Sliding or gcra: decided by reading; written once the call is admitted.
+        if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
+        if algo_read == nil then algo_helpers() end
+        local st = algo_read(shadow, KEYS[k], subject, ARGV[a + 2])
+        if st == nil then bad = 'bad limit at ARGV ' .. a; break end
+        if algo == nil then algo = {} end
+        algo[r] = st
+        reply[r] = st.reply
+        if (shadow == '5' or shadow == '7') and not algo_fits(st, quota, cost + extra) then
+          fits = false
+        end
+        if cost > 0 then more = true end
+      elseif shadow == '3' or shadow == '4' then
         -- A concurrent limit: no counter; a slot is free iff held + 1 <= quota.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
         reply[r] = 0
@@ -378,7 +557,7 @@ local function take_back()
     -- Incremented on the first pass: every limit but a shadow one (1) and a concurrent one (3,
     -- 4), which has no counter.
     local kind = ARGV[a + 1]
-    if cost > 0 and kind ~= '1' and kind ~= '3' and kind ~= '4' then
+    if cost > 0 and (kind == '0' or kind == '2') then
       undo(KEYS[k], subject, cost, reply[r])
       done = done - 1
     end
@@ -501,7 +680,18 @@ if fits then
   local grown, expire_error = {}, nil
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
-    if ARGV[a + 1] == '1' then
+    local st = algo and algo[r]
+    if st ~= nil then
+      if cost > 0 then
+        local at = tonumber(string.match(ARGV[a + 3], '^(%d+) '))
+        local refused = at and algo_write(st, subject, cost, at)
+        if at == nil or refused then
+          expire_error = refused or redis.error_reply('ERR sluice decide: bad limit at ARGV ' .. a)
+          return true
+        end
+        reply[r] = st.reply
+      end
+    elseif ARGV[a + 1] == '1' then
       local used = read_counter(key, subject)
       if used >= 0 and cost > 0 then
         if used + cost > kMaxUsed then
@@ -540,8 +730,14 @@ if fits then
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
     local used, first = reply[r], ARGV[a + 2]
+    local st = algo and algo[r]
+    if st ~= nil then
+      -- A sliding limit's thresholds are its estimate's, flagged in the window it counts in.
+      if cost > 0 and st.usable and st.first and st.estimate >= st.first then
+        fire(h, a, st.write_key, words(ARGV[a + 3]), st.estimate, false)
+      end
     -- Thresholds: none can be reached below the first count.
-    if cost > 0 and used >= 0 and first ~= '' and used >= tonumber(first) then
+    elseif cost > 0 and used >= 0 and first ~= '' and used >= tonumber(first) then
       fire(h, a, key, words(ARGV[a + 3]), used, false)
     end
   end)
@@ -554,6 +750,15 @@ else
     local key = KEYS[k]
     if ARGV[a + 1] == '3' or ARGV[a + 1] == '4' then  -- no counter
       reply[r] = 0
+      return
+    end
+    local st = algo and algo[r]
+    if st ~= nil then
+      -- As read; a sliding limit that denied (or, shadow, would have) fires its 100%.
+      if cost > 0 and st.usable and st.first and
+          st.cur + st.share + cost + (held and held[r] or 0) > tonumber(ARGV[a]) then
+        fire(h, a, st.write_key, words(ARGV[a + 3]), st.cur + st.share, true)
+      end
       return
     end
     local used = read_counter(key, subject)

@@ -151,9 +151,17 @@ std::vector<std::vector<std::string>> RefundsOf(const LuaScript& refund_script,
   while (arg + 3 < decide.size()) {
     size_t n = 0;
     if (!absl::SimpleAtoi(ToAbsl(decide[arg + 1]), &n)) break;
-    if (decide[arg] != "0") {
-      std::vector<std::string>& refund = refunds.emplace_back(refund_script.Command(n, n + 2));
-      for (size_t i = 0; i < n; ++i) refund.push_back(decide[key + i]);
+    // Only counters: a sliding or gcra limit's charge (kinds 5 to 8) is not taken back (a late
+    // admission stays charged to it).
+    std::vector<std::string> counters;
+    for (size_t i = 0; i < n && arg + 6 + 4 * i < decide.size(); ++i) {
+      const std::string& kind = decide[arg + 6 + 4 * i];
+      if (kind == "0" || kind == "1" || kind == "2") counters.push_back(decide[key + i]);
+    }
+    if (decide[arg] != "0" && !counters.empty()) {
+      std::vector<std::string>& refund =
+          refunds.emplace_back(refund_script.Command(counters.size(), counters.size() + 2));
+      for (std::string& k : counters) refund.push_back(std::move(k));
       refund.push_back(decide[arg]);      // cost
       refund.push_back(decide[arg + 2]);  // subject
     }
@@ -229,8 +237,123 @@ namespace {
 // window id. None of them contains ':'.
 std::string LimitWindow(const StoreRequest& req, size_t i) {
   const Limit& limit = req.plan->limits[i];
-  return absl::StrCat(limit.name, ":", WindowKey(limit.window, req.plan->tz), ":",
-                      req.windows[i].id);
+  // A gcra limit's state is kept by periods of two windows (decide.lua).
+  const int64_t id = IsGcra(limit) ? req.windows[i].id / 2 : req.windows[i].id;
+  return absl::StrCat(limit.name, ":", WindowKey(limit.window, req.plan->tz), ":", id);
+}
+
+// The letter of limit i's state keys: a counter hash "h", a sliding one "s", a gcra one "g".
+const char* KeyKind(const Limit& limit) {
+  return IsSliding(limit) ? "s" : IsGcra(limit) ? "g" : "h";
+}
+
+// decide.lua's kind of limit i: see its header.
+const char* LimitKind(const Limit& limit, bool charged) {
+  if (limit.window.kind == config::WindowSpec::Kind::kConcurrent) return charged ? "4" : "3";
+  if (IsSliding(limit)) return charged ? "6" : "5";
+  if (IsGcra(limit)) return charged ? "8" : "7";
+  if (charged) return "1";
+  return limit.window.kind == config::WindowSpec::Kind::kCredit ? "2" : "0";
+}
+
+// A field as decide.lua's algorithm part reads it: missing (nullopt), a canonical integer of at
+// most 16 digits, or anything else (-1: unusable; a key of another type included).
+std::optional<int64_t> StoredOf(const Reply& r) {
+  if (r.is_error()) return -1;
+  if (!r.is_string()) return std::nullopt;
+  const std::string& t = r.str;
+  if (t.empty() || t.size() > 16 || (t.size() > 1 && t[0] == '0') ||
+      !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(ToAbsl(t), &v)) return -1;
+  return v;
+}
+
+}  // namespace
+
+// What Usage reads of a sliding or gcra limit: fields[0] this window's (period's), fields[1]
+// the next one's, fields[2] (sliding) the previous one's.
+struct RedisStore::AlgorithmFields {
+  size_t limit = 0;
+  bool sliding = false;
+  int64_t now_us = 0;
+  int64_t period_us = 0;  // gcra: two windows
+  std::array<std::optional<int64_t>, 3> fields;
+};
+
+// The state decide.lua would read from `a` (its algo_read), as StoreResult holds it.
+void RedisStore::ReadAlgorithm(const AlgorithmFields& a, LimitUsage& out) {
+  const auto valid = [](int64_t v) { return v >= 0 && SlidingValid(v); };
+  out.used = 0;
+  out.prev = 0;
+  if (a.sliding) {
+    std::optional<int64_t> v = a.fields[1].has_value() ? a.fields[1] : a.fields[0];
+    const bool late = a.fields[1].has_value();
+    if (!v.has_value() && a.fields[2].has_value()) {
+      // The previous window's count is this one's previous.
+      v = valid(*a.fields[2]) ? (*a.fields[2] % config::kSlidingRadix) * config::kSlidingRadix : -1;
+    }
+    if (!v.has_value()) return;
+    if (!valid(*v)) {
+      out.used = -1;
+      return;
+    }
+    const int64_t prev = *v / config::kSlidingRadix;
+    const int64_t cur = *v % config::kSlidingRadix;
+    out.used = late ? prev + cur : cur;
+    out.prev = late ? 0 : prev;
+    return;
+  }
+  int64_t tat = 0;
+  for (int j = 0; j < 2; ++j) {
+    if (!a.fields[j].has_value()) continue;
+    if (*a.fields[j] < 0) {
+      out.used = -1;
+      return;
+    }
+    tat = std::max(tat, *a.fields[j]);
+  }
+  const int64_t debt = std::max<int64_t>(tat - a.now_us, 0);
+  out.used = debt > a.period_us ? -1 : debt;
+}
+
+namespace {
+
+// Which limits of `parts` are sliding, part by part in plan order (empty when none is), for
+// DecodeSliding once the parts are gone.
+std::vector<bool> SlidingLimits(absl::Span<const StoreRequest> parts) {
+  std::vector<bool> sliding;
+  bool any = false;
+  for (const StoreRequest& part : parts) {
+    for (const Limit& limit : part.plan->limits) {
+      sliding.push_back(IsSliding(limit));
+      any = any || sliding.back();
+    }
+  }
+  if (!any) sliding.clear();
+  return sliding;
+}
+
+// A sliding limit's value in decide.lua's reply (prev * 10^8 + cur) as StoreResult holds it:
+// `used` the current window's count, `prev` the previous one's.
+void DecodeSliding(const std::vector<bool>& sliding, StoreGroupResult& result) {
+  size_t at = 0;
+  for (StoreResult& part : result.parts) {
+    const size_t n = part.used.size();
+    for (size_t i = 0; i < n; ++i, ++at) {
+      if (at >= sliding.size() || !sliding[at]) continue;
+      part.prev.resize(n);
+      const int64_t v = part.used[i];
+      if (!SlidingValid(v)) {
+        part.used[i] = -1;
+        continue;
+      }
+      part.prev[i] = v / config::kSlidingRadix;
+      part.used[i] = v % config::kSlidingRadix;
+    }
+  }
 }
 
 // The field of limit i in the subject's hold hash: the limit's name and window without the window
@@ -252,7 +375,15 @@ std::string_view Placement(const StoreRequest& req) {
 // moved into the counter hash (a key per subject, the subject last: it may contain ':', and
 // every part before it cannot); still read, never written.
 std::string RedisStore::CounterKey(const StoreRequest& req, size_t i) const {
-  return absl::StrCat(Tag(Placement(req)), ":h:", LimitWindow(req, i), ":", SlotOf(req.subject));
+  return absl::StrCat(Tag(Placement(req)), ":", KeyKind(req.plan->limits[i]), ":",
+                      LimitWindow(req, i), ":", SlotOf(req.subject));
+}
+
+std::string RedisStore::BesideKey(const StoreRequest& req, size_t i, int delta) const {
+  const Limit& limit = req.plan->limits[i];
+  const int64_t id = (IsGcra(limit) ? req.windows[i].id / 2 : req.windows[i].id) + delta;
+  return absl::StrCat(Tag(Placement(req)), ":", KeyKind(limit), ":", limit.name, ":",
+                      WindowKey(limit.window, req.plan->tz), ":", id, ":", SlotOf(req.subject));
 }
 
 std::string RedisStore::FlagsKey(const StoreRequest& req, size_t i) const {
@@ -290,7 +421,8 @@ void RedisStore::AppendDecideKeys(absl::Span<const StoreRequest> parts, std::str
     const std::string tag = Tag(Placement(part));
     const int slot = SlotOf(part.subject);
     for (size_t i = 0; i < part.plan->limits.size(); ++i) {
-      argv.push_back(absl::StrCat(tag, ":h:", LimitWindow(part, i), ":", slot));
+      argv.push_back(absl::StrCat(tag, ":", KeyKind(part.plan->limits[i]), ":",
+                                  LimitWindow(part, i), ":", slot));
     }
     argv.push_back(absl::StrCat(tag, ":hold:", ToAbsl(part.subject)));
   }
@@ -327,8 +459,12 @@ void RedisStore::AppendDecideArgs(absl::Span<const StoreRequest> parts, const De
     for (size_t i = 0; i < plan.limits.size(); ++i) {
       const Limit& limit = plan.limits[i];
       const WindowBounds& w = req.windows[i];
-      const absl::Time expire_at = redis_now + (w.end + options_.grace - req.now);
-      const bool credit = limit.window.kind == config::WindowSpec::Kind::kCredit;
+      // A sliding count is read as the previous one for one more window; a gcra state lives in
+      // its period (two windows), which ends at the end of this window or the next.
+      absl::Time state_end = w.end;
+      if (IsSliding(limit)) state_end = w.end + (w.end - w.start);
+      if (IsGcra(limit) && w.id % 2 == 0) state_end = w.end + (w.end - w.start);
+      const absl::Time expire_at = redis_now + (state_end + options_.grace - req.now);
       // Nothing fires under a quota of 0 (a credit limit with nothing granted), as in the memory
       // store: such a limit is sent without thresholds.
       const bool alerts = !limit.thresholds.empty() && limit.quota > 0;
@@ -339,12 +475,22 @@ void RedisStore::AppendDecideArgs(absl::Span<const StoreRequest> parts, const De
       // an enforced credit limit, whose expiry every charge pushes forward; "3" a concurrent
       // limit, "4" a shadow (or charged) one.
       const bool charged = limit.shadow || how.charge || req.mode == DecideMode::kReport;
-      if (limit.window.kind == config::WindowSpec::Kind::kConcurrent) {
-        argv.push_back(charged ? "4" : "3");
+      argv.push_back(LimitKind(limit, charged));
+      if (IsSliding(limit)) {
+        // The previous window's weight now, and the first threshold's count.
+        std::string& weight = argv.emplace_back(absl::StrCat(SlidingWeight(w, req.now)));
+        if (alerts) absl::StrAppend(&weight, " ", limit.thresholds.front().count);
+      } else if (IsGcra(limit)) {
+        // Times in microseconds of the limiter's clock (as the windows): now, the interval, the
+        // burst, the largest debt, the period (two windows) and the end of this one.
+        const int64_t window_us = absl::ToInt64Microseconds(w.end - w.start);
+        const int64_t period_end_us = (w.id / 2 + 1) * 2 * window_us;
+        argv.push_back(absl::StrCat(absl::ToUnixMicros(req.now), " ", limit.emission_us, " ",
+                                    limit.burst, " ", GcraMaxDebt(limit), " ", 2 * window_us, " ",
+                                    period_end_us));
       } else {
-        argv.push_back(charged ? "1" : (credit ? "2" : "0"));
+        argv.push_back(alerts ? absl::StrCat(limit.thresholds.front().count) : std::string());
       }
-      argv.push_back(alerts ? absl::StrCat(limit.thresholds.front().count) : std::string());
       std::string& static_part = argv.emplace_back(absl::StrCat(
           absl::ToUnixSeconds(absl::Ceil(expire_at - absl::UnixEpoch(), absl::Seconds(1)) +
                               absl::UnixEpoch()),
@@ -425,7 +571,7 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
   const absl::Time start = StartTimer();
   decide_.Run(
       conn, std::move(command),
-      [this, n, sizes = std::move(sizes), start,
+      [this, n, sizes = std::move(sizes), start, sliding = SlidingLimits(parts),
        done = std::move(done)](absl::StatusOr<Reply> reply) mutable {
         if (!reply.ok()) {
           std::move(done)(ConnectionFailure(reply.status()));
@@ -451,6 +597,7 @@ void RedisStore::DecideParts(absl::Span<const StoreRequest> parts, std::string_v
           std::move(done)(result.status());
           return;
         }
+        DecodeSliding(sliding, *result);
         CountEvents(*reply, 0, n);
         std::move(done)(std::move(result));
       },
@@ -494,13 +641,28 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     absl::Status status;
     std::vector<LimitUsage> usage;
     UsageCallback done;
+    // Per sliding or gcra limit: the fields of the keys decide.lua reads, read as it reads them.
+    std::vector<AlgorithmFields> algorithms;
   };
   auto state = std::make_shared<State>(
       State{.pending = 3 * n + 1, .usage = std::vector<LimitUsage>(n), .done = std::move(done)});
+  for (size_t i = 0; i < n; ++i) {
+    const Limit& limit = req.plan->limits[i];
+    if (limit.algorithm == config::Algorithm::kFixed) continue;
+    const WindowBounds& w = req.windows[i];
+    state->algorithms.push_back({.limit = i,
+                                 .sliding = IsSliding(limit),
+                                 .now_us = absl::ToUnixMicros(req.now),
+                                 .period_us = 2 * absl::ToInt64Microseconds(w.end - w.start)});
+    state->pending += IsSliding(limit) ? 2 : 1;
+  }
   auto finish = [state](absl::Status s) {
     if (!s.ok() && state->status.ok()) state->status = s;
     if (--state->pending > 0) return;
     if (state->status.ok()) {
+      for (const AlgorithmFields& a : state->algorithms) {
+        ReadAlgorithm(a, state->usage[a.limit]);
+      }
       std::move(state->done)(std::move(state->usage));
     } else {
       std::move(state->done)(state->status);
@@ -540,8 +702,27 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
                  }
                  // decide.lua's rule: anything but a counter it could have written is unusable.
                  if (r->is_string()) state->usage[i].used = ParseCounter(r->str);
+                 for (AlgorithmFields& a : state->algorithms) {
+                   if (a.limit == i) a.fields[0] = StoredOf(*r);
+                 }
                  finish(absl::OkStatus());
                });
+  }
+  // A sliding limit's next and previous windows, a gcra limit's next period.
+  for (size_t k = 0; k < state->algorithms.size(); ++k) {
+    const size_t i = state->algorithms[k].limit;
+    const int deltas[] = {1, -1};
+    for (int j = 0; j < (state->algorithms[k].sliding ? 2 : 1); ++j) {
+      conn->Send({"HGET", BesideKey(req, i, deltas[j]), std::string(req.subject)},
+                 [state, finish, k, j](absl::StatusOr<Reply> r) mutable {
+                   if (!r.ok()) return finish(ConnectionFailure(r.status()));
+                   if (r->is_error() && !r->str.starts_with("WRONGTYPE")) {
+                     return finish(ErrorReply(*r));
+                   }
+                   state->algorithms[k].fields[1 + j] = StoredOf(*r);
+                   finish(absl::OkStatus());
+                 });
+    }
   }
   for (size_t i = 0; i < n; ++i) {
     // Only the plan's current percentages under the limit's current quota: a flag of a percentage
@@ -579,15 +760,27 @@ void RedisStore::Reset(const StoreRequest& req, std::optional<size_t> limit_inde
   // The subject's counter and flags fields of each counter hash, and its earlier flag hashes, in
   // one atomic call.
   const auto reset_limit = [&](size_t i) { return !limit_index.has_value() || *limit_index == i; };
+  // A sliding limit's state may also be in the next or previous window's hash, a gcra one's in
+  // the next period's: their pairs too (with the flag hash again, which does not exist for them).
+  const auto besides = [&](size_t i) -> std::vector<int> {
+    const Limit& limit = req.plan->limits[i];
+    if (IsSliding(limit)) return {1, -1};
+    if (IsGcra(limit)) return {1};
+    return {};
+  };
   size_t keys = 0;
   for (size_t i = 0; i < req.plan->limits.size(); ++i) {
-    if (reset_limit(i)) keys += 2;
+    if (reset_limit(i)) keys += 2 + 2 * besides(i).size();
   }
   std::vector<std::string> reset = reset_.Command(keys, keys + 1);
   for (size_t i = 0; i < req.plan->limits.size(); ++i) {
     if (!reset_limit(i)) continue;
     reset.push_back(CounterKey(req, i));
     reset.push_back(FlagsKey(req, i));
+    for (int delta : besides(i)) {
+      reset.push_back(BesideKey(req, i, delta));
+      reset.push_back(FlagsKey(req, i));
+    }
   }
   reset.push_back(std::string(req.subject));
   const absl::Time start = StartTimer();
@@ -691,9 +884,16 @@ void RedisStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
   if (options_.decision_deadline != absl::ZeroDuration()) {
     std::vector<std::string> undo = EndCommand(d, req.id, ReservationEnd::kRelease);
     std::vector<std::string> refund;
-    if (d.cost > 0) {
-      refund = refund_.Command(n, n + 2);
-      for (size_t i = 0; i < n; ++i) refund.push_back(CounterKey(d, i));
+    // Only counters (RefundsOf's rule): a sliding or gcra charge stays.
+    std::vector<std::string> counters;
+    for (size_t i = 0; i < n; ++i) {
+      if (d.plan->limits[i].algorithm == config::Algorithm::kFixed) {
+        counters.push_back(CounterKey(d, i));
+      }
+    }
+    if (d.cost > 0 && !counters.empty()) {
+      refund = refund_.Command(counters.size(), counters.size() + 2);
+      for (std::string& key : counters) refund.push_back(std::move(key));
       refund.push_back(absl::StrCat(d.cost));
       refund.push_back(std::string(d.subject));
     }
@@ -717,7 +917,8 @@ void RedisStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
   }
   RunReservation(
       std::move(argv),
-      [this, n, done = std::move(done)](absl::StatusOr<Reply> r) mutable {
+      [this, n, sliding = SlidingLimits(parts),
+       done = std::move(done)](absl::StatusOr<Reply> r) mutable {
         if (!r.ok()) {
           if (absl::StrContains(r.status().message(), "redis: EXISTS")) {
             return std::move(done)(
@@ -733,6 +934,7 @@ void RedisStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
         const size_t sizes[] = {n};
         absl::StatusOr<StoreGroupResult> result = ParseDecideReply(*r, 0, sizes);
         if (!result.ok()) return std::move(done)(result.status());
+        DecodeSliding(sliding, *result);
         CountEvents(*r, 0, n);
         std::move(done)(std::move(result->parts.front()));
       },
@@ -764,12 +966,18 @@ void RedisStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
   std::vector<std::string> argv = EndCommand(d, req.id, req.end);
   absl::InlinedVector<int64_t, 4> quotas;
   absl::InlinedVector<bool, 4> counting;
+  // A sliding or gcra limit's overshoot is in units (Overshoot); the windows and now for them.
+  absl::InlinedVector<AlgorithmTerms, 4> terms;
+  absl::InlinedVector<WindowBounds, 4> windows(d.windows.begin(), d.windows.end());
   for (const Limit& limit : d.plan->limits) {
     quotas.push_back(limit.quota);
     counting.push_back(limit.window.kind != config::WindowSpec::Kind::kConcurrent);
+    terms.emplace_back(limit);
   }
   RunReservation(std::move(argv), [this, n, quotas = std::move(quotas),
-                                   counting = std::move(counting),
+                                   counting = std::move(counting), terms = std::move(terms),
+                                   windows = std::move(windows), now = d.now,
+                                   sliding = SlidingLimits(absl::MakeConstSpan(&d, 1)),
                                    done = std::move(done)](absl::StatusOr<Reply> r) mutable {
     if (!r.ok()) return std::move(done)(r.status());
     StoreSettleResult out;
@@ -795,14 +1003,22 @@ void RedisStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
     decided.elements.assign(r->elements.begin() + 3, r->elements.begin() + 3 + 2 * n + 3);
     absl::StatusOr<StoreGroupResult> result = ParseDecideReply(decided, 0, sizes);
     if (!result.ok()) return std::move(done)(result.status());
+    DecodeSliding(sliding, *result);
     CountEvents(decided, 0, n);
     out.result = std::move(result->parts.front());
     out.result.allowed = true;
     if (out.outcome == Outcome::kEnded && out.charged > 0) {
       out.overshoot.resize(n);
       for (size_t i = 0; i < n; ++i) {
-        const int64_t before = r->elements[3 + 2 * n + 3 + i].integer;
         const int64_t after = out.result.used[i];
+        if (terms[i].algorithm != config::Algorithm::kFixed) {
+          if (UsableCounter(after)) {
+            out.overshoot[i] = AlgorithmOvershoot(terms[i], windows[i], now, after,
+                                                  out.result.prev_at(i), out.charged);
+          }
+          continue;
+        }
+        const int64_t before = r->elements[3 + 2 * n + 3 + i].integer;
         if (counting[i] && UsableCounter(before) && UsableCounter(after) && after > quotas[i]) {
           out.overshoot[i] = after - std::max(quotas[i], before);
         }

@@ -106,6 +106,9 @@ class RedisStore final : public Store {
   // Which of its bucket's counter hashes holds the subject's counters (0..counter_slots-1).
   [[nodiscard]] int SlotOf(std::string_view subject) const;
   [[nodiscard]] std::string FlagsKey(const StoreRequest& req, size_t i) const;
+  // The key of limit i's state (CounterKey's) `delta` windows later (a gcra limit: periods of
+  // two windows), which decide.lua also reads for a sliding or gcra limit.
+  [[nodiscard]] std::string BesideKey(const StoreRequest& req, size_t i, int delta) const;
   [[nodiscard]] std::string OutboxKey(int bucket) const;
   // What the open reservations of `req.subject` hold (decide.lua's hold hash).
   [[nodiscard]] std::string HoldKey(const StoreRequest& req) const;
@@ -136,6 +139,8 @@ class RedisStore final : public Store {
   [[nodiscard]] const std::string& script_sha() const { return decide_.sha(); }
 
  private:
+  struct AlgorithmFields;
+  static void ReadAlgorithm(const AlgorithmFields& fields, LimitUsage& out);
   // How decide.lua's arguments are written.
   struct DecideArgs {
     // "" for a decision; a reservation's estimate (reserve).

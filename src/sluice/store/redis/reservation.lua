@@ -79,7 +79,7 @@ end
 
 -- The hold hash field of limit j (decide.lua's rule) and whether it is a concurrent one.
 local function field(j)
-  return string.match(dk[j], '}:h:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
+  return string.match(dk[j], '}:[hsg]:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
 end
 local function concurrent(j)
   local kind = da[8 + 4 * (j - 1) + 1]
