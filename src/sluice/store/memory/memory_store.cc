@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <string_view>
@@ -232,6 +233,21 @@ struct alignas(64) MemoryStore::Shard {
     }
   };
   absl::btree_set<std::pair<absl::Time, std::string>, DueOrder> due;
+  // The ended reservations of `reservations`, oldest end first (ids that Sweep forgot since
+  // included): past the shard's bound the oldest is forgotten early, so ended ones never stop
+  // new ones. Guarded by mu.
+  std::deque<std::string> ended;
+  size_t open = 0;  // open reservations in `reservations`. Guarded by mu.
+
+  // Remembers that reservation `id` ended, forgetting the oldest ended ones beyond `bound`.
+  void Ended(std::string_view id, size_t bound) {
+    ended.emplace_back(id);
+    while (ended.size() > bound) {
+      auto it = reservations.find(ended.front());
+      if (it != reservations.end() && !it->second.open) reservations.erase(it);
+      ended.pop_front();
+    }
+  }
 
   const Holds* HoldsOf(std::string_view subject) const {
     if (holds.empty()) [[likely]]
@@ -772,8 +788,7 @@ void MemoryStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
       std::move(done)(absl::AlreadyExistsError("store: reservation id already in use"));
       return;
     }
-    const size_t per_shard = std::max<size_t>(options_.max_reservations >> shard_bits_, 1);
-    if (shard.reservations.size() >= per_shard) {
+    if (shard.open >= PerShard()) {
       std::move(done)(absl::ResourceExhaustedError(
           "too many reservations at once: settle or release some, or wait for them to expire"));
       return;
@@ -793,6 +808,7 @@ void MemoryStore::Reserve(const StoreReserveRequest& req, DecideCallback done) {
       shard.ChangeHolds(r, +1);
       shard.due.emplace(req.expires_at, std::string(req.id));
       shard.reservations.emplace(std::string(req.id), std::move(r));
+      ++shard.open;
       shard.FillHeld(d.subject, *d.plan, result);
     }
   }
@@ -847,6 +863,7 @@ void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
       shard.due.erase(std::pair<absl::Time, std::string_view>(r.expires_at, req.id));
       r.holds.clear();
       r.open = false;
+      --shard.open;
       r.ended_by = req.end;
       r.charged = charge.cost;
       out.ended_by = req.end;
@@ -876,6 +893,7 @@ void MemoryStore::Settle(const StoreSettleRequest& req, SettleCallback done) {
       }
     }
     shard.FillHeld(d.subject, *d.plan, out.result);
+    if (out.outcome == Outcome::kEnded) shard.Ended(req.id, PerShard());
   }
   if (recorded) outbox_.NotifyRecorded();
   std::move(done)(std::move(out));
@@ -926,7 +944,7 @@ size_t MemoryStore::open_reservations() const {
   size_t total = 0;
   for (size_t s = 0; s < (size_t{1} << shard_bits_); ++s) {
     std::lock_guard lock(shards_[s].mu);
-    for (const auto& [id, r] : shards_[s].reservations) total += r.open ? 1 : 0;
+    total += shards_[s].open;
   }
   return total;
 }
@@ -1036,7 +1054,14 @@ void MemoryStore::Restore(std::vector<SubjectState> states,
     shards_[s].holds.clear();
     shards_[s].reservations.clear();
     shards_[s].due.clear();
+    shards_[s].ended.clear();
+    shards_[s].open = 0;
   }
+  // Ended ones oldest first, so that the shard's `ended` list keeps their order.
+  std::stable_sort(reservations.begin(), reservations.end(),
+                   [](const ReservationState& a, const ReservationState& b) {
+                     return a.open == b.open ? a.expires_at < b.expires_at : a.open;
+                   });
   for (ReservationState& st : reservations) {
     Shard& shard = ShardFor(st.subject);
     std::lock_guard lock(shard.mu);
@@ -1052,6 +1077,9 @@ void MemoryStore::Restore(std::vector<SubjectState> states,
       for (const auto& [tag, amount] : st.holds) r.holds.push_back({.tag = tag, .amount = amount});
       shard.ChangeHolds(r, +1);
       shard.due.emplace(r.expires_at, st.id);
+      ++shard.open;
+    } else {
+      shard.Ended(st.id, PerShard());
     }
     shard.reservations.insert_or_assign(std::move(st.id), std::move(r));
   }

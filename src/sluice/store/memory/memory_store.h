@@ -37,9 +37,10 @@ class MemoryStore final : public Store {
     size_t shards = 64;  // rounded up to a power of two
     size_t outbox_capacity = 100'000;
     absl::Duration grace = absl::Seconds(60);  // kept this long after a window ends
-    // Reservations remembered at once (open, and ended ones not yet forgotten), spread evenly
-    // over the shards: a reservation that would make its shard hold more is refused
-    // (ResourceExhausted), so no client can grow the store without bound.
+    // Open reservations at once, spread evenly over the shards: a reservation that would make
+    // its shard hold more is refused (ResourceExhausted), so no client can grow the store without
+    // bound. As many ended ones are remembered (for answering a repeated settle the same); past
+    // that the oldest ended one is forgotten early.
     size_t max_reservations = 1'000'000;
   };
 
@@ -150,6 +151,11 @@ class MemoryStore final : public Store {
   [[nodiscard]] size_t ShardIndex(size_t hash) const;
   // The shard for a key whose hash (KeyHash) is already known.
   [[nodiscard]] Shard& ShardForHash(size_t hash) const;
+  // Open reservations a shard may hold, and ended ones it remembers (Options::max_reservations
+  // spread evenly over the shards).
+  [[nodiscard]] size_t PerShard() const {
+    return std::max<size_t>(options_.max_reservations >> shard_bits_, 1);
+  }
 
   std::unique_ptr<Shard[]> shards_;
   size_t shard_bits_;

@@ -295,9 +295,9 @@ TEST(MemoryStoreConcurrencyTest, SixteenThreadsAdmitExactlyTheQuota) {
   EXPECT_EQ(events[2].event.used, 5000);
 }
 
-// Reservations are bounded: past max_reservations a reserve is refused, and an ended one makes
-// room only once it is forgotten (kReservationMemory after its expiry) and swept.
-TEST(MemoryStoreReservationTest, ReservationsAreBoundedAndEndedOnesMakeRoomOnceForgotten) {
+// Open reservations are bounded: past max_reservations a reserve is refused until one ends; ended
+// ones are remembered up to as many, the oldest forgotten first.
+TEST(MemoryStoreReservationTest, OpenReservationsAreBoundedAndEndedOnesNeverStopNewOnes) {
   MemoryStore store(MemoryStore::Options{.shards = 1, .max_reservations = 2});
   FakeClock clock(absl::FromUnixSeconds(1796040000));
   config::Config cfg;
@@ -312,13 +312,35 @@ TEST(MemoryStoreReservationTest, ReservationsAreBoundedAndEndedOnesMakeRoomOnceF
         [&](absl::StatusOr<ReserveDecision> r) { out = std::move(r); });
     return out;
   };
+  const auto settle = [&](const std::string& id) {
+    absl::StatusOr<SettleDecision> out = absl::UnknownError("no answer");
+    limiter.Settle({.id = id, .cost = 1}, [&](absl::StatusOr<SettleDecision> s) { out = s; });
+    return out;
+  };
   absl::StatusOr<ReserveDecision> first = reserve();
   ASSERT_TRUE(first.ok());
+  absl::StatusOr<ReserveDecision> second = reserve();
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(reserve().status()));
+  EXPECT_EQ(store.open_reservations(), 2u);
+  ASSERT_EQ(settle(first->id)->outcome, StoreSettleResult::Outcome::kEnded);
+  EXPECT_EQ(store.open_reservations(), 1u);
+  // An ended reservation takes no room: a hundred more reserve and settle at this rate.
+  std::vector<std::string> ended = {first->id};
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<ReserveDecision> r = reserve();
+    ASSERT_TRUE(r.ok()) << i;
+    ASSERT_EQ(settle(r->id)->outcome, StoreSettleResult::Outcome::kEnded);
+    ended.push_back(r->id);
+  }
+  // The two ended last are remembered (a repeated settle answers the same), older ones not.
+  EXPECT_EQ(settle(ended[100])->outcome, StoreSettleResult::Outcome::kRepeated);
+  EXPECT_EQ(settle(ended[99])->outcome, StoreSettleResult::Outcome::kRepeated);
+  EXPECT_EQ(settle(ended[0])->outcome, StoreSettleResult::Outcome::kNotFound);
   ASSERT_TRUE(reserve().ok());
   EXPECT_TRUE(absl::IsResourceExhausted(reserve().status()));
-  limiter.Settle({.id = first->id, .end = ReservationEnd::kRelease},
-                 [](absl::StatusOr<SettleDecision> s) { ASSERT_TRUE(s.ok()); });
-  EXPECT_TRUE(absl::IsResourceExhausted(reserve().status()));  // remembered, ended
+  EXPECT_EQ(store.open_reservations(), 2u);
+  ASSERT_EQ(settle(second->id)->outcome, StoreSettleResult::Outcome::kEnded);
   clock.Advance(absl::Seconds(10) + kReservationMemory);
   store.Sweep(clock.Now());
   EXPECT_TRUE(reserve().ok());
