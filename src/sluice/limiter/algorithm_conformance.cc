@@ -193,6 +193,29 @@ TEST_P(AlgorithmConformanceTest, AGcraLimitInAPlanIsAllOrNothingWithTheOthers) {
   EXPECT_EQ(Check("v", 0).limits[1].remaining, 5);
 }
 
+TEST_P(AlgorithmConformanceTest, ALaterLimitsDenialLeavesSlidingAndGcraStatesAsTheyWere) {
+  UsePlans({PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {Sliding("s", 10, Window(absl::Minutes(1), "1m")),
+                 Gcra("g", 60, Window(absl::Minutes(1), "1m"), 5),
+                 LimitConfig{.name = "daily",
+                             .quota = 5,
+                             .window = {.kind = WindowSpec::Kind::kDay, .text = "day"}}}}});
+  ASSERT_TRUE(Check("u", 2).allowed);
+  clock_->Advance(absl::Seconds(30));  // the same minute, half gone
+  const Decision d = Check("u", 4);    // sliding and gcra fit, the daily limit (2 + 4 > 5) not
+  EXPECT_FALSE(d.allowed);
+  EXPECT_FALSE(d.limits[0].violated);
+  EXPECT_FALSE(d.limits[1].violated);
+  EXPECT_TRUE(d.limits[2].violated);
+  const Decision peek = Check("u", 0);
+  EXPECT_EQ(peek.limits[0].used, 2);
+  EXPECT_EQ(peek.limits[1].used, 0);  // 2 s of debt paid back in 30 s
+  EXPECT_EQ(peek.limits[2].used, 2);
+  EXPECT_TRUE(Check("u", 3).allowed);
+}
+
 TEST_P(AlgorithmConformanceTest, AnUnusableGcraStateIsExhaustedNeverRoom) {
   UseGcra(60, 10);
   Plant("u", 0, -5);

@@ -245,6 +245,8 @@ end
 -- such limit was met); algo_read and algo_write are made on first need.
 local algo = nil
 local algo_read, algo_write, algo_fits
+-- What the algorithm writes of this call replaced: { key, field, old value or nil }, in order.
+local undo_log = nil
 
 local function algo_helpers()
   local radix, max_count = 100000000, 9999999
@@ -270,7 +272,8 @@ local function algo_helpers()
   end
 
   -- What limit `kind` (its key, the subject, its "first" value) holds: a table with `usable`,
-  -- `reply` (what the reply says of it) and what algo_write needs; nil if `params` is malformed.
+  -- `reply` (what the reply says of it as read) and what algo_write needs; nil if `params` is
+  -- malformed.
   algo_read = function(kind, key, subject, params)
     local st = { kind = kind, key = key, write_key = key, usable = true }
     if kind == '5' or kind == '6' then
@@ -280,9 +283,10 @@ local function algo_helpers()
       if st.weight == nil or st.weight > 1000000 or next_key == nil then return nil end
       local v = stored(next_key, subject)
       if v ~= nil then
-        st.late, st.write_key = true, next_key
+        st.late, st.write_key, st.old = true, next_key, v
       else
         v = stored(key, subject)
+        st.old = v
         if v == nil then
           local before = stored(beside(key, -1), subject)
           if before ~= nil and before ~= false then
@@ -315,13 +319,15 @@ local function algo_helpers()
     if st.now == nil or st.interval == nil or st.interval < 1 or st.next_key == nil then
       return nil
     end
-    local a, b = stored(key, subject), stored(st.next_key, subject)
-    if a == false or b == false then
+    -- Arrival times are kept as microseconds after the start of the period of their hash.
+    st.a, st.b = stored(key, subject), stored(st.next_key, subject)
+    if st.a == false or st.b == false then
       st.usable, st.reply = false, -1
       return st
     end
-    local tat = math.max(a or 0, b or 0)
-    st.holder = (b ~= nil and b == tat and st.next_key) or (a ~= nil and key) or nil
+    local tat = 0
+    if st.a ~= nil then tat = st.period_end - st.period + st.a end
+    if st.b ~= nil then tat = math.max(tat, st.period_end + st.b) end
     st.debt = math.max(tat - st.now, 0)
     if st.debt > st.period then
       st.usable, st.reply = false, -1
@@ -338,17 +344,26 @@ local function algo_helpers()
     return need <= st.burst and st.debt + need * st.interval <= st.burst * st.interval
   end
 
-  -- Charges `cost` (> 0; the call is admitted): writes the new state with its expiry, sets the
-  -- reply and, for sliding, `st.estimate` (what thresholds are compared with). `expire_at` is the
-  -- key's (static's first word). Returns Redis's error reply if a write is refused.
+  -- Remembers the value `old` (a number, or nil: no field) of `field` in `key`, for take_back.
+  local function remember(key, field, old)
+    if undo_log == nil then undo_log = {} end
+    undo_log[#undo_log + 1] = { key, field, old }
+  end
+
+  -- Charges `cost` (> 0): writes the new state (an expiry on a new field's hash), remembering
+  -- the old one for take_back; sets st.charged (the reply) and, for sliding, st.estimate (what
+  -- thresholds are compared with). `expire_at` is the key's (static's first word). Returns
+  -- Redis's error reply if a write is refused.
   algo_write = function(st, subject, cost, expire_at)
-    if not st.usable then return nil end
     local key, at, value = st.write_key, expire_at, nil
+    local olds = {}
     if st.kind == '5' or st.kind == '6' then
-      st.cur = math.min(st.cur + cost, max_count)
-      value = st.prev * radix + st.cur
-      st.reply = st.late and st.prev + st.cur or value
-      st.estimate = st.cur + st.share
+      local cur = math.min(st.cur + cost, max_count)
+      value = st.prev * radix + cur
+      st.charged = st.late and st.prev + cur or value
+      st.estimate = cur + st.share
+      st.written_cur = cur
+      olds[1] = { key, st.old }
       if st.late then at = at + (tonumber(string.match(key, ':s:[^:]*:(%d+)s:')) or 0) end
     else
       local debt = st.debt
@@ -361,15 +376,28 @@ local function algo_helpers()
       if tat >= st.period_end then
         key = st.next_key
         at = at + math.floor(st.period / 1000000)
+        value = tat - st.period_end
+      else
+        value = tat - (st.period_end - st.period)
       end
-      value = tat
-      st.reply = debt
+      st.charged = debt
+      olds[1] = { st.key, st.a }
+      olds[2] = { st.next_key, st.b }
     end
-    local ok = redis.pcall('HSET', key, subject, string.format('%d', value))
-    if type(ok) == 'table' and ok.err then return ok end
-    ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
-    if type(ok) == 'table' and ok.err then return ok end
-    if st.holder ~= nil and st.holder ~= key then redis.pcall('HDEL', st.holder, subject) end
+    local added = redis.pcall('HSET', key, subject, string.format('%d', value))
+    if type(added) == 'table' and added.err then return added end
+    for _, o in ipairs(olds) do remember(o[1], subject, o[2]) end
+    if added == 1 then
+      local ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
+      if type(ok) == 'table' and ok.err then return ok end
+    end
+    -- A gcra arrival time that moved to the next period leaves none behind.
+    if st.kind ~= '5' and st.kind ~= '6' then
+      local other = key == st.key and st.next_key or st.key
+      if (key == st.key and st.b ~= nil) or (key ~= st.key and st.a ~= nil) then
+        redis.pcall('HDEL', other, subject)
+      end
+    end
     st.write_key = key
     return nil
   end
@@ -429,7 +457,8 @@ do
         bad = 'bad limit at ARGV ' .. a; break
       end
       if algorithm then
-        -- Sliding or gcra: decided by reading; written once the call is admitted.
+        -- Sliding or gcra: decided by reading, then (while everything fits) charged at once, as
+        -- a counter is; take_back restores what it replaced.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
         if algo_read == nil then algo_helpers() end
         local st = algo_read(shadow, KEYS[k], subject, ARGV[a + 2])
@@ -439,8 +468,20 @@ do
         reply[r] = st.reply
         if (shadow == '5' or shadow == '7') and not algo_fits(st, quota, cost + extra) then
           fits = false
+        elseif fits and cost > 0 and st.usable and not ro then
+          local at = tonumber(string.match(ARGV[a + 3], '^(%d+) '))
+          if at == nil then bad = 'bad limit at ARGV ' .. a; break end
+          local refused = algo_write(st, subject, cost, at)
+          if refused and done == 0 and undo_log == nil then
+            ro = refused  -- nothing written yet: decided by reading (below)
+          elseif refused then
+            failed = refused
+            bad = 'refused'; break
+          else
+            reply[r] = st.charged
+            if st.first and st.estimate >= st.first then more = true end
+          end
         end
-        if cost > 0 then more = true end
       elseif shadow == '3' or shadow == '4' then
         -- A concurrent limit: no counter; a slot is free iff held + 1 <= quota.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
@@ -551,6 +592,19 @@ end
 -- Takes back the increments that stand: the first `done` enforced limits of paying parts. It
 -- stops at the last of them, so it never reads past a malformed part.
 local function take_back()
+  -- The algorithm writes first, newest first.
+  for i = undo_log and #undo_log or 0, 1, -1 do
+    local e = undo_log[i]
+    if e[3] == nil then
+      redis.pcall('HDEL', e[1], e[2])
+    else
+      redis.pcall('HSET', e[1], e[2], string.format('%d', e[3]))
+    end
+  end
+  undo_log = nil
+  if algo then
+    for r, st in pairs(algo) do reply[r] = st.reply end
+  end
   if done == 0 then return end
   if undo == nil then helpers() end
   each_limit(function(h, a, k, r, cost, subject)
@@ -680,17 +734,8 @@ if fits then
   local grown, expire_error = {}, nil
   each_limit(function(h, a, k, r, cost, subject)
     local key = KEYS[k]
-    local st = algo and algo[r]
-    if st ~= nil then
-      if cost > 0 then
-        local at = tonumber(string.match(ARGV[a + 3], '^(%d+) '))
-        local refused = at and algo_write(st, subject, cost, at)
-        if at == nil or refused then
-          expire_error = refused or redis.error_reply('ERR sluice decide: bad limit at ARGV ' .. a)
-          return true
-        end
-        reply[r] = st.reply
-      end
+    if algo and algo[r] then
+      return  -- charged on the first pass
     elseif ARGV[a + 1] == '1' then
       local used = read_counter(key, subject)
       if used >= 0 and cost > 0 then
@@ -733,7 +778,7 @@ if fits then
     local st = algo and algo[r]
     if st ~= nil then
       -- A sliding limit's thresholds are its estimate's, flagged in the window it counts in.
-      if cost > 0 and st.usable and st.first and st.estimate >= st.first then
+      if cost > 0 and st.estimate and st.first and st.estimate >= st.first then
         fire(h, a, st.write_key, words(ARGV[a + 3]), st.estimate, false)
       end
     -- Thresholds: none can be reached below the first count.

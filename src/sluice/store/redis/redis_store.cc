@@ -279,7 +279,8 @@ struct RedisStore::AlgorithmFields {
   size_t limit = 0;
   bool sliding = false;
   int64_t now_us = 0;
-  int64_t period_us = 0;  // gcra: two windows
+  int64_t period_us = 0;        // gcra: two windows
+  int64_t period_start_us = 0;  // gcra: the start of the period of fields[0]
   std::array<std::optional<int64_t>, 3> fields;
 };
 
@@ -306,6 +307,7 @@ void RedisStore::ReadAlgorithm(const AlgorithmFields& a, LimitUsage& out) {
     out.prev = late ? 0 : prev;
     return;
   }
+  // Arrival times are kept as microseconds after the start of their hash's period.
   int64_t tat = 0;
   for (int j = 0; j < 2; ++j) {
     if (!a.fields[j].has_value()) continue;
@@ -313,7 +315,7 @@ void RedisStore::ReadAlgorithm(const AlgorithmFields& a, LimitUsage& out) {
       out.used = -1;
       return;
     }
-    tat = std::max(tat, *a.fields[j]);
+    tat = std::max(tat, a.period_start_us + j * a.period_us + *a.fields[j]);
   }
   const int64_t debt = std::max<int64_t>(tat - a.now_us, 0);
   out.used = debt > a.period_us ? -1 : debt;
@@ -650,10 +652,12 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
     const Limit& limit = req.plan->limits[i];
     if (limit.algorithm == config::Algorithm::kFixed) continue;
     const WindowBounds& w = req.windows[i];
+    const int64_t window_us = absl::ToInt64Microseconds(w.end - w.start);
     state->algorithms.push_back({.limit = i,
                                  .sliding = IsSliding(limit),
                                  .now_us = absl::ToUnixMicros(req.now),
-                                 .period_us = 2 * absl::ToInt64Microseconds(w.end - w.start)});
+                                 .period_us = 2 * window_us,
+                                 .period_start_us = w.id / 2 * 2 * window_us});
     state->pending += IsSliding(limit) ? 2 : 1;
   }
   auto finish = [state](absl::Status s) {

@@ -57,9 +57,11 @@ class RedisHarness final : public StoreHarness {
   void PlantCounter(const StoreRequest& req, size_t limit, int64_t value) override {
     const std::string key = store_->CounterKey(req, limit);
     // A gcra limit's value as the memory store keeps it (microseconds after its window's start),
-    // as an arrival time; a negative one as it is (no integer decide.lua writes).
+    // as decide.lua keeps it (after its period's start: a period is two windows); a negative one
+    // as it is (no integer decide.lua writes).
+    const WindowBounds& w = req.windows[limit];
     if (req.plan->limits[limit].algorithm == config::Algorithm::kGcra && value >= 0) {
-      value += absl::ToUnixMicros(req.windows[limit].start);
+      value += w.id % 2 * absl::ToInt64Microseconds(w.end - w.start);
     }
     Command({"HSET", key, std::string(req.subject), std::to_string(value)});
     Command({"EXPIRE", key, "3600"});
