@@ -73,9 +73,10 @@
 --                      below)
 --        first         the count of the limit's lowest threshold (no threshold below it can be
 --                      reached, so nothing about alerts is read while used < first); "" when the
---                      limit has no thresholds. Sliding: "<weight>" or "<weight> <first>";
---                      gcra: "<now_us> <interval_us> <burst> <max_debt_us> <period_us>
---                      <period_end_us>" (below)
+--                      limit has no thresholds. Sliding: "<weight> <next>" or
+--                      "<weight> <next> <first>"; gcra: "<now_us> <interval_us> <burst>
+--                      <max_debt_us> <period_us> <period_end_us> <next>" (below); <next> is 1
+--                      when the next window's (period's) field may exist (else it is not read)
 --        static        "<expire_at> <window_start> <window_end> <name> <percent> <count> ...":
 --                      Unix seconds (expire_at = window end + grace, for EXPIREAT; must be in the
 --                      future), the limit's name, and each threshold's percent (1..100) and
@@ -277,11 +278,15 @@ local function algo_helpers()
   algo_read = function(kind, key, subject, params)
     local st = { kind = kind, key = key, write_key = key, usable = true }
     if kind == '5' or kind == '6' then
-      local weight, first = string.match(params, '^(%d+) ?(%d*)$')
+      local weight, check, first = string.match(params, '^(%d+) ([01]) ?(%d*)$')
       st.weight, st.first = tonumber(weight), tonumber(first)
-      local next_key = beside(key, 1)
-      if st.weight == nil or st.weight > 1000000 or next_key == nil then return nil end
-      local v = stored(next_key, subject)
+      if st.weight == nil or st.weight > 1000000 then return nil end
+      local v, next_key = nil, nil
+      if check == '1' then
+        next_key = beside(key, 1)
+        if next_key == nil then return nil end
+        v = stored(next_key, subject)
+      end
       if v ~= nil then
         st.late, st.write_key, st.old = true, next_key, v
       else
@@ -311,16 +316,18 @@ local function algo_helpers()
       st.reply = st.late and st.prev + st.cur or st.prev * radix + st.cur
       return st
     end
-    local now, interval, burst, max_debt, period, period_end =
-      string.match(params, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    local now, interval, burst, max_debt, period, period_end, check =
+      string.match(params, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ([01])$')
     st.now, st.interval, st.burst = tonumber(now), tonumber(interval), tonumber(burst)
     st.max_debt, st.period, st.period_end = tonumber(max_debt), tonumber(period), tonumber(period_end)
-    st.next_key = beside(key, 1)
-    if st.now == nil or st.interval == nil or st.interval < 1 or st.next_key == nil then
-      return nil
-    end
+    if st.now == nil or st.interval == nil or st.interval < 1 then return nil end
     -- Arrival times are kept as microseconds after the start of the period of their hash.
-    st.a, st.b = stored(key, subject), stored(st.next_key, subject)
+    st.a = stored(key, subject)
+    if check == '1' then
+      st.next_key = beside(key, 1)
+      if st.next_key == nil then return nil end
+      st.b = stored(st.next_key, subject)
+    end
     if st.a == false or st.b == false then
       st.usable, st.reply = false, -1
       return st
@@ -356,14 +363,12 @@ local function algo_helpers()
   -- Redis's error reply if a write is refused.
   algo_write = function(st, subject, cost, expire_at)
     local key, at, value = st.write_key, expire_at, nil
-    local olds = {}
-    if st.kind == '5' or st.kind == '6' then
+    local sliding = st.kind == '5' or st.kind == '6'
+    if sliding then
       local cur = math.min(st.cur + cost, max_count)
       value = st.prev * radix + cur
       st.charged = st.late and st.prev + cur or value
       st.estimate = cur + st.share
-      st.written_cur = cur
-      olds[1] = { key, st.old }
       if st.late then at = at + (tonumber(string.match(key, ':s:[^:]*:(%d+)s:')) or 0) end
     else
       local debt = st.debt
@@ -374,6 +379,7 @@ local function algo_helpers()
       end
       local tat = st.now + debt
       if tat >= st.period_end then
+        if st.next_key == nil then st.next_key = beside(st.key, 1) end
         key = st.next_key
         at = at + math.floor(st.period / 1000000)
         value = tat - st.period_end
@@ -381,18 +387,21 @@ local function algo_helpers()
         value = tat - (st.period_end - st.period)
       end
       st.charged = debt
-      olds[1] = { st.key, st.a }
-      olds[2] = { st.next_key, st.b }
     end
     local added = redis.pcall('HSET', key, subject, string.format('%d', value))
     if type(added) == 'table' and added.err then return added end
-    for _, o in ipairs(olds) do remember(o[1], subject, o[2]) end
+    if sliding then
+      remember(key, subject, st.old)
+    else
+      remember(st.key, subject, st.a)
+      if st.next_key ~= nil then remember(st.next_key, subject, st.b) end
+    end
     if added == 1 then
       local ok = redis.pcall('EXPIREAT', key, string.format('%d', at), 'NX')
       if type(ok) == 'table' and ok.err then return ok end
     end
     -- A gcra arrival time that moved to the next period leaves none behind.
-    if st.kind ~= '5' and st.kind ~= '6' then
+    if not sliding then
       local other = key == st.key and st.next_key or st.key
       if (key == st.key and st.b ~= nil) or (key ~= st.key and st.a ~= nil) then
         redis.pcall('HDEL', other, subject)

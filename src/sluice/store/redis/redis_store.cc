@@ -478,18 +478,34 @@ void RedisStore::AppendDecideArgs(absl::Span<const StoreRequest> parts, const De
       // limit, "4" a shadow (or charged) one.
       const bool charged = limit.shadow || how.charge || req.mode == DecideMode::kReport;
       argv.push_back(LimitKind(limit, charged));
+      // Whether another instance may already have written the next window's (period's) state
+      // when this call runs: only if this one may run at or after the instant it begins (the
+      // deadline bounds how late it runs; another instance's clock may be ahead by as much as
+      // an unsynced one's). A charge has no deadline.
+      const auto next_may_exist = [&](absl::Time begins) {
+        return how.charge || options_.decision_deadline == absl::ZeroDuration() ||
+               req.now + options_.decision_deadline + options_.unsynced_allowance +
+                       absl::Seconds(1) >=
+                   begins;
+      };
       if (IsSliding(limit)) {
-        // The previous window's weight now, and the first threshold's count.
-        std::string& weight = argv.emplace_back(absl::StrCat(SlidingWeight(w, req.now)));
+        // The previous window's weight now, whether to read the next window, and the first
+        // threshold's count.
+        std::string& weight = argv.emplace_back(
+            absl::StrCat(SlidingWeight(w, req.now), next_may_exist(w.end) ? " 1" : " 0"));
         if (alerts) absl::StrAppend(&weight, " ", limit.thresholds.front().count);
       } else if (IsGcra(limit)) {
         // Times in microseconds of the limiter's clock (as the windows): now, the interval, the
-        // burst, the largest debt, the period (two windows) and the end of this one.
+        // burst, the largest debt, the period (two windows) and the end of this one; then
+        // whether to read the next period (an arrival time there is at least its start, and no
+        // decision puts one more than the largest debt after its now).
         const int64_t window_us = absl::ToInt64Microseconds(w.end - w.start);
         const int64_t period_end_us = (w.id / 2 + 1) * 2 * window_us;
+        const absl::Time begins =
+            absl::FromUnixMicros(period_end_us) - absl::Microseconds(GcraMaxDebt(limit));
         argv.push_back(absl::StrCat(absl::ToUnixMicros(req.now), " ", limit.emission_us, " ",
                                     limit.burst, " ", GcraMaxDebt(limit), " ", 2 * window_us, " ",
-                                    period_end_us));
+                                    period_end_us, next_may_exist(begins) ? " 1" : " 0"));
       } else {
         argv.push_back(alerts ? absl::StrCat(limit.thresholds.front().count) : std::string());
       }
