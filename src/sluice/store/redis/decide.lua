@@ -293,8 +293,12 @@ local function algo_helpers()
         v = stored(key, subject)
         st.old = v
         if v == nil then
-          local before = stored(beside(key, -1), subject)
+          -- The previous window's field: its count is this window's prev, and the field goes
+          -- when this window's is written (one field per subject).
+          local prev_key = beside(key, -1)
+          local before = stored(prev_key, subject)
           if before ~= nil and before ~= false then
+            st.prev_key, st.prev_old = prev_key, before
             local prev, cur = split(before)
             before = prev <= max_count and cur <= max_count and cur * radix or false
           end
@@ -392,6 +396,10 @@ local function algo_helpers()
     if type(added) == 'table' and added.err then return added end
     if sliding then
       remember(key, subject, st.old)
+      if st.prev_key ~= nil then
+        redis.pcall('HDEL', st.prev_key, subject)
+        remember(st.prev_key, subject, st.prev_old)
+      end
     else
       remember(st.key, subject, st.a)
       if st.next_key ~= nil then remember(st.next_key, subject, st.b) end

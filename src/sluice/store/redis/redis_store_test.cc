@@ -216,6 +216,43 @@ class RedisStoreTest : public ::testing::Test {
   std::vector<std::pair<RedisCommandKind, absl::Duration>> observed_;  // round trips, in order
 };
 
+// A sliding limit's state moves to the current window's hash at its first admission there, and
+// the previous window's field goes: one field per subject, every key with its expiry.
+TEST_F(RedisStoreTest, ASlidingLimitKeepsOneFieldPerSubjectInAHashThatExpires) {
+  Connect(std::chrono::milliseconds(2000));
+  config::Config cfg;
+  cfg.plans = {config::PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {config::LimitConfig{.name = "s",
+                                     .quota = 10,
+                                     .window = *config::ParseWindow("1m"),
+                                     .algorithm = config::Algorithm::kSliding}}}};
+  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  const Plan* plan = plans->Find("p");
+  const absl::Time t1 = clock_.Now();
+  const WindowBounds w1 = WindowAt(plan->limits[0].window, plan->tz, t1);
+  const StoreRequest first{
+      .subject = "alice", .plan = plan, .cost = 3, .now = t1, .windows = {&w1, 1}};
+  ASSERT_TRUE(Decide(first).ok());
+  const std::string key1 = store_->CounterKey(first, 0);
+  EXPECT_NE(key1.find(":s:s:60s:"), std::string::npos) << key1;
+  EXPECT_EQ(Counter(first), "3");  // prev 0, cur 3
+  EXPECT_GT(ExpireTime(key1), 0);
+  const absl::Time t2 = t1 + absl::Minutes(1);
+  const WindowBounds w2 = WindowAt(plan->limits[0].window, plan->tz, t2);
+  const StoreRequest second{
+      .subject = "alice", .plan = plan, .cost = 1, .now = t2, .windows = {&w2, 1}};
+  absl::StatusOr<StoreResult> r = Decide(second);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->used[0], 1);
+  EXPECT_EQ(r->prev_at(0), 3);
+  EXPECT_EQ(Counter(second), "300000001");  // prev 3, cur 1
+  EXPECT_GT(ExpireTime(store_->CounterKey(second, 0)), 0);
+  EXPECT_EQ(Counter(first), "(nil)");  // moved, not copied
+}
+
 TEST_F(RedisStoreTest, EachAnsweredCommandReportsItsRoundTripByKind) {
   Connect(2000ms);
   const StoreRequest req = Request();
