@@ -33,13 +33,22 @@ void ReservationExpirer::Round() {
   const Limiter& limiter = *fe->limiter;
   limiter.ExpireDue(kBatch, [this, fe = std::move(fe)](absl::StatusOr<size_t> ended) {
     if (!ended.ok()) {
-      // A store without reservations answers Unimplemented: nothing to end, ever.
-      if (!absl::IsUnimplemented(ended.status())) {
-        Log(LogLevel::kWarn, "ending expired reservations failed; retrying").Error(ended.status());
+      // A store without reservations answers Unimplemented: nothing to end, ever. Otherwise a
+      // store that fails (or is still connecting, at start) is said once it has failed for a few
+      // rounds, then once a minute, not every second.
+      if (!absl::IsUnimplemented(ended.status()) && ++failures_ % kLogEvery == kFailuresBeforeLog) {
+        Log(LogLevel::kWarn, "ending expired reservations failed; retrying")
+            .Int("rounds", static_cast<int64_t>(failures_))
+            .Error(ended.status());
       }
       Schedule(kInterval);
       return;
     }
+    if (failures_ >= kFailuresBeforeLog) {
+      Log(LogLevel::kInfo, "ending expired reservations works again")
+          .Int("failed_rounds", static_cast<int64_t>(failures_));
+    }
+    failures_ = 0;
     metrics_->CountExpired(*ended);
     Schedule(*ended >= kBatch ? std::chrono::steady_clock::duration::zero() : kInterval);
   });

@@ -31,6 +31,11 @@ class ReservationExpirer {
   void Release() { timer_.reset(); }
 
  private:
+  // Rounds that failed in a row (Round), and when they are logged: at the kFailuresBeforeLog-th,
+  // then every kLogEvery.
+  static constexpr size_t kFailuresBeforeLog = 3;
+  static constexpr size_t kLogEvery = 60;
+  size_t failures_ = 0;
   void Schedule(std::chrono::steady_clock::duration after);
   void Round();
 
