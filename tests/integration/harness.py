@@ -180,6 +180,21 @@ class Service:
         return status, headers, json.loads(body) if body else None
 
 
+def started_service(test, yaml, warm_plan=None):
+    """A Service on `yaml` in a directory of its own, started for the unittest.TestCase `test`
+    (stopped, and its directory removed, at the test's cleanup). With `warm_plan`, waits (at most
+    10 s) until a peek of that plan is answered without degradation: the store is reached."""
+    d = tempdir()
+    test.addCleanup(d.cleanup)
+    svc = Service(yaml, d.name)
+    svc.__enter__()
+    test.addCleanup(svc.__exit__)
+    deadline = time.monotonic() + 10
+    while warm_plan and svc.check({"subject": "warm", "plan": warm_plan, "cost": 0})[2]["degraded"]:
+        test.assertLess(time.monotonic(), deadline, "sluice never reached its store")
+    return svc
+
+
 def parse_rate_limit_items(value):
     """A RateLimit or RateLimit-Policy value as a dict:
     '"a";q=1;w=60, "b";q=2' -> {'a': {'q': 1, 'w': 60}, 'b': {'q': 2}}"""

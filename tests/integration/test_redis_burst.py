@@ -4,7 +4,6 @@ while Redis fails (each instance decides degraded requests against what it knows
 N x quota in a window with N instances)."""
 import os
 import signal
-import tempfile
 import time
 import unittest
 
@@ -29,17 +28,9 @@ class BurstCase(unittest.TestCase):
 
     def service(self):
         """sluice on the Redis, with the default store timeout (20 ms)."""
-        d = tempfile.TemporaryDirectory(prefix="sluice-it-")
-        self.addCleanup(d.cleanup)
         yaml = (f'store:\n  type: redis\n  redis: {{ url: "redis://127.0.0.1:{self.redis.port}/0" }}\n'
                 "on_store_error: allow\n" + PLANS)
-        svc = harness.Service(yaml, d.name)
-        svc.__enter__()
-        self.addCleanup(svc.__exit__)
-        deadline = time.monotonic() + 10
-        while svc.check({"subject": "warm", "plan": "free", "cost": 0})[2]["degraded"]:
-            self.assertLess(time.monotonic(), deadline, "sluice never reached redis")
-        return svc
+        return harness.started_service(self, yaml, warm_plan="free")
 
     def burst(self, services, subject, n=BURST):
         """(allowed, degraded) of `n` requests for `subject` sent at once over `services`."""

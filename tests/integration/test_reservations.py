@@ -295,12 +295,8 @@ class RedisTwoInstancesTest(unittest.TestCase):
         self.addCleanup(self.redis.close)
         self.instances = []
         for _ in range(2):
-            d = tempfile.TemporaryDirectory(prefix="sluice-it-")
-            self.addCleanup(d.cleanup)
-            svc = harness.Service(redis_yaml(self.redis.port, timeout="2s") + PLANS, d.name)
-            svc.__enter__()
-            self.addCleanup(svc.__exit__)
-            self.instances.append(svc)
+            self.instances.append(
+                harness.started_service(self, redis_yaml(self.redis.port, timeout="2s") + PLANS))
 
     def usage(self, svc, subject):
         status, _, answer = svc.check({"subject": subject, "plan": "llm", "cost": 0})

@@ -117,7 +117,7 @@ void ApplyAlgorithm(const StoreResult& result, size_t i, int64_t need, const Alg
   } else if (IsGcra(t)) {
     l.used = GcraUnits(t, used);
     l.reset_after = AlgorithmResetAfter(t, {}, d.now, used, 0);
-    over = result.allowed ? used + held * t.emission_us > t.burst * t.emission_us
+    over = result.allowed ? held > t.burst || used + held * t.emission_us > t.burst * t.emission_us
                           : !GcraFits(t, used, need + held);
     if (const int64_t wait = GcraWaitMicros(t, used, need + held); wait >= 0) {
       fits_at = d.now + absl::Microseconds(wait);

@@ -258,6 +258,18 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const json& value, const Pl
     } else {
       return Error(quota_path, want);
     }
+    // A sliding or gcra limit enforces only some quotas (docs/configuration.md, Algorithms).
+    const Limit& target = plan.limits[static_cast<size_t>(plan.FindLimit(limit))];
+    if (!QuotaFits(target, o.quota)) {
+      return Error(quota_path,
+                   target.algorithm == config::Algorithm::kSliding
+                       ? absl::StrCat("at most ", config::kMaxSlidingCount, " for a sliding limit")
+                       : absl::StrCat("a gcra limit admits at most one unit per microsecond and "
+                                      "an interval (window / quota) of whole microseconds below "
+                                      "1ms: at most ",
+                                      absl::ToInt64Microseconds(target.window.length),
+                                      " for window ", target.window.text));
+    }
     if (const json* until = Get(spec, "until")) {
       absl::StatusOr<absl::Time> t = FutureTime(*until, absl::StrCat(path, ".until"), now);
       if (!t.ok()) return t.status();

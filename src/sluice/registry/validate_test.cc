@@ -29,6 +29,15 @@ PlanSet Plans() {
   cfg.plans.push_back(
       {.name = "pro",
        .limits = {{.name = "daily", .quota = 1, .window = *config::ParseWindow("day")}}});
+  cfg.plans.push_back({.name = "rates",
+                       .limits = {{.name = "sliding",
+                                   .quota = 60,
+                                   .window = *config::ParseWindow("1m"),
+                                   .algorithm = config::Algorithm::kSliding},
+                                  {.name = "gcra",
+                                   .quota = 60,
+                                   .window = *config::ParseWindow("1s"),
+                                   .algorithm = config::Algorithm::kGcra}}});
   return *PlanSet::FromConfig(cfg);
 }
 
@@ -63,6 +72,19 @@ TEST_F(SubjectBodyTest, MinimalBodyIsAPlan) {
   EXPECT_EQ(s->metadata, "{}");
   EXPECT_FALSE(s->disabled);
   EXPECT_TRUE(s->overrides.empty());
+}
+
+TEST_F(SubjectBodyTest, AnOverrideOfASlidingOrGcraLimitIsOneItCanEnforce) {
+  EXPECT_EQ(Error(R"({"plan":"rates","overrides":{"sliding":{"quota":10000000}}})"),
+            "overrides.sliding.quota: at most 9999999 for a sliding limit");
+  EXPECT_EQ(Error(R"({"plan":"rates","overrides":{"gcra":{"quota":300000}}})"),
+            "overrides.gcra.quota: a gcra limit admits at most one unit per microsecond and an "
+            "interval (window / quota) of whole microseconds below 1ms: at most 1000000 for window "
+            "1s");
+  absl::StatusOr<Subject> s = Parse(
+      R"({"plan":"rates","overrides":{"sliding":{"quota":9999999},"gcra":{"quota":250000}}})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->overrides.size(), 2u);
 }
 
 TEST_F(SubjectBodyTest, EveryFieldIsRead) {

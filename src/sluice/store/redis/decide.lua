@@ -118,8 +118,10 @@
 -- outbox_max, emptied by the dispatcher (XACK + XDEL).
 --
 -- Sliding and gcra limits (kinds 5 to 8; the arithmetic is limiter/algorithm.h's, in integers
--- that stay below 2^53). Decided by reading, written only once the call is admitted; nothing of
--- them is taken back, as nothing of them is written before the verdict.
+-- that stay below 2^53). Decided by reading (a sliding limit's common case by an HINCRBY checked
+-- after, as a counter), charged on the first pass while everything fits, and restored from an
+-- undo log if the call is then denied; a field moved to another window's hash is deleted only
+-- once the call is admitted.
 --   sliding: key <prefix>:{<bucket>}:s:<limit>:<window>:<window_id>:<slot>, field <subject>:
 --     prev * 10^8 + cur (the previous window's count and this one's, each at most 9,999,999),
 --     flags as a counter's. Read: this window's field; if the next window's exists, the state
@@ -131,8 +133,9 @@
 --     with its expiry (expire_at, the window's end plus a window plus the grace; a window more
 --     for the next window's key).
 --   gcra: key <prefix>:{<bucket>}:g:<limit>:<window>:<period_id>:<slot> (periods of two
---     windows), field <subject>: the theoretical arrival time, Unix microseconds, kept in the
---     period it falls in: this period's field or the next one's, the later of the two.
+--     windows), field <subject>: the theoretical arrival time in microseconds after the start of
+--     the key's period, kept in the period it falls in: this period's field or the next one's,
+--     the later of the two.
 --     debt = max(tat - now, 0); admitted iff holds + cost <= burst and
 --     debt + (holds + cost) * interval <= burst * interval; charged (cost units) up to
 --     max_debt. The reply is the debt. Expiry: the period's end plus the grace.
@@ -222,7 +225,8 @@ local function helpers()
   held_of = function(k, n, r)
     local fields = {}
     for j = 0, n - 1 do
-      fields[j + 1] = string.match(KEYS[k + j], '}:[hsg]:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
+      local kind, field = string.match(KEYS[k + j], '}:([hsg]):([^:]*:[^:]*):[^:]*:[^:]*$')
+      fields[j + 1] = (kind == 'h' and field) or (kind and kind .. ':' .. field) or ''
     end
     local v = redis.pcall('HMGET', KEYS[k + n], unpack(fields))
     for j = 0, n - 1 do
@@ -245,9 +249,17 @@ end
 -- Sliding and gcra limits: algo[r] is what was read of the limit of reply slot r (nil while no
 -- such limit was met); algo_read and algo_write are made on first need.
 local algo = nil
-local algo_read, algo_write, algo_fits
+local algo_read, algo_write, algo_fits, algo_sliding_fast
 -- What the algorithm writes of this call replaced: { key, field, old value or nil }, in order.
 local undo_log = nil
+-- Fields the algorithm writes moved elsewhere ({ key, field }): deleted only once the call is
+-- admitted (deleting a hash's last field deletes the hash and its expiry, which a take_back
+-- could not give back).
+local moved = nil
+local function delete_moved()
+  for i = 1, moved and #moved or 0 do redis.pcall('HDEL', moved[i][1], moved[i][2]) end
+  moved = nil
+end
 
 local function algo_helpers()
   local radix, max_count = 100000000, 9999999
@@ -361,6 +373,46 @@ local function algo_helpers()
     undo_log[#undo_log + 1] = { key, field, old }
   end
 
+  -- The common case of a sliding limit charged in this window, where its field exists and no
+  -- later window's can (its `next` flag 0): one HINCRBY (the cost adds to cur), checked after,
+  -- as a counter is. Returns the limit's state (`denied` when it does not fit: the increment is
+  -- taken back), or nil, having written nothing, when the general path must decide (a new field,
+  -- a value that is no count, a refused increment).
+  algo_sliding_fast = function(kind, key, subject, cost_text, cost, params, quota, extra)
+    local weight, check, first = string.match(params, '^(%d+) ([01]) ?(%d*)$')
+    weight = tonumber(weight)
+    if check ~= '0' or weight == nil or weight > 1000000 then return nil end
+    local after = redis.pcall('HINCRBY', key, subject, cost_text)
+    if type(after) ~= 'number' then return nil end
+    if after == cost then
+      redis.call('HDEL', key, subject)
+      return nil
+    end
+    local before = after - cost
+    local prev, cur = split(before)
+    if before < 0 or prev > max_count or cur > max_count then
+      redis.call('HINCRBY', key, subject, -cost)
+      return nil
+    end
+    local st = { kind = kind, key = key, write_key = key, usable = true, prev = prev, cur = cur,
+                 first = tonumber(first), reply = before, old = before }
+    st.share = math.floor((prev * weight + 999999) / 1000000)
+    local charged = cur + cost
+    if kind == '5' and charged + st.share + extra > quota then
+      redis.call('HINCRBY', key, subject, -cost)
+      st.denied = true
+      return st
+    end
+    if charged > max_count then
+      -- A charge past the largest count stops there.
+      charged = max_count
+      redis.call('HSET', key, subject, string.format('%d', prev * radix + charged))
+    end
+    remember(key, subject, before)
+    st.charged, st.estimate = prev * radix + charged, charged + st.share
+    return st
+  end
+
   -- Charges `cost` (> 0): writes the new state (an expiry on a new field's hash), remembering
   -- the old one for take_back; sets st.charged (the reply) and, for sliding, st.estimate (what
   -- thresholds are compared with). `expire_at` is the key's (static's first word). Returns
@@ -394,12 +446,10 @@ local function algo_helpers()
     end
     local added = redis.pcall('HSET', key, subject, string.format('%d', value))
     if type(added) == 'table' and added.err then return added end
+    if moved == nil then moved = {} end
     if sliding then
       remember(key, subject, st.old)
-      if st.prev_key ~= nil then
-        redis.pcall('HDEL', st.prev_key, subject)
-        remember(st.prev_key, subject, st.prev_old)
-      end
+      if st.prev_key ~= nil then moved[#moved + 1] = { st.prev_key, subject } end
     else
       remember(st.key, subject, st.a)
       if st.next_key ~= nil then remember(st.next_key, subject, st.b) end
@@ -412,7 +462,7 @@ local function algo_helpers()
     if not sliding then
       local other = key == st.key and st.next_key or st.key
       if (key == st.key and st.b ~= nil) or (key ~= st.key and st.a ~= nil) then
-        redis.pcall('HDEL', other, subject)
+        moved[#moved + 1] = { other, subject }
       end
     end
     st.write_key = key
@@ -478,25 +528,40 @@ do
         -- a counter is; take_back restores what it replaced.
         if ARGV[h] ~= string.format('%d', cost) then bad = 'bad cost'; break end
         if algo_read == nil then algo_helpers() end
-        local st = algo_read(shadow, KEYS[k], subject, ARGV[a + 2])
-        if st == nil then bad = 'bad limit at ARGV ' .. a; break end
         if algo == nil then algo = {} end
-        algo[r] = st
-        reply[r] = st.reply
-        if (shadow == '5' or shadow == '7') and not algo_fits(st, quota, cost + extra) then
-          fits = false
-        elseif fits and cost > 0 and st.usable and not ro then
-          local at = tonumber(string.match(ARGV[a + 3], '^(%d+) '))
-          if at == nil then bad = 'bad limit at ARGV ' .. a; break end
-          local refused = algo_write(st, subject, cost, at)
-          if refused and done == 0 and undo_log == nil then
-            ro = refused  -- nothing written yet: decided by reading (below)
-          elseif refused then
-            failed = refused
-            bad = 'refused'; break
+        local st = nil
+        if (shadow == '5' or shadow == '6') and fits and cost > 0 and not ro then
+          st = algo_sliding_fast(shadow, KEYS[k], subject, ARGV[h], cost, ARGV[a + 2], quota, extra)
+        end
+        if st ~= nil then
+          algo[r] = st
+          if st.denied then
+            fits = false
+            reply[r] = st.reply
           else
             reply[r] = st.charged
             if st.first and st.estimate >= st.first then more = true end
+          end
+        else
+          st = algo_read(shadow, KEYS[k], subject, ARGV[a + 2])
+          if st == nil then bad = 'bad limit at ARGV ' .. a; break end
+          algo[r] = st
+          reply[r] = st.reply
+          if (shadow == '5' or shadow == '7') and not algo_fits(st, quota, cost + extra) then
+            fits = false
+          elseif fits and cost > 0 and st.usable and not ro then
+            local at = tonumber(string.match(ARGV[a + 3], '^(%d+) '))
+            if at == nil then bad = 'bad limit at ARGV ' .. a; break end
+            local refused = algo_write(st, subject, cost, at)
+            if refused and done == 0 and undo_log == nil then
+              ro = refused  -- nothing written yet: decided by reading (below)
+            elseif refused then
+              failed = refused
+              bad = 'refused'; break
+            else
+              reply[r] = st.charged
+              if st.first and st.estimate >= st.first then more = true end
+            end
           end
         end
       elseif shadow == '3' or shadow == '4' then
@@ -534,7 +599,7 @@ do
             elseif find(e, 'not an integer', 1, true) or find(e, 'overflow', 1, true) or
                 find(e, 'WRONGTYPE', 1, true) then
               fits = false
-            elseif done == 0 then
+            elseif done == 0 and undo_log == nil then
               ro = after
               if read_fit == nil then helpers() end
               local used = read_fit(key, subject, cost + extra, quota)
@@ -584,6 +649,7 @@ if ro and fits and not bad then return ro end
 
 -- The common case ends here: admitted, no shadow limit, no threshold reached.
 if fits and not more and not bad then
+  delete_moved()
   reply[last], reply[last + 1], reply[last + 2] = 0, 0, nil
   if held then
     for q = 2, last - 1 do reply[last + q] = held[q] or 0 end
@@ -619,6 +685,7 @@ local function take_back()
     end
   end
   undo_log = nil
+  moved = nil
   if algo then
     for r, st in pairs(algo) do reply[r] = st.reply end
   end
@@ -835,6 +902,7 @@ else
   end)
 end
 
+if fits then delete_moved() end
 reply[last], reply[last + 1], reply[last + 2] = fired, refused, nil
 if held then
   for q = 2, last - 1 do reply[last + q] = held[q] or 0 end

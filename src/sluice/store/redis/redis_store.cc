@@ -348,10 +348,7 @@ void DecodeSliding(const std::vector<bool>& sliding, StoreGroupResult& result) {
       if (at >= sliding.size() || !sliding[at]) continue;
       part.prev.resize(n);
       const int64_t v = part.used[i];
-      if (!SlidingValid(v)) {
-        part.used[i] = -1;
-        continue;
-      }
+      if (v < 0) continue;  // unusable (decide.lua's -1); a late call's prev + cur is no pack
       part.prev[i] = v / config::kSlidingRadix;
       part.used[i] = v % config::kSlidingRadix;
     }
@@ -359,10 +356,12 @@ void DecodeSliding(const std::vector<bool>& sliding, StoreGroupResult& result) {
 }
 
 // The field of limit i in the subject's hold hash: the limit's name and window without the window
-// id (a hold belongs to no window), as decide.lua reads it.
+// id (a hold belongs to no window), after "s:" or "g:" for a sliding or gcra limit (its algorithm
+// is part of its identity), as decide.lua reads it.
 std::string HoldField(const StoreRequest& req, size_t i) {
   const Limit& limit = req.plan->limits[i];
-  return absl::StrCat(limit.name, ":", WindowKey(limit.window, req.plan->tz));
+  const std::string_view kind = IsSliding(limit) ? "s:" : IsGcra(limit) ? "g:" : "";
+  return absl::StrCat(ToAbsl(kind), limit.name, ":", WindowKey(limit.window, req.plan->tz));
 }
 
 // Where a request's keys live: its group's bucket for a group-placed subject, else its own.
@@ -716,6 +715,9 @@ void RedisStore::Usage(const StoreRequest& req, UsageCallback done) {
                    // reads it.
                    if (r->str.starts_with("WRONGTYPE")) {
                      state->usage[i].used = -1;
+                     for (AlgorithmFields& a : state->algorithms) {
+                       if (a.limit == i) a.fields[0] = -1;
+                     }
                      return finish(absl::OkStatus());
                    }
                    return finish(ErrorReply(*r));

@@ -253,6 +253,46 @@ TEST_F(RedisStoreTest, ASlidingLimitKeepsOneFieldPerSubjectInAHashThatExpires) {
   EXPECT_EQ(Counter(first), "(nil)");  // moved, not copied
 }
 
+// A call that another limit denies leaves every key as it was, with its expiry: the previous
+// window's field a sliding limit moves is deleted only once the call is admitted (deleting a
+// hash's last field deletes the hash, and a restored one would have no expiry).
+TEST_F(RedisStoreTest, ADeniedCallLeavesTheSlidingLimitsPreviousWindowWithItsExpiry) {
+  Connect(std::chrono::milliseconds(2000));
+  config::Config cfg;
+  cfg.plans = {config::PlanConfig{
+      .name = "p",
+      .timezone = "UTC",
+      .limits = {config::LimitConfig{.name = "s",
+                                     .quota = 10,
+                                     .window = *config::ParseWindow("1m"),
+                                     .algorithm = config::Algorithm::kSliding},
+                 config::LimitConfig{
+                     .name = "daily", .quota = 1, .window = *config::ParseWindow("day")}}}};
+  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  const Plan* plan = plans->Find("p");
+  // Minutes inside one UTC day.
+  const absl::Time t1 =
+      absl::FromUnixSeconds(absl::ToUnixSeconds(clock_.Now()) / 86400 * 86400 + 3600);
+  const WindowBounds w1[] = {WindowAt(plan->limits[0].window, plan->tz, t1),
+                             WindowAt(plan->limits[1].window, plan->tz, t1)};
+  const StoreRequest first{.subject = "bob", .plan = plan, .cost = 1, .now = t1, .windows = w1};
+  ASSERT_TRUE(Decide(first)->allowed);
+  const std::string key1 = store_->CounterKey(first, 0);
+  const int64_t expiry = ExpireTime(key1);
+  ASSERT_GT(expiry, 0);
+  const absl::Time t2 = t1 + absl::Minutes(1);
+  const WindowBounds w2[] = {WindowAt(plan->limits[0].window, plan->tz, t2),
+                             WindowAt(plan->limits[1].window, plan->tz, t2)};
+  const StoreRequest second{.subject = "bob", .plan = plan, .cost = 1, .now = t2, .windows = w2};
+  absl::StatusOr<StoreResult> denied = Decide(second);
+  ASSERT_TRUE(denied.ok()) << denied.status();
+  EXPECT_FALSE(denied->allowed);  // the daily limit is full
+  EXPECT_EQ(Counter(first), "1");
+  EXPECT_EQ(ExpireTime(key1), expiry);
+  EXPECT_EQ(Counter(second), "(nil)");
+}
+
 TEST_F(RedisStoreTest, EachAnsweredCommandReportsItsRoundTripByKind) {
   Connect(2000ms);
   const StoreRequest req = Request();

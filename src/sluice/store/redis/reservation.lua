@@ -79,7 +79,8 @@ end
 
 -- The hold hash field of limit j (decide.lua's rule) and whether it is a concurrent one.
 local function field(j)
-  return string.match(dk[j], '}:[hsg]:([^:]*:[^:]*):[^:]*:[^:]*$') or ''
+  local kind, f = string.match(dk[j], '}:([hsg]):([^:]*:[^:]*):[^:]*:[^:]*$')
+  return (kind == 'h' and f) or (kind and kind .. ':' .. f) or ''
 end
 local function concurrent(j)
   local kind = da[8 + 4 * (j - 1) + 1]
