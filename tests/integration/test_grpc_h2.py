@@ -478,7 +478,10 @@ class RedisPendingTest(H2Case):
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         self.addCleanup(silent.close)
-        self.start(test_redis.redis_yaml(silent.getsockname()[1], "allow", "200ms") + PLANS)
+        # A timeout longer than sluice's start takes: the first command on the silent Redis (the
+        # reservation expirer's, at start) is still waiting when the call comes, so the call
+        # waits too (after a timeout the connection is renewed and, meanwhile, calls fail fast).
+        self.start(test_redis.redis_yaml(silent.getsockname()[1], "allow", "2s") + PLANS)
         c = self.client()
         sid = c.start()
         c.send(sid, message())

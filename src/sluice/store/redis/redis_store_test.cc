@@ -216,19 +216,23 @@ class RedisStoreTest : public ::testing::Test {
   std::vector<std::pair<RedisCommandKind, absl::Duration>> observed_;  // round trips, in order
 };
 
+// Plan "p": "s", sliding, 10 a minute, then `more` limits.
+absl::StatusOr<PlanSet> SlidingPlans(std::vector<config::LimitConfig> more) {
+  config::Config cfg;
+  cfg.plans = {config::PlanConfig{.name = "p", .timezone = "UTC"}};
+  cfg.plans[0].limits.push_back({.name = "s",
+                                 .quota = 10,
+                                 .window = *config::ParseWindow("1m"),
+                                 .algorithm = config::Algorithm::kSliding});
+  for (config::LimitConfig& l : more) cfg.plans[0].limits.push_back(std::move(l));
+  return PlanSet::FromConfig(cfg);
+}
+
 // A sliding limit's state moves to the current window's hash at its first admission there, and
 // the previous window's field goes: one field per subject, every key with its expiry.
 TEST_F(RedisStoreTest, ASlidingLimitKeepsOneFieldPerSubjectInAHashThatExpires) {
   Connect(std::chrono::milliseconds(2000));
-  config::Config cfg;
-  cfg.plans = {config::PlanConfig{
-      .name = "p",
-      .timezone = "UTC",
-      .limits = {config::LimitConfig{.name = "s",
-                                     .quota = 10,
-                                     .window = *config::ParseWindow("1m"),
-                                     .algorithm = config::Algorithm::kSliding}}}};
-  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  absl::StatusOr<PlanSet> plans = SlidingPlans({});
   ASSERT_TRUE(plans.ok()) << plans.status();
   const Plan* plan = plans->Find("p");
   const absl::Time t1 = clock_.Now();
@@ -258,17 +262,8 @@ TEST_F(RedisStoreTest, ASlidingLimitKeepsOneFieldPerSubjectInAHashThatExpires) {
 // hash's last field deletes the hash, and a restored one would have no expiry).
 TEST_F(RedisStoreTest, ADeniedCallLeavesTheSlidingLimitsPreviousWindowWithItsExpiry) {
   Connect(std::chrono::milliseconds(2000));
-  config::Config cfg;
-  cfg.plans = {config::PlanConfig{
-      .name = "p",
-      .timezone = "UTC",
-      .limits = {config::LimitConfig{.name = "s",
-                                     .quota = 10,
-                                     .window = *config::ParseWindow("1m"),
-                                     .algorithm = config::Algorithm::kSliding},
-                 config::LimitConfig{
-                     .name = "daily", .quota = 1, .window = *config::ParseWindow("day")}}}};
-  absl::StatusOr<PlanSet> plans = PlanSet::FromConfig(cfg);
+  absl::StatusOr<PlanSet> plans = SlidingPlans(
+      {config::LimitConfig{.name = "daily", .quota = 1, .window = *config::ParseWindow("day")}});
   ASSERT_TRUE(plans.ok()) << plans.status();
   const Plan* plan = plans->Find("p");
   // Minutes inside one UTC day.
