@@ -12,7 +12,6 @@ subject. Target: a sliding or gcra limit costs no more Redis CPU per decision, n
 subject, than a fixed one.
 """
 import os
-import statistics
 import sys
 import time
 
@@ -20,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import benchlib as bl  # noqa: E402
+from benchlib import median  # noqa: E402
 
 VARIANTS = ("fixed", "sliding", "gcra")
 QUOTA = 6_000_000
@@ -101,11 +101,6 @@ def run_algorithms(args, ch, start_redis):
     for v in VARIANTS:
         ch.stop(instances[v][0])
     return R
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def rows(R, row):

@@ -6,6 +6,7 @@ Python 3 standard library only.
 import json
 import os
 import re
+import statistics
 import signal
 import socket
 import subprocess
@@ -16,6 +17,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 class Interrupted(Exception):
     """Raised from the SIGINT/SIGTERM handler so every `finally` runs."""
+
+
+def median(xs):
+    """The median of the values that are not None, or None when there are none."""
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def install_signal_handlers():

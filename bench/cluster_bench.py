@@ -38,6 +38,7 @@ import time
 import urllib.request
 
 import benchlib as bl
+from benchlib import median
 
 TOKEN = "bench-admin-token-0123456789"  # the admin plane's /metrics (loopback only, this run only)
 MASTERS = 3
@@ -286,13 +287,6 @@ def run_cluster(args, ch, sluice_config):
 
 # ---------------------------------------------------------------------------------------------
 # the table
-
-def median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def rows(R, row):

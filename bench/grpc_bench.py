@@ -29,6 +29,7 @@ import time
 import urllib.request
 
 import benchlib as bl
+from benchlib import median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -254,14 +255,6 @@ def run_grpc(args, ch, sluice_config):
         log(f"  round {r + 1}: " + " | ".join(line))
     ch.stop(sp)
     return G
-
-
-def median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def rows(G, row):

@@ -45,6 +45,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import benchlib as bl  # noqa: E402
+from benchlib import median  # noqa: E402
 import grpc_bench  # noqa: E402
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -217,11 +218,6 @@ VARIANTS = {
     "under_pinned": {"attack": "under", "rate": 0, "threads": 1, "pin": True},
     "streams_pinned": {"attack": "streams", "rate": 0, "threads": 1, "pin": True},
 }
-
-
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def run_variant(ch, tmp, body, binary, v, args):

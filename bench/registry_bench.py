@@ -28,13 +28,13 @@ import os
 import re
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import threading
 import time
 
 import benchlib as bl
+from benchlib import median
 
 BIG = 1_000_000
 WRITE_CONNECTIONS = 8   # closed-loop admin clients
@@ -45,11 +45,6 @@ LINE = re.compile(r"^\{.*\}$")
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def plan_lines(per_minute, daily):

@@ -13,13 +13,13 @@ on Redis also Redis's CPU per operation. Throughput is reported beside it. Targe
 most 2.2 authorizations.
 """
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import benchlib as bl  # noqa: E402
+from benchlib import median  # noqa: E402
 
 # mode name in the results -> (wrk mode, path, operations per request)
 MODES = {
@@ -87,11 +87,6 @@ def run_store(args, ch, sluice_config, start_redis, store):
 
 def run_reservations(args, ch, sluice_config, start_redis):
     return {store: run_store(args, ch, sluice_config, start_redis, store) for store in STORES}
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def rows(R, row):
